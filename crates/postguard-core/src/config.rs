@@ -1,0 +1,704 @@
+//! Configuration: `ORIGIN_URL`, the `ADMIN_TOKEN`/`ORIGIN_TOKEN` secrets and the
+//! `POSTGUARD_CONFIG` JSON string, parsed and validated into typed values.
+//!
+//! Every problem is reported as a [`ConfigError`] naming the offending leaf
+//! field (`plans.trial.window_s`, `ORIGIN_URL`, …); nothing falls back to a
+//! silent default.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use url::Url;
+
+use crate::idempotency::Mode;
+use crate::pattern;
+
+/// A configuration value that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    /// The offending field: an environment name or a dotted JSON path.
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The raw inputs, as the runtime hands them over (all strings, all optional).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub struct RawEnv {
+    pub origin_url: Option<String>,
+    pub admin_token: Option<String>,
+    pub origin_token: Option<String>,
+    pub postguard_config: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub requests_per_window: u32,
+    #[serde(default = "default_window_s")]
+    pub window_s: u32,
+    #[serde(default = "default_ttl_s")]
+    pub idempotency_ttl_s: u32,
+}
+
+fn default_window_s() -> u32 {
+    60
+}
+fn default_ttl_s() -> u32 {
+    86_400
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostRule {
+    pub method: String,
+    pub path: String,
+    pub cost: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    pub costs: Vec<CostRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteRule {
+    pub method: String,
+    pub path: String,
+    pub mode: Mode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    pub methods: BTreeMap<String, Mode>,
+    pub routes: Vec<RouteRule>,
+    pub lease_s: u32,
+    pub max_stored_body_bytes: u64,
+    /// Whether `Set-Cookie` from the origin is stored and replayed.
+    pub store_set_cookie: bool,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        let methods = [
+            ("POST", Mode::Required),
+            ("PATCH", Mode::Optional),
+            ("PUT", Mode::Optional),
+            ("DELETE", Mode::Optional),
+        ]
+        .into_iter()
+        .map(|(m, mode)| (m.to_string(), mode))
+        .collect();
+        IdempotencyConfig {
+            methods,
+            routes: Vec::new(),
+            lease_s: 60,
+            max_stored_body_bytes: 1 << 20,
+            store_set_cookie: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OriginConfig {
+    pub timeout_ms: u32,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig { timeout_ms: 30_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    pub schedule_s: Vec<u32>,
+    pub timeout_ms: u32,
+    pub max_payload_bytes: u32,
+    pub allow_insecure_urls: bool,
+    pub allow_hosts: Vec<String>,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            schedule_s: vec![60, 900, 3_600, 86_400],
+            timeout_ms: 30_000,
+            max_payload_bytes: 65_536,
+            allow_insecure_urls: false,
+            allow_hosts: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    pub audit_days: u32,
+    pub deliveries_days: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            audit_days: 90,
+            deliveries_days: 14,
+        }
+    }
+}
+
+/// `POSTGUARD_CONFIG` as written by the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub plans: BTreeMap<String, Plan>,
+    pub rate_limit: RateLimitConfig,
+    pub idempotency: IdempotencyConfig,
+    pub origin: OriginConfig,
+    pub webhooks: WebhooksConfig,
+    pub retention: RetentionConfig,
+    pub max_body_bytes: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let plans = [("trial", 30u32), ("business", 2_000u32)]
+            .into_iter()
+            .map(|(name, n)| {
+                (
+                    name.to_string(),
+                    Plan {
+                        requests_per_window: n,
+                        window_s: 60,
+                        idempotency_ttl_s: 86_400,
+                    },
+                )
+            })
+            .collect();
+        Settings {
+            plans,
+            rate_limit: RateLimitConfig::default(),
+            idempotency: IdempotencyConfig::default(),
+            origin: OriginConfig::default(),
+            webhooks: WebhooksConfig::default(),
+            retention: RetentionConfig::default(),
+            max_body_bytes: 10 << 20,
+        }
+    }
+}
+
+/// The validated configuration the gateway runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub origin_url: Url,
+    pub admin_token: String,
+    pub origin_token: String,
+    pub settings: Settings,
+}
+
+/// Largest stored response body we accept in configuration (bodies are kept
+/// in Durable Object storage, chunked).
+pub const MAX_STORED_BODY_CAP: u64 = 16 << 20;
+/// Cloudflare's request body ceiling on the largest plans.
+pub const MAX_BODY_CAP: u64 = 500 << 20;
+const MAX_TTL_S: u32 = 30 * 86_400;
+
+const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+fn valid_method(m: &str, allow_any: bool) -> bool {
+    (allow_any && m == "*") || HTTP_METHODS.contains(&m)
+}
+
+/// Plan and project names: 1–64 of `[A-Za-z0-9._-]`.
+pub fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+impl Config {
+    /// Parses and validates everything. The first problem found is returned.
+    pub fn load(env: &RawEnv) -> Result<Config, ConfigError> {
+        let origin_url = parse_origin_url(env.origin_url.as_deref())?;
+        let admin_token = required_secret("ADMIN_TOKEN", env.admin_token.as_deref())?;
+        let origin_token = required_secret("ORIGIN_TOKEN", env.origin_token.as_deref())?;
+        let settings = match env.postguard_config.as_deref().map(str::trim) {
+            None | Some("") => Settings::default(),
+            Some(text) => parse_settings(text)?,
+        };
+        validate(&settings)?;
+        Ok(Config {
+            origin_url,
+            admin_token,
+            origin_token,
+            settings,
+        })
+    }
+}
+
+fn required_secret(name: &str, value: Option<&str>) -> Result<String, ConfigError> {
+    match value {
+        Some(v) if !v.trim().is_empty() => Ok(v.to_string()),
+        _ => Err(ConfigError::new(
+            name,
+            "is required (set it with `wrangler secret put`, or in .dev.vars locally)",
+        )),
+    }
+}
+
+fn parse_origin_url(value: Option<&str>) -> Result<Url, ConfigError> {
+    const F: &str = "ORIGIN_URL";
+    let raw = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ConfigError::new(F, "is required"))?;
+    let url =
+        Url::parse(raw).map_err(|e| ConfigError::new(F, format!("is not a valid URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ConfigError::new(F, "must use http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(ConfigError::new(F, "must name a host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ConfigError::new(F, "must not contain credentials"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(ConfigError::new(F, "must not contain a query or fragment"));
+    }
+    Ok(url)
+}
+
+/// Parses the JSON text. Unknown fields, wrong types and missing required
+/// members are reported with the path of the offending field.
+pub fn parse_settings(text: &str) -> Result<Settings, ConfigError> {
+    // serde would also read a struct from a JSON array; only an object is valid.
+    if !text.trim_start().starts_with('{') {
+        return Err(ConfigError::new(
+            "POSTGUARD_CONFIG",
+            "must be a JSON object",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let err = match serde_path_to_error::deserialize::<_, Settings>(de) {
+        Ok(s) => return Ok(s),
+        Err(err) => err,
+    };
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    let whole = || {
+        ConfigError::new(
+            "POSTGUARD_CONFIG",
+            format!("must be a valid JSON object ({inner})"),
+        )
+    };
+    if inner.is_syntax() || inner.is_eof() {
+        return Err(whole());
+    }
+    let msg = inner.to_string();
+    // Unknown and missing members are reported on their parent: name the member.
+    let field = match named_member(&msg) {
+        Some(name) if path == "." => name.to_string(),
+        Some(name) if !path.ends_with(name) => format!("{path}.{name}"),
+        _ => path,
+    };
+    if field == "." || field.is_empty() {
+        return Err(whole());
+    }
+    Err(ConfigError::new(field, msg))
+}
+
+fn named_member(msg: &str) -> Option<&str> {
+    let rest = msg
+        .strip_prefix("unknown field `")
+        .or_else(|| msg.strip_prefix("missing field `"))?;
+    rest.split('`').next()
+}
+
+fn range<T: PartialOrd + std::fmt::Display>(
+    field: impl Into<String>,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError::new(
+            field,
+            format!("must be between {lo} and {hi}, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate(s: &Settings) -> Result<(), ConfigError> {
+    if s.plans.is_empty() {
+        return Err(ConfigError::new("plans", "must define at least one plan"));
+    }
+    for (name, plan) in &s.plans {
+        if !is_valid_name(name) {
+            return Err(ConfigError::new(
+                format!("plans.{name}"),
+                "plan names are 1-64 of [A-Za-z0-9._-]",
+            ));
+        }
+        range(
+            format!("plans.{name}.requests_per_window"),
+            plan.requests_per_window,
+            1,
+            10_000_000,
+        )?;
+        range(format!("plans.{name}.window_s"), plan.window_s, 1, 86_400)?;
+        range(
+            format!("plans.{name}.idempotency_ttl_s"),
+            plan.idempotency_ttl_s,
+            1,
+            MAX_TTL_S,
+        )?;
+    }
+    let smallest_quota = s
+        .plans
+        .values()
+        .map(|p| p.requests_per_window)
+        .min()
+        .unwrap_or(1);
+    for (i, rule) in s.rate_limit.costs.iter().enumerate() {
+        let f = format!("rate_limit.costs[{i}]");
+        if !valid_method(&rule.method, true) {
+            return Err(ConfigError::new(
+                format!("{f}.method"),
+                "must be an upper-case HTTP method or *",
+            ));
+        }
+        if !pattern::is_valid(&rule.path) {
+            return Err(ConfigError::new(
+                format!("{f}.path"),
+                "must start with / and contain only visible ASCII",
+            ));
+        }
+        if rule.cost > smallest_quota {
+            return Err(ConfigError::new(
+                format!("{f}.cost"),
+                format!("must not exceed the smallest plan quota ({smallest_quota}), or the route could never be admitted"),
+            ));
+        }
+    }
+    let idem = &s.idempotency;
+    for method in idem.methods.keys() {
+        if !valid_method(method, false)
+            || method == "GET"
+            || method == "HEAD"
+            || method == "OPTIONS"
+        {
+            return Err(ConfigError::new(
+                format!("idempotency.methods.{method}"),
+                "must be one of POST, PUT, PATCH, DELETE",
+            ));
+        }
+    }
+    for (i, rule) in idem.routes.iter().enumerate() {
+        let f = format!("idempotency.routes[{i}]");
+        if !valid_method(&rule.method, true) {
+            return Err(ConfigError::new(
+                format!("{f}.method"),
+                "must be an upper-case HTTP method or *",
+            ));
+        }
+        if !pattern::is_valid(&rule.path) {
+            return Err(ConfigError::new(
+                format!("{f}.path"),
+                "must start with / and contain only visible ASCII",
+            ));
+        }
+    }
+    range("origin.timeout_ms", s.origin.timeout_ms, 100, 600_000)?;
+    range("idempotency.lease_s", idem.lease_s, 1, 3_600)?;
+    if u64::from(idem.lease_s) * 1000 <= u64::from(s.origin.timeout_ms) {
+        return Err(ConfigError::new(
+            "idempotency.lease_s",
+            format!("must exceed origin.timeout_ms ({} ms), or a claim could expire while its request still runs", s.origin.timeout_ms),
+        ));
+    }
+    range(
+        "idempotency.max_stored_body_bytes",
+        idem.max_stored_body_bytes,
+        1 << 20,
+        MAX_STORED_BODY_CAP,
+    )?;
+    range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
+    let wh = &s.webhooks;
+    if wh.schedule_s.is_empty() || wh.schedule_s.len() > 20 {
+        return Err(ConfigError::new(
+            "webhooks.schedule_s",
+            "must list 1 to 20 delays",
+        ));
+    }
+    for (i, d) in wh.schedule_s.iter().enumerate() {
+        range(format!("webhooks.schedule_s[{i}]"), *d, 1, 7 * 86_400)?;
+    }
+    range("webhooks.timeout_ms", wh.timeout_ms, 100, 600_000)?;
+    range(
+        "webhooks.max_payload_bytes",
+        wh.max_payload_bytes,
+        1_024,
+        1 << 20,
+    )?;
+    for (i, host) in wh.allow_hosts.iter().enumerate() {
+        if host.is_empty() || host.len() > 253 || !host.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(ConfigError::new(
+                format!("webhooks.allow_hosts[{i}]"),
+                "must be a host name or IP literal",
+            ));
+        }
+    }
+    range("retention.audit_days", s.retention.audit_days, 1, 3_650)?;
+    range(
+        "retention.deliveries_days",
+        s.retention.deliveries_days,
+        1,
+        3_650,
+    )?;
+    Ok(())
+}
+
+impl Settings {
+    /// The idempotency mode for a request: the first matching route rule,
+    /// else the method table; methods not in the table are never idempotent.
+    pub fn idempotency_mode(&self, method: &str, path: &str) -> Mode {
+        if let Some(rule) =
+            self.idempotency.routes.iter().find(|r| {
+                (r.method == "*" || r.method == method) && pattern::matches(&r.path, path)
+            })
+        {
+            // GET/HEAD never take part, whatever a route says.
+            if matches!(method, "GET" | "HEAD" | "OPTIONS") {
+                return Mode::Off;
+            }
+            return rule.mode;
+        }
+        self.idempotency
+            .methods
+            .get(method)
+            .copied()
+            .unwrap_or(Mode::Off)
+    }
+
+    /// The rate-limit cost of a request: the first matching rule, else 1.
+    pub fn cost(&self, method: &str, path: &str) -> u32 {
+        self.rate_limit
+            .costs
+            .iter()
+            .find(|r| (r.method == "*" || r.method == method) && pattern::matches(&r.path, path))
+            .map_or(1, |r| r.cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(cfg: Option<&str>) -> RawEnv {
+        RawEnv {
+            origin_url: Some("http://127.0.0.1:8787/api".into()),
+            admin_token: Some("admin-secret".into()),
+            origin_token: Some("origin-secret".into()),
+            postguard_config: cfg.map(str::to_string),
+        }
+    }
+
+    fn err_field(cfg: &str) -> String {
+        Config::load(&env(Some(cfg))).unwrap_err().field
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::load(&env(None)).unwrap();
+        let s = &c.settings;
+        assert_eq!(s.plans["trial"].requests_per_window, 30);
+        assert_eq!(s.plans["business"].requests_per_window, 2000);
+        assert_eq!(s.plans["trial"].window_s, 60);
+        assert_eq!(s.plans["trial"].idempotency_ttl_s, 86_400);
+        assert_eq!(s.idempotency.lease_s, 60);
+        assert_eq!(s.idempotency.max_stored_body_bytes, 1 << 20);
+        assert_eq!(s.origin.timeout_ms, 30_000);
+        assert_eq!(s.webhooks.schedule_s, vec![60, 900, 3600, 86400]);
+        assert_eq!(s.retention.audit_days, 90);
+        assert_eq!(s.max_body_bytes, 10 << 20);
+        assert_eq!(s.idempotency_mode("POST", "/x"), Mode::Required);
+        assert_eq!(s.idempotency_mode("PATCH", "/x"), Mode::Optional);
+        assert_eq!(s.idempotency_mode("GET", "/x"), Mode::Off);
+        assert_eq!(s.cost("POST", "/x"), 1);
+    }
+
+    #[test]
+    fn contract_example_parses() {
+        let text = r#"{
+          "plans": {"trial": {"requests_per_window": 30, "window_s": 60, "idempotency_ttl_s": 86400},
+                    "business": {"requests_per_window": 2000, "window_s": 60, "idempotency_ttl_s": 86400}},
+          "rate_limit": {"costs": [{"method": "POST", "path": "/bulk/*", "cost": 1}]},
+          "idempotency": {"methods": {"POST": "required", "PATCH": "optional", "PUT": "optional", "DELETE": "optional"},
+                          "routes": [{"method": "POST", "path": "/search", "mode": "off"}],
+                          "lease_s": 60, "max_stored_body_bytes": 1048576},
+          "origin": {"timeout_ms": 30000},
+          "webhooks": {"schedule_s": [60, 900, 3600, 86400], "timeout_ms": 30000,
+                       "max_payload_bytes": 65536, "allow_insecure_urls": false, "allow_hosts": []},
+          "retention": {"audit_days": 90, "deliveries_days": 14},
+          "max_body_bytes": 10485760
+        }"#;
+        let c = Config::load(&env(Some(text))).unwrap();
+        assert_eq!(c.settings.idempotency_mode("POST", "/search"), Mode::Off);
+        assert_eq!(
+            c.settings.idempotency_mode("POST", "/searches"),
+            Mode::Required
+        );
+    }
+
+    #[test]
+    fn given_plans_replace_defaults() {
+        let c = Config::load(&env(Some(
+            r#"{"plans":{"gold":{"requests_per_window":5}}}"#,
+        )))
+        .unwrap();
+        assert_eq!(c.settings.plans.len(), 1);
+        assert_eq!(c.settings.plans["gold"].window_s, 60);
+    }
+
+    #[test]
+    fn errors_name_the_leaf_field() {
+        assert_eq!(
+            err_field(r#"{"plans":{"trial":{"requests_per_window":0}}}"#),
+            "plans.trial.requests_per_window"
+        );
+        assert_eq!(
+            err_field(r#"{"plans":{"trial":{"requests_per_window":"x"}}}"#),
+            "plans.trial.requests_per_window"
+        );
+        assert_eq!(
+            err_field(r#"{"plans":{"trial":{"requests_per_window":-1}}}"#),
+            "plans.trial.requests_per_window"
+        );
+        assert_eq!(
+            err_field(r#"{"plans":{"trial":{"window_s":60}}}"#),
+            "plans.trial.requests_per_window"
+        );
+        assert_eq!(
+            err_field(r#"{"plans":{"trial":{"requests_per_window":5,"colour":1}}}"#),
+            "plans.trial.colour"
+        );
+        assert_eq!(err_field(r#"{"bogus":1}"#), "bogus");
+        assert_eq!(
+            err_field(r#"{"origin":{"timeout_ms":0}}"#),
+            "origin.timeout_ms"
+        );
+        assert_eq!(
+            err_field(r#"{"origin":{"timeout_ms":90000}}"#),
+            "idempotency.lease_s"
+        );
+        assert_eq!(
+            err_field(r#"{"idempotency":{"max_stored_body_bytes":1000}}"#),
+            "idempotency.max_stored_body_bytes"
+        );
+        assert_eq!(
+            err_field(r#"{"idempotency":{"methods":{"GET":"required"}}}"#),
+            "idempotency.methods.GET"
+        );
+        assert_eq!(
+            err_field(
+                r#"{"idempotency":{"routes":[{"method":"POST","path":"/a","mode":"sometimes"}]}}"#
+            ),
+            "idempotency.routes[0].mode"
+        );
+        assert_eq!(
+            err_field(r#"{"idempotency":{"routes":[{"method":"POST","path":"a","mode":"off"}]}}"#),
+            "idempotency.routes[0].path"
+        );
+        assert_eq!(
+            err_field(r#"{"rate_limit":{"costs":[{"method":"POST","path":"/a","cost":31}]}}"#),
+            "rate_limit.costs[0].cost"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"schedule_s":[]}}"#),
+            "webhooks.schedule_s"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"schedule_s":[60,0]}}"#),
+            "webhooks.schedule_s[1]"
+        );
+        assert_eq!(
+            err_field(r#"{"retention":{"audit_days":0}}"#),
+            "retention.audit_days"
+        );
+        assert_eq!(err_field(r#"{"max_body_bytes":0}"#), "max_body_bytes");
+        assert_eq!(err_field(r#"{"plans":{}}"#), "plans");
+        assert_eq!(
+            err_field(r#"{"plans":{"bad name":{"requests_per_window":1}}}"#),
+            "plans.bad name"
+        );
+    }
+
+    #[test]
+    fn invalid_json_names_postguard_config() {
+        assert_eq!(err_field("{"), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("[1]"), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("not json"), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("\"string\""), "POSTGUARD_CONFIG");
+    }
+
+    #[test]
+    fn env_errors_name_the_variable() {
+        let mut e = env(None);
+        e.origin_url = Some("ftp://x".into());
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        e.origin_url = Some("not a url".into());
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        e.origin_url = None;
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        e.origin_url = Some("https://user:pw@example.com".into());
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        let mut e = env(None);
+        e.admin_token = Some(" ".into());
+        assert_eq!(Config::load(&e).unwrap_err().field, "ADMIN_TOKEN");
+        let mut e = env(None);
+        e.origin_token = None;
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_TOKEN");
+    }
+
+    #[test]
+    fn first_matching_route_wins_and_get_is_never_idempotent() {
+        let c = Config::load(&env(Some(
+            r#"{"idempotency":{"routes":[
+                {"method":"POST","path":"/search","mode":"off"},
+                {"method":"*","path":"/payments/*","mode":"optional"},
+                {"method":"POST","path":"/payments/*","mode":"required"}]}}"#,
+        )))
+        .unwrap();
+        let s = &c.settings;
+        assert_eq!(s.idempotency_mode("POST", "/search"), Mode::Off);
+        assert_eq!(s.idempotency_mode("POST", "/payments/1"), Mode::Optional);
+        assert_eq!(s.idempotency_mode("DELETE", "/payments/1"), Mode::Optional);
+        assert_eq!(s.idempotency_mode("GET", "/payments/1"), Mode::Off);
+        assert_eq!(s.idempotency_mode("POST", "/other"), Mode::Required);
+    }
+
+    #[test]
+    fn route_costs() {
+        let c = Config::load(&env(Some(r#"{"rate_limit":{"costs":[{"method":"POST","path":"/bulk/*","cost":5},{"method":"*","path":"/health","cost":0}]}}"#))).unwrap();
+        assert_eq!(c.settings.cost("POST", "/bulk/items"), 5);
+        assert_eq!(c.settings.cost("GET", "/bulk/items"), 1);
+        assert_eq!(c.settings.cost("GET", "/health"), 0);
+    }
+}

@@ -1,0 +1,116 @@
+//! Identifiers and API-key material. Randomness and time are inputs.
+
+use base64::Engine;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use ulid::Ulid;
+
+/// API keys look like `pgk_` + 43 base64url characters (32 random bytes).
+pub const API_KEY_PREFIX: &str = "pgk_";
+pub const API_KEY_LEN: usize = 4 + 43;
+/// The public part of a key shown in logs and dashboards.
+pub const KEY_PREFIX_LEN: usize = 12;
+
+/// `req_` + a ULID made of the time and 80 random bits.
+pub fn request_id(now_ms: u64, random: u128) -> String {
+    format!("req_{}", Ulid::from_parts(now_ms, random))
+}
+
+/// `key_` + a ULID: the public identifier of an API key.
+pub fn key_id(now_ms: u64, random: u128) -> String {
+    format!("key_{}", Ulid::from_parts(now_ms, random))
+}
+
+/// A new API key from 32 random bytes.
+pub fn new_api_key(random: &[u8; 32]) -> String {
+    format!(
+        "{API_KEY_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
+    )
+}
+
+/// The public prefix of a key: its first 12 characters.
+pub fn key_prefix(key: &str) -> String {
+    key.chars().take(KEY_PREFIX_LEN).collect()
+}
+
+/// Whether a string has the shape of an API key (checked before any lookup).
+pub fn is_well_formed_api_key(s: &str) -> bool {
+    s.len() == API_KEY_LEN
+        && s.starts_with(API_KEY_PREFIX)
+        && s[API_KEY_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Lower-case hex SHA-256: how API keys are stored.
+pub fn sha256_hex(s: &str) -> String {
+    crate::idempotency::hex(&Sha256::digest(s.as_bytes()))
+}
+
+/// Constant-time comparison of two secrets. Both are hashed first so that
+/// neither the content nor the length of the expected value leaks.
+pub fn secrets_equal(given: &str, expected: &str) -> bool {
+    let a = Sha256::digest(given.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    a.ct_eq(&b).into()
+}
+
+/// The bearer token of an `Authorization` header value, if it is one.
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_req_ulid() {
+        let id = request_id(1_716_392_400_000, 42);
+        assert!(id.starts_with("req_"));
+        assert_eq!(id.len(), 4 + 26);
+        assert!(Ulid::from_string(&id[4..]).is_ok());
+        assert!(request_id(1, 0) < request_id(2, 0), "sortable by time");
+    }
+
+    #[test]
+    fn api_keys() {
+        let k = new_api_key(&[7u8; 32]);
+        assert_eq!(k.len(), API_KEY_LEN);
+        assert!(is_well_formed_api_key(&k));
+        assert_eq!(key_prefix(&k).len(), 12);
+        assert!(k.starts_with(&key_prefix(&k)));
+        assert!(!is_well_formed_api_key(&k[..46]));
+        assert!(!is_well_formed_api_key(&format!("{}!", &k[..46])));
+        assert!(!is_well_formed_api_key(&k.replacen("pgk_", "pgx_", 1)));
+        assert!(!is_well_formed_api_key("é".repeat(24).as_str()));
+        assert_ne!(sha256_hex(&k), sha256_hex(&new_api_key(&[8u8; 32])));
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer   abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer(""), None);
+    }
+
+    #[test]
+    fn secret_comparison() {
+        assert!(secrets_equal("token", "token"));
+        assert!(!secrets_equal("token", "token2"));
+        assert!(!secrets_equal("", "token"));
+    }
+}

@@ -1,0 +1,19 @@
+//! postguard's decisions as pure functions.
+//!
+//! Nothing in this crate reads a clock, draws randomness or performs I/O, and
+//! nothing depends on the `worker` crate: the worker shell (`src/`) reads the
+//! clock and storage and passes plain values in. Everything here is tested on
+//! the host with `cargo test`.
+
+pub mod config;
+pub mod frame;
+pub mod guard;
+pub mod headers;
+pub mod idempotency;
+pub mod ids;
+pub mod keys;
+pub mod pattern;
+pub mod problem;
+pub mod rate_limit;
+
+pub use problem::{ErrorCode, Problem};

@@ -1,0 +1,244 @@
+//! The stable error codes and their RFC 9457 `application/problem+json` bodies.
+//!
+//! Every error postguard produces is mapped here, once. The list is published
+//! in the README; codes are never renamed.
+
+use serde::Serialize;
+
+/// Media type of every error body.
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// A stable, published error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidApiKey,
+    RateLimitExceeded,
+    IdempotencyKeyRequired,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyReuseConflict,
+    PayloadTooLarge,
+    OriginUnreachable,
+    OriginTimeout,
+    ValidationError,
+    NotFound,
+    MethodNotAllowed,
+    ConfigInvalid,
+    Unauthorized,
+    Forbidden,
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, in the order the README lists them.
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::InvalidApiKey,
+        ErrorCode::RateLimitExceeded,
+        ErrorCode::IdempotencyKeyRequired,
+        ErrorCode::IdempotencyKeyInvalid,
+        ErrorCode::IdempotencyKeyInProgress,
+        ErrorCode::IdempotencyKeyReuseConflict,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::OriginUnreachable,
+        ErrorCode::OriginTimeout,
+        ErrorCode::ValidationError,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::ConfigInvalid,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidApiKey => "INVALID_API_KEY",
+            ErrorCode::RateLimitExceeded => "RATE_LIMIT_EXCEEDED",
+            ErrorCode::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
+            ErrorCode::IdempotencyKeyInvalid => "IDEMPOTENCY_KEY_INVALID",
+            ErrorCode::IdempotencyKeyInProgress => "IDEMPOTENCY_KEY_IN_PROGRESS",
+            ErrorCode::IdempotencyKeyReuseConflict => "IDEMPOTENCY_KEY_REUSE_CONFLICT",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::OriginUnreachable => "ORIGIN_UNREACHABLE",
+            ErrorCode::OriginTimeout => "ORIGIN_TIMEOUT",
+            ErrorCode::ValidationError => "VALIDATION_ERROR",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::ConfigInvalid => "CONFIG_INVALID",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::Internal => "INTERNAL_ERROR",
+        }
+    }
+
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
+            ErrorCode::RateLimitExceeded => 429,
+            ErrorCode::IdempotencyKeyRequired
+            | ErrorCode::IdempotencyKeyInvalid
+            | ErrorCode::ValidationError => 400,
+            ErrorCode::IdempotencyKeyInProgress => 409,
+            ErrorCode::IdempotencyKeyReuseConflict => 422,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::OriginUnreachable => 502,
+            ErrorCode::OriginTimeout => 504,
+            ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::ConfigInvalid | ErrorCode::Internal => 500,
+            ErrorCode::Forbidden => 403,
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidApiKey => "Invalid API key",
+            ErrorCode::RateLimitExceeded => "Rate limit exceeded",
+            ErrorCode::IdempotencyKeyRequired => "Idempotency-Key required",
+            ErrorCode::IdempotencyKeyInvalid => "Idempotency-Key invalid",
+            ErrorCode::IdempotencyKeyInProgress => "Request with this Idempotency-Key in progress",
+            ErrorCode::IdempotencyKeyReuseConflict => {
+                "Idempotency-Key reused with a different request"
+            }
+            ErrorCode::PayloadTooLarge => "Payload too large",
+            ErrorCode::OriginUnreachable => "Origin unreachable",
+            ErrorCode::OriginTimeout => "Origin timeout",
+            ErrorCode::ValidationError => "Validation error",
+            ErrorCode::NotFound => "Not found",
+            ErrorCode::MethodNotAllowed => "Method not allowed",
+            ErrorCode::ConfigInvalid => "Gateway configuration invalid",
+            ErrorCode::Unauthorized => "Unauthorized",
+            ErrorCode::Forbidden => "Forbidden",
+            ErrorCode::Internal => "Internal gateway error",
+        }
+    }
+
+    /// The RFC 9457 `type` URI: a stable identifier, documented in the README.
+    pub fn type_uri(self) -> String {
+        format!(
+            "urn:postguard:problem:{}",
+            self.as_str().to_ascii_lowercase()
+        )
+    }
+}
+
+/// An error answer before it is rendered: a code and a human detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub code: ErrorCode,
+    pub detail: String,
+    /// `Retry-After` seconds, for 409 and 429.
+    pub retry_after_s: Option<u64>,
+    /// `Allow` header value, for 405.
+    pub allow: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct ProblemBody<'a> {
+    #[serde(rename = "type")]
+    type_: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    code: &'a str,
+    request_id: &'a str,
+}
+
+impl Problem {
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Problem {
+            code,
+            detail: detail.into(),
+            retry_after_s: None,
+            allow: None,
+        }
+    }
+
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
+    }
+
+    pub fn with_allow(mut self, allow: &'static str) -> Self {
+        self.allow = Some(allow);
+        self
+    }
+
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
+    /// The JSON body. Serialising plain strings and numbers cannot fail; the
+    /// fallback keeps this total without a panic path.
+    pub fn to_json(&self, request_id: &str) -> String {
+        let body = ProblemBody {
+            type_: self.code.type_uri(),
+            title: self.code.title(),
+            status: self.status(),
+            detail: &self.detail,
+            code: self.code.as_str(),
+            request_id,
+        };
+        serde_json::to_string(&body).unwrap_or_else(|_| {
+            format!(
+                "{{\"status\":{},\"code\":\"{}\",\"request_id\":\"{}\"}}",
+                self.status(),
+                self.code.as_str(),
+                request_id
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_screaming_snake() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "duplicate {}", c.as_str());
+            assert!(c
+                .as_str()
+                .chars()
+                .all(|ch| ch.is_ascii_uppercase() || ch == '_'));
+            assert!((400..600).contains(&c.status()));
+        }
+    }
+
+    #[test]
+    fn contract_statuses() {
+        assert_eq!(ErrorCode::InvalidApiKey.status(), 401);
+        assert_eq!(ErrorCode::RateLimitExceeded.status(), 429);
+        assert_eq!(ErrorCode::IdempotencyKeyRequired.status(), 400);
+        assert_eq!(ErrorCode::IdempotencyKeyInvalid.status(), 400);
+        assert_eq!(ErrorCode::IdempotencyKeyInProgress.status(), 409);
+        assert_eq!(ErrorCode::IdempotencyKeyReuseConflict.status(), 422);
+        assert_eq!(ErrorCode::PayloadTooLarge.status(), 413);
+        assert_eq!(ErrorCode::OriginUnreachable.status(), 502);
+        assert_eq!(ErrorCode::OriginTimeout.status(), 504);
+        assert_eq!(ErrorCode::NotFound.status(), 404);
+        assert_eq!(ErrorCode::ConfigInvalid.status(), 500);
+        assert_eq!(ErrorCode::Unauthorized.status(), 401);
+        assert_eq!(ErrorCode::Forbidden.status(), 403);
+    }
+
+    #[test]
+    fn body_has_rfc9457_members_and_request_id() {
+        let p = Problem::new(
+            ErrorCode::IdempotencyKeyRequired,
+            "POST needs a key \"quoted\"",
+        );
+        let v: serde_json::Value = serde_json::from_str(&p.to_json("req_1")).unwrap();
+        assert_eq!(v["status"], 400);
+        assert_eq!(v["code"], "IDEMPOTENCY_KEY_REQUIRED");
+        assert_eq!(v["request_id"], "req_1");
+        assert_eq!(v["detail"], "POST needs a key \"quoted\"");
+        assert!(v["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("urn:postguard:problem:"));
+        assert!(v["title"].is_string());
+    }
+}

@@ -1,0 +1,279 @@
+//! Per-key rate limiting: an anchored fixed window.
+//!
+//! A key's whole state is one [`Window`]: when its current window started and
+//! how much of the quota it has used. A window opens at the first request after
+//! the previous one ended and lasts `window_ms`; within it, admitted cost never
+//! exceeds the quota. Anchoring the window on the key's own first request (not
+//! on the wall-clock minute) keeps keys from resetting in lock-step and makes a
+//! burst that fits in one window see exactly `limit` admissions.
+//!
+//! See `docs/adr/0002-rate-limit-algorithm.md` for why not GCRA or a sliding log.
+
+use serde::{Deserialize, Serialize};
+
+/// A plan's quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quota {
+    pub limit: u32,
+    pub window_ms: u64,
+}
+
+/// The persisted state of one key's limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub start_ms: u64,
+    pub used: u32,
+}
+
+/// What the limiter decided, with everything the response headers need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub admitted: bool,
+    pub limit: u32,
+    pub remaining: u32,
+    /// When the current window ends (epoch ms).
+    pub reset_ms: u64,
+    /// Seconds from `now` until the window ends, rounded up (`t` of `RateLimit`).
+    pub reset_in_s: u64,
+    /// Unix seconds of the reset as sent in `X-RateLimit-Reset` (`now_s + t`).
+    pub reset_epoch_s: u64,
+    pub window_s: u64,
+}
+
+impl Verdict {
+    /// `Retry-After` for a rejected request: the window end, rounded up, so a
+    /// client that waits exactly this long is admitted (cost ≤ limit is a
+    /// configuration invariant).
+    pub fn retry_after_s(&self) -> u64 {
+        self.reset_in_s.max(1)
+    }
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// Checks a request of `cost` against the key's window at `now_ms`.
+///
+/// Returns the new state (unchanged for a rejection or a zero cost) and the
+/// verdict. Pure: the caller persists the state.
+pub fn check(
+    state: Option<Window>,
+    quota: Quota,
+    now_ms: u64,
+    cost: u32,
+) -> (Option<Window>, Verdict) {
+    let window_ms = quota.window_ms.max(1);
+    let live =
+        state.filter(|w| now_ms >= w.start_ms && now_ms < w.start_ms.saturating_add(window_ms));
+    let (start_ms, used) = match live {
+        Some(w) => (w.start_ms, w.used),
+        None => (now_ms, 0),
+    };
+    let admitted = u64::from(used) + u64::from(cost) <= u64::from(quota.limit);
+    let used_after = if admitted { used + cost } else { used };
+    let reset_ms = start_ms.saturating_add(window_ms);
+    let reset_in_s = ceil_div(reset_ms.saturating_sub(now_ms), 1000);
+    let verdict = Verdict {
+        admitted,
+        limit: quota.limit,
+        remaining: quota.limit.saturating_sub(used_after),
+        reset_ms,
+        reset_in_s,
+        reset_epoch_s: now_ms / 1000 + reset_in_s,
+        window_s: ceil_div(window_ms, 1000),
+    };
+    let new_state = if admitted && cost > 0 {
+        Some(Window {
+            start_ms,
+            used: used_after,
+        })
+    } else {
+        state
+    };
+    (new_state, verdict)
+}
+
+/// The rate-limit response headers of CONTRACT §2, in order.
+pub fn headers(v: &Verdict) -> Vec<(&'static str, String)> {
+    vec![
+        ("X-RateLimit-Limit", v.limit.to_string()),
+        ("X-RateLimit-Remaining", v.remaining.to_string()),
+        ("X-RateLimit-Reset", v.reset_epoch_s.to_string()),
+        (
+            "RateLimit-Policy",
+            format!("\"default\";q={};w={}", v.limit, v.window_s),
+        ),
+        (
+            "RateLimit",
+            format!("\"default\";r={};t={}", v.remaining, v.reset_in_s),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const Q: Quota = Quota {
+        limit: 3,
+        window_ms: 60_000,
+    };
+
+    #[test]
+    fn admits_limit_then_rejects_until_reset() {
+        let mut st = None;
+        for expected_remaining in [2, 1, 0] {
+            let (s, v) = check(st, Q, 1_000, 1);
+            assert!(v.admitted);
+            assert_eq!(v.remaining, expected_remaining);
+            st = s;
+        }
+        let (s, v) = check(st, Q, 30_500, 1);
+        assert!(!v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset_ms, 61_000);
+        assert_eq!(v.reset_in_s, 31); // 30.5 s rounded up
+        assert_eq!(v.retry_after_s(), 31);
+        assert_eq!(v.reset_epoch_s, 30 + 31);
+        assert_eq!(s, st, "a rejection does not change state");
+        // At the reset instant the window has ended: admitted again.
+        let (_, v) = check(st, Q, 61_000, 1);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 2);
+        assert_eq!(v.reset_ms, 121_000);
+    }
+
+    #[test]
+    fn cost_counts_and_zero_cost_only_peeks() {
+        let (st, v) = check(None, Q, 0, 2);
+        assert_eq!(v.remaining, 1);
+        let (st2, v) = check(st, Q, 10, 0);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 1);
+        assert_eq!(st2, st);
+        let (_, v) = check(st, Q, 10, 2);
+        assert!(!v.admitted, "2 + 2 > 3");
+        let (none, v) = check(None, Q, 5_000, 0);
+        assert_eq!(none, None);
+        assert_eq!(v.remaining, 3);
+        assert_eq!(v.reset_in_s, 60);
+    }
+
+    #[test]
+    fn headers_follow_the_contract_shape() {
+        let (_, v) = check(
+            None,
+            Quota {
+                limit: 60,
+                window_ms: 60_000,
+            },
+            1_716_392_400_000,
+            13,
+        );
+        let h = headers(&v);
+        assert_eq!(h[0], ("X-RateLimit-Limit", "60".into()));
+        assert_eq!(h[1], ("X-RateLimit-Remaining", "47".into()));
+        assert_eq!(h[2], ("X-RateLimit-Reset", "1716392460".into()));
+        assert_eq!(h[3], ("RateLimit-Policy", "\"default\";q=60;w=60".into()));
+        assert_eq!(h[4], ("RateLimit", "\"default\";r=47;t=60".into()));
+    }
+
+    #[test]
+    fn quota_change_takes_effect_within_the_window() {
+        let (st, _) = check(None, Q, 0, 3);
+        let bigger = Quota {
+            limit: 5,
+            window_ms: 60_000,
+        };
+        let (_, v) = check(st, bigger, 1, 1);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 1);
+    }
+
+    proptest! {
+        /// In every window the limiter opened, the admitted cost never exceeds
+        /// the quota, whatever the arrival pattern and costs.
+        #[test]
+        fn never_admits_more_than_the_quota_per_window(
+            limit in 1u32..50,
+            window_s in 1u64..120,
+            steps in proptest::collection::vec((0u64..5_000, 0u32..4), 1..400),
+        ) {
+            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let mut st = None;
+            let mut now = 1_700_000_000_000u64;
+            let mut per_window: std::collections::BTreeMap<u64, u64> = Default::default();
+            for (dt, cost) in steps {
+                now += dt;
+                let cost = cost.min(limit);
+                let (s, v) = check(st, quota, now, cost);
+                if v.admitted {
+                    let start = v.reset_ms - quota.window_ms;
+                    prop_assert!(start <= now && now < v.reset_ms);
+                    *per_window.entry(start).or_default() += u64::from(cost);
+                }
+                prop_assert_eq!(v.reset_epoch_s, now / 1000 + v.reset_in_s);
+                prop_assert!(v.remaining <= limit);
+                st = s;
+            }
+            for (start, total) in per_window {
+                prop_assert!(total <= u64::from(limit), "window {} admitted {}", start, total);
+            }
+        }
+
+        /// Windows never overlap: a new one opens only after the previous ends.
+        #[test]
+        fn windows_do_not_overlap(steps in proptest::collection::vec(0u64..3_000, 1..200)) {
+            let quota = Quota { limit: 2, window_ms: 2_000 };
+            let mut st: Option<Window> = None;
+            let mut now = 0u64;
+            for dt in steps {
+                now += dt;
+                let (s, _) = check(st, quota, now, 1);
+                if let (Some(old), Some(new)) = (st, s) {
+                    if new.start_ms != old.start_ms {
+                        prop_assert!(new.start_ms >= old.start_ms + quota.window_ms);
+                    }
+                }
+                st = s;
+            }
+        }
+
+        /// Retry-After is honest: waiting exactly that long gets the request admitted,
+        /// and it is never earlier than the moment admission becomes possible.
+        #[test]
+        fn retry_after_is_honest(limit in 1u32..20, window_s in 1u64..100, offset in 0u64..100_000, cost in 1u32..5) {
+            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let cost = cost.min(limit);
+            let (st, _) = check(None, quota, 0, limit);
+            let now = offset % quota.window_ms;
+            let (_, v) = check(st, quota, now, cost);
+            prop_assert!(!v.admitted);
+            let later = now + v.retry_after_s() * 1000;
+            let (_, v2) = check(st, quota, later, cost);
+            prop_assert!(v2.admitted);
+            // One millisecond before the window ends, it would still be rejected.
+            if v.reset_ms > now + 1 {
+                let (_, v3) = check(st, quota, v.reset_ms - 1, cost);
+                prop_assert!(!v3.admitted);
+            }
+        }
+
+        /// Within one window, each admitted request sees its own Remaining.
+        #[test]
+        fn remaining_counts_down_one_by_one(limit in 1u32..100) {
+            let quota = Quota { limit, window_ms: 60_000 };
+            let mut st = None;
+            for i in 0..limit {
+                let (s, v) = check(st, quota, u64::from(i), 1);
+                prop_assert!(v.admitted);
+                prop_assert_eq!(v.remaining, limit - i - 1);
+                st = s;
+            }
+            let (_, v) = check(st, quota, u64::from(limit), 1);
+            prop_assert!(!v.admitted);
+        }
+    }
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds the worker (release, wasm32) into build/ with worker-build, using the
+# locally installed wasm-bindgen (no downloads).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+worker-build --release

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs postguard locally: the demo origin on :8788 and the gateway (wrangler dev,
+# all bindings local, state in .wrangler/state) on :8787.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+bash scripts/setup.sh
+bash scripts/build.sh
+
+if [ ! -f .dev.vars ]; then
+  printf 'ADMIN_TOKEN=dev-admin-token\nORIGIN_TOKEN=dev-origin-token\n' > .dev.vars
+  echo "wrote .dev.vars with local development secrets"
+fi
+ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
+ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
+
+ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
+origin_pid=$!
+trap 'kill $origin_pid 2>/dev/null || true' EXIT INT TERM
+
+cat <<MSG
+
+postguard is starting on http://127.0.0.1:8787 in front of the demo origin on http://127.0.0.1:8788.
+
+  # create an API key (shown once)
+  curl -s -X POST http://127.0.0.1:8787/_postguard/v1/keys \\
+       -H 'Authorization: Bearer $ADMIN_TOKEN' -d '{"project":"demo","plan":"trial"}'
+
+  # use it (replace KEY); run the same command twice: the second answer is a replay
+  curl -si -X POST http://127.0.0.1:8787/payments -H 'Authorization: Bearer KEY' \\
+       -H 'Idempotency-Key: order-1' -d '{"amount":100}'
+
+  # the key's limit state
+  curl -s http://127.0.0.1:8787/_postguard/v1/me -H 'Authorization: Bearer KEY'
+
+MSG
+wrangler dev --local --ip 127.0.0.1 --port 8787 --persist-to .wrangler/state

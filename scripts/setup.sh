@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs everything a fresh machine lacks, and skips what is already there:
+# the wasm32 target, worker-build, the wasm-bindgen-cli matching Cargo.lock,
+# Node 22 (from the npm registry, into .tools/) and the npm packages.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+
+WORKER_BUILD_VERSION=0.8.7
+NODE_VERSION=22.23.3
+step() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  step "rustup target add wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+
+if [ "$(worker-build --version 2>/dev/null || true)" != "$WORKER_BUILD_VERSION" ]; then
+  step "cargo install worker-build $WORKER_BUILD_VERSION (~3 min once)"
+  cargo install worker-build --version "$WORKER_BUILD_VERSION" --force
+fi
+
+# worker-build would download wasm-bindgen from GitHub; install the exact
+# version the lockfile uses from crates.io instead (without --locked: the
+# CLI's own lockfile names crate versions the registry no longer serves).
+WB_VERSION=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/,""); print; exit}' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WB_VERSION" ]; then
+  step "cargo install wasm-bindgen-cli $WB_VERSION (~2 min once)"
+  cargo install wasm-bindgen-cli --version "$WB_VERSION" --force
+fi
+
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if [ "$(node_major)" -lt 22 ]; then
+  step "node@$NODE_VERSION into .tools/node22 (wrangler needs Node >= 22)"
+  npm install --prefix "$ROOT/.tools/node22" --no-audit --no-fund --loglevel=error "node@$NODE_VERSION"
+  hash -r
+fi
+[ "$(node_major)" -ge 22 ] || { echo "Node >= 22 is required, found $(node --version)" >&2; exit 1; }
+
+stamp="$ROOT/node_modules/.postguard-lock"
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  step "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
+fi

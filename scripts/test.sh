@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: host tests of the core, then the end-to-end suite on
+# the real built worker under Miniflare (real Durable Objects and KV) against a
+# real local origin, then a deploy dry run that validates wrangler.toml and
+# the bundle.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+bash scripts/setup.sh
+
+echo "==> cargo test (core, host)"
+cargo test --workspace --exclude postguard
+
+echo "==> build the worker"
+bash scripts/build.sh
+
+echo "==> end-to-end (node:test + Miniflare)"
+node --test --test-concurrency=1 tests/
+
+echo "==> wrangler deploy --dry-run"
+wrangler deploy --dry-run --outdir "$ROOT/target/dry-run" >/dev/null
+echo "deploy dry run ok"

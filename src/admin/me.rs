@@ -1,0 +1,86 @@
+//! `GET /_postguard/v1/me`: the calling key and its current limit state.
+//! Peeks at the limiter (cost 0): asking does not consume budget.
+
+use postguard_core::config::Config;
+use postguard_core::guard::{AdmitRequest, AdmitResponse};
+use postguard_core::rate_limit::Quota;
+use postguard_core::{ErrorCode, Problem};
+use serde::Serialize;
+use worker::{Env, Request, Response, Result};
+
+use crate::auth;
+use crate::guard_client::{call, Op};
+use crate::http::{self, rate_headers};
+use crate::runtime::RequestCtx;
+
+#[derive(Serialize)]
+struct Me<'a> {
+    prefix: &'a str,
+    project: &'a str,
+    plan: &'a str,
+    limit: u32,
+    remaining: u32,
+    reset: u64,
+    window_s: u64,
+}
+
+pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+    if auth::is_operator(req, cfg) {
+        return http::problem(
+            rc,
+            &Problem::new(
+                ErrorCode::Forbidden,
+                "/me describes an API key; the operator token has none",
+            ),
+            &[],
+        );
+    }
+    let key = match auth::api_key(req, env).await? {
+        Ok(k) => k,
+        Err(p) => return http::problem(rc, &p, &[]),
+    };
+    let Some(plan) = cfg.settings.plans.get(&key.record.plan) else {
+        return http::problem(
+            rc,
+            &Problem::new(
+                ErrorCode::ConfigInvalid,
+                format!(
+                    "plans: the key's plan '{}' is not configured",
+                    key.record.plan
+                ),
+            ),
+            &[],
+        );
+    };
+    let peek = AdmitRequest {
+        cost: 0,
+        quota: Quota {
+            limit: plan.requests_per_window,
+            window_ms: u64::from(plan.window_s) * 1000,
+        },
+        claim: None,
+    };
+    let (decision, _): (AdmitResponse, Vec<u8>) =
+        call(env, &key.record.id, Op::Admit, &peek, &[]).await?;
+    let verdict = match decision {
+        AdmitResponse::Revoked => {
+            auth::forget(&key.hash);
+            return http::problem(
+                rc,
+                &Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked"),
+                &[],
+            );
+        }
+        AdmitResponse::Limited { verdict } | AdmitResponse::Admitted { verdict, .. } => verdict,
+    };
+    let me = Me {
+        prefix: &key.record.prefix,
+        project: &key.record.project,
+        plan: &key.record.plan,
+        limit: verdict.limit,
+        remaining: verdict.remaining,
+        reset: verdict.reset_epoch_s,
+        window_s: verdict.window_s,
+    };
+    http::json(rc, 200, &me, &rate_headers(&verdict))
+}

@@ -1,0 +1,88 @@
+//! The gateway's own endpoints under `/_postguard/v1/`.
+
+mod keys;
+mod me;
+
+use postguard_core::config::Config;
+use postguard_core::{ErrorCode, Problem};
+use worker::{Env, Request, Response, Result};
+
+use crate::http;
+use crate::runtime::RequestCtx;
+
+pub const PREFIX: &str = "/_postguard/";
+
+fn not_found(path: &str) -> Problem {
+    let shown: String = path.chars().take(200).collect();
+    Problem::new(
+        ErrorCode::NotFound,
+        format!("no gateway resource at {shown}"),
+    )
+}
+
+fn method_not_allowed(method: &str, allow: &'static str) -> Problem {
+    Problem::new(
+        ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed here"),
+    )
+    .with_allow(allow)
+}
+
+pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+    let method = req.inner().method().to_ascii_uppercase();
+    let path = req.path();
+    // Body limit applies to gateway endpoints too.
+    if let Some(len) = req
+        .headers()
+        .get("Content-Length")?
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        if len > cfg.settings.max_body_bytes {
+            return http::problem(
+                rc,
+                &Problem::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "the request body exceeds the limit of {} bytes",
+                        cfg.settings.max_body_bytes
+                    ),
+                ),
+                &[],
+            );
+        }
+    }
+    let segments: Vec<&str> = path
+        .trim_start_matches(PREFIX)
+        .trim_end_matches('/')
+        .split('/')
+        .collect();
+    match segments.as_slice() {
+        ["v1", "keys"] => match method.as_str() {
+            "POST" => keys::create(req, env, cfg, rc).await,
+            "GET" => keys::list(req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET, POST"), &[]),
+        },
+        ["v1", "keys", id] => match method.as_str() {
+            "GET" => keys::get(&req, env, cfg, rc, id).await,
+            "DELETE" => keys::revoke(&req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET, DELETE"), &[]),
+        },
+        ["v1", "me"] => match method.as_str() {
+            "GET" => me::get(&req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
+        },
+        _ => http::problem(rc, &not_found(&path), &[]),
+    }
+}
+
+pub fn validation(detail: impl Into<String>) -> Problem {
+    Problem::new(ErrorCode::ValidationError, detail)
+}
+
+pub fn query_param(req: &Request, name: &str) -> Result<Option<String>> {
+    Ok(req
+        .url()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned()))
+}

@@ -1,0 +1,11 @@
+//! Binding and variable names, as declared in `wrangler.toml`.
+
+/// Durable Object namespace: one `KeyGuard` per API key.
+pub const KEY_GUARD: &str = "KEY_GUARD";
+/// KV namespace holding API keys by hash.
+pub const API_KEYS: &str = "API_KEYS";
+
+pub const ORIGIN_URL: &str = "ORIGIN_URL";
+pub const POSTGUARD_CONFIG: &str = "POSTGUARD_CONFIG";
+pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
+pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";

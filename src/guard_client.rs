@@ -1,0 +1,55 @@
+//! Calls from the worker to a key's `KeyGuard` Durable Object. Each call is
+//! one round trip carrying a frame (JSON header + raw bytes).
+
+use postguard_core::frame;
+use serde::{de::DeserializeOwned, Serialize};
+use worker::{js_sys::Uint8Array, Env, Method, Request, RequestInit, Result};
+
+use crate::bindings;
+
+/// The operations the object serves.
+#[derive(Clone, Copy)]
+pub enum Op {
+    Admit,
+    Complete,
+    Release,
+    Revoke,
+}
+
+impl Op {
+    pub fn path(self) -> &'static str {
+        match self {
+            Op::Admit => "/admit",
+            Op::Complete => "/complete",
+            Op::Release => "/release",
+            Op::Revoke => "/revoke",
+        }
+    }
+}
+
+pub async fn call<M: Serialize, R: DeserializeOwned>(
+    env: &Env,
+    key_id: &str,
+    op: Op,
+    meta: &M,
+    payload: &[u8],
+) -> Result<(R, Vec<u8>)> {
+    let ns = env.durable_object(bindings::KEY_GUARD)?;
+    let stub = ns.id_from_name(key_id)?.get_stub()?;
+    let body = frame::encode(meta, payload).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(Uint8Array::from(body.as_slice()).into()));
+    let req = Request::new_with_init(&format!("https://key-guard{}", op.path()), &init)?;
+    let mut resp = stub.fetch_with_request(req).await?;
+    let bytes = resp.bytes().await?;
+    if resp.status_code() != 200 {
+        return Err(worker::Error::RustError(format!(
+            "key guard {} answered {}: {}",
+            op.path(),
+            resp.status_code(),
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        )));
+    }
+    frame::decode(bytes).map_err(|e| worker::Error::RustError(e.to_string()))
+}

@@ -1,0 +1,84 @@
+//! Rendering responses: problem+json, JSON resources, and header helpers.
+
+use postguard_core::problem::PROBLEM_CONTENT_TYPE;
+use postguard_core::Problem;
+use serde::Serialize;
+use worker::{Headers, Response, Result};
+
+use crate::runtime::RequestCtx;
+
+pub type HeaderList = Vec<(String, String)>;
+
+/// Headers of a worker request or response as owned pairs.
+pub fn header_pairs(h: &Headers) -> HeaderList {
+    h.entries().collect()
+}
+
+pub fn to_headers<'a, I>(pairs: I) -> Result<Headers>
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let h = Headers::new();
+    for (k, v) in pairs {
+        h.append(k, v)?;
+    }
+    Ok(h)
+}
+
+/// Builds a response from a status, header pairs and a body (`None` or empty
+/// gives a null body, which 204/304 require).
+pub fn respond(
+    rc: &RequestCtx,
+    status: u16,
+    headers: &[(String, String)],
+    extra: &[(&str, String)],
+    body: Option<Vec<u8>>,
+) -> Result<Response> {
+    let h = to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    for (k, v) in extra {
+        h.set(k, v)?;
+    }
+    h.set("X-Request-Id", &rc.request_id)?;
+    let builder = Response::builder().with_status(status).with_headers(h);
+    Ok(match body {
+        Some(b) if !b.is_empty() => builder.fixed(b),
+        _ => builder.empty(),
+    })
+}
+
+pub fn problem(rc: &RequestCtx, p: &Problem, extra: &[(&str, String)]) -> Result<Response> {
+    let mut all: Vec<(&str, String)> = extra.to_vec();
+    all.push(("Content-Type", PROBLEM_CONTENT_TYPE.to_string()));
+    all.push(("Cache-Control", "no-store".to_string()));
+    if let Some(s) = p.retry_after_s {
+        all.push(("Retry-After", s.to_string()));
+    }
+    if let Some(allow) = p.allow {
+        all.push(("Allow", allow.to_string()));
+    }
+    respond(
+        rc,
+        p.status(),
+        &[],
+        &all,
+        Some(p.to_json(&rc.request_id).into_bytes()),
+    )
+}
+
+pub fn json<T: Serialize>(
+    rc: &RequestCtx,
+    status: u16,
+    value: &T,
+    extra: &[(&str, String)],
+) -> Result<Response> {
+    let body = serde_json::to_vec(value)?;
+    let mut all: Vec<(&str, String)> = extra.to_vec();
+    all.push(("Content-Type", "application/json".to_string()));
+    all.push(("Cache-Control", "no-store".to_string()));
+    respond(rc, status, &[], &all, Some(body))
+}
+
+/// Rate-limit headers in the owned form `respond` takes.
+pub fn rate_headers(v: &postguard_core::rate_limit::Verdict) -> Vec<(&'static str, String)> {
+    postguard_core::rate_limit::headers(v)
+}

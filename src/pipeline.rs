@@ -1,0 +1,430 @@
+//! The proxy pipeline, in the contract's order:
+//! authenticate → rate-limit + claim (one Durable Object round trip) →
+//! forward → record (complete or release the claim).
+//!
+//! Every answer after authentication carries the rate-limit headers.
+
+use futures_util::future::{select, Either};
+use postguard_core::config::Config;
+use postguard_core::guard::{AdmitRequest, AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
+use postguard_core::headers::{
+    client_response_headers, forward_request_headers, origin_signature, storable_response_headers,
+};
+use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
+use postguard_core::rate_limit::Quota;
+use postguard_core::{ErrorCode, Problem};
+use serde::Deserialize;
+use std::time::Duration;
+use worker::{
+    js_sys::Uint8Array, AbortController, Context, Delay, Env, Fetch, Headers, Method, Request,
+    RequestInit, RequestRedirect, Response, Result,
+};
+
+use crate::auth::{self, ApiKey};
+use crate::guard_client::{call, Op};
+use crate::http::{self, header_pairs, rate_headers, HeaderList};
+use crate::runtime::{now_ms, RequestCtx};
+
+/// Methods the gateway forwards. Others are refused: the runtime's request
+/// type cannot carry them faithfully.
+const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+#[derive(Deserialize)]
+struct Ack {
+    #[allow(dead_code)]
+    applied: bool,
+}
+
+pub async fn proxy(
+    mut req: Request,
+    env: &Env,
+    ctx: &Context,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Result<Response> {
+    let method = req.inner().method().to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        return http::problem(
+            rc,
+            &Problem::new(
+                ErrorCode::MethodNotAllowed,
+                format!("method {method} is not supported by the gateway"),
+            )
+            .with_allow("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+            &[],
+        );
+    }
+    let url = req.url()?;
+    let path = url.path().to_string();
+    let path_and_query = match url.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.clone(),
+    };
+    let max_body = cfg.settings.max_body_bytes;
+    if let Some(len) = req
+        .headers()
+        .get("Content-Length")?
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        if len > max_body {
+            return http::problem(rc, &too_large(max_body), &[]);
+        }
+    }
+
+    // 1. Authenticate.
+    let key = match auth::api_key(&req, env).await? {
+        Ok(k) => k,
+        Err(p) => return http::problem(rc, &p, &[]),
+    };
+    let Some(plan) = cfg.settings.plans.get(&key.record.plan) else {
+        return http::problem(
+            rc,
+            &Problem::new(
+                ErrorCode::ConfigInvalid,
+                format!(
+                    "plans: the key's plan '{}' is not configured",
+                    key.record.plan
+                ),
+            ),
+            &[],
+        );
+    };
+
+    let has_body = !matches!(method.as_str(), "GET" | "HEAD");
+    let body = if has_body {
+        req.bytes().await?
+    } else {
+        Vec::new()
+    };
+
+    // Checks whose answer still goes through the limiter (they consume budget).
+    let mut early: Option<Problem> = None;
+    if body.len() as u64 > max_body {
+        early = Some(too_large(max_body));
+    }
+    let mut idem_key = None;
+    if early.is_none() {
+        let mode = cfg.settings.idempotency_mode(&method, &path);
+        if mode != Mode::Off {
+            match req.headers().get("Idempotency-Key")? {
+                Some(raw) => match idempotency::parse_key(&raw) {
+                    Ok(k) => idem_key = Some(k),
+                    Err(e) => early = Some(Problem::new(ErrorCode::IdempotencyKeyInvalid, e.to_string())),
+                },
+                None if mode == Mode::Required => {
+                    early = Some(Problem::new(
+                        ErrorCode::IdempotencyKeyRequired,
+                        format!("{method} {path} requires an Idempotency-Key header (1-255 visible ASCII characters)"),
+                    ))
+                }
+                None => {}
+            }
+        }
+    }
+
+    // 2 + 3. Rate limit and claim: one round trip to the key's object.
+    let claim = idem_key.as_ref().map(|k| Claim {
+        key: k.clone(),
+        fingerprint: idempotency::fingerprint(&method, &path_and_query, &body),
+        request_id: rc.request_id.clone(),
+        lease_ms: u64::from(cfg.settings.idempotency.lease_s) * 1000,
+    });
+    let admit = AdmitRequest {
+        cost: cfg.settings.cost(&method, &path),
+        quota: Quota {
+            limit: plan.requests_per_window,
+            window_ms: u64::from(plan.window_s) * 1000,
+        },
+        claim,
+    };
+    let (decision, replay_body): (AdmitResponse, Vec<u8>) =
+        call(env, &key.record.id, Op::Admit, &admit, &[]).await?;
+    let (verdict, idem, replay) = match decision {
+        AdmitResponse::Revoked => {
+            auth::forget(&key.hash);
+            return http::problem(
+                rc,
+                &Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked"),
+                &[],
+            );
+        }
+        AdmitResponse::Limited { verdict } => {
+            let p = Problem::new(
+                ErrorCode::RateLimitExceeded,
+                format!(
+                    "this API key may send {} requests per {} s; retry after the window resets",
+                    verdict.limit, verdict.window_s
+                ),
+            )
+            .with_retry_after(verdict.retry_after_s());
+            return http::problem(rc, &p, &rate_headers(&verdict));
+        }
+        AdmitResponse::Admitted {
+            verdict,
+            idempotency,
+            replay,
+        } => (verdict, idempotency, replay),
+    };
+    let rl = rate_headers(&verdict);
+    if let Some(p) = early {
+        return http::problem(rc, &p, &rl);
+    }
+    match idem {
+        Some(Decision::InProgress { retry_after_s }) => {
+            let p = Problem::new(
+                ErrorCode::IdempotencyKeyInProgress,
+                "a request with this Idempotency-Key is still being processed; retry later to get its result",
+            )
+            .with_retry_after(retry_after_s);
+            return http::problem(rc, &p, &rl);
+        }
+        Some(Decision::Conflict) => {
+            let p = Problem::new(
+                ErrorCode::IdempotencyKeyReuseConflict,
+                "this Idempotency-Key was already used with a different request (method, path, query or body differ)",
+            );
+            return http::problem(rc, &p, &rl);
+        }
+        Some(Decision::Replay) => {
+            let Some(stored) = replay else {
+                return Err(worker::Error::RustError(
+                    "replay without a stored response".into(),
+                ));
+            };
+            let mut extra = rl;
+            extra.push(("Idempotent-Replayed", "true".into()));
+            if stored.body_omitted {
+                extra.push(("Idempotent-Body-Omitted", "true".into()));
+            }
+            return http::respond(
+                rc,
+                stored.status,
+                &stored.headers,
+                &extra,
+                Some(replay_body),
+            );
+        }
+        Some(Decision::Execute) | None => {}
+    }
+
+    // 4. Forward.
+    let claimed = idem_key.is_some();
+    let incoming = header_pairs(req.headers());
+    let outcome = forward(
+        cfg,
+        rc,
+        &key,
+        &method,
+        &path_and_query,
+        &incoming,
+        idem_key.as_deref(),
+        body,
+        claimed,
+    )
+    .await;
+
+    // 5. Record.
+    let release = |key_id: String, idem: String| {
+        let env = env.clone();
+        let rel = ReleaseRequest {
+            key: idem,
+            request_id: rc.request_id.clone(),
+        };
+        ctx.wait_until(async move {
+            if let Err(e) = call::<_, Ack>(&env, &key_id, Op::Release, &rel, &[]).await {
+                worker::console_error!("release of claim {} failed: {}", rel.request_id, e);
+            }
+        });
+    };
+    match outcome {
+        Err(failure) => {
+            if let Failure::Unreachable(reason) = &failure {
+                worker::console_warn!("{} origin unreachable: {}", rc.request_id, reason);
+            }
+            if let Some(k) = idem_key {
+                release(key.record.id.clone(), k);
+            }
+            http::problem(rc, &failure.problem(cfg), &rl)
+        }
+        Ok(Forwarded::Streaming(resp)) => {
+            let headers = client_response_headers(&header_pairs(resp.headers()));
+            let h = http::to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+            for (k, v) in &rl {
+                h.set(k, v)?;
+            }
+            h.set("X-Request-Id", &rc.request_id)?;
+            Ok(resp.with_headers(h))
+        }
+        Ok(Forwarded::Buffered {
+            status,
+            headers,
+            body,
+        }) => {
+            let Some(k) = idem_key else {
+                return http::respond(
+                    rc,
+                    status,
+                    &client_response_headers(&headers),
+                    &rl,
+                    Some(body),
+                );
+            };
+            if idempotency::is_storable_status(status) {
+                let omitted = body.len() as u64 > cfg.settings.idempotency.max_stored_body_bytes;
+                let done = CompleteRequest {
+                    key: k,
+                    request_id: rc.request_id.clone(),
+                    ttl_ms: u64::from(plan.idempotency_ttl_s) * 1000,
+                    response: StoredResponse {
+                        status,
+                        headers: storable_response_headers(
+                            &headers,
+                            cfg.settings.idempotency.store_set_cookie,
+                        ),
+                        body_omitted: omitted,
+                        body_len: body.len() as u64,
+                    },
+                };
+                // Stored before answering: a client that saw this response
+                // will get it again on retry, even if this isolate dies now.
+                let payload: &[u8] = if omitted { &[] } else { &body };
+                if let Err(e) =
+                    call::<_, Ack>(env, &key.record.id, Op::Complete, &done, payload).await
+                {
+                    worker::console_error!(
+                        "storing the response of {} failed: {}",
+                        rc.request_id,
+                        e
+                    );
+                }
+            } else {
+                release(key.record.id.clone(), k);
+            }
+            http::respond(
+                rc,
+                status,
+                &client_response_headers(&headers),
+                &rl,
+                Some(body),
+            )
+        }
+    }
+}
+
+fn too_large(max: u64) -> Problem {
+    Problem::new(
+        ErrorCode::PayloadTooLarge,
+        format!("the request body exceeds the limit of {max} bytes"),
+    )
+}
+
+enum Forwarded {
+    /// Not under an Idempotency-Key: the origin's body streams through.
+    Streaming(Response),
+    /// Under a claim: the body is read so it can be stored.
+    Buffered {
+        status: u16,
+        headers: HeaderList,
+        body: Vec<u8>,
+    },
+}
+
+enum Failure {
+    Timeout,
+    Unreachable(String),
+}
+
+impl Failure {
+    fn problem(&self, cfg: &Config) -> Problem {
+        match self {
+            Failure::Timeout => Problem::new(
+                ErrorCode::OriginTimeout,
+                format!(
+                    "the origin did not answer within {} ms",
+                    cfg.settings.origin.timeout_ms
+                ),
+            ),
+            Failure::Unreachable(_) => Problem::new(
+                ErrorCode::OriginUnreachable,
+                "the origin could not be reached",
+            ),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    cfg: &Config,
+    rc: &RequestCtx,
+    key: &ApiKey,
+    method: &str,
+    path_and_query: &str,
+    incoming: &[(String, String)],
+    idem_key: Option<&str>,
+    body: Vec<u8>,
+    buffer: bool,
+) -> std::result::Result<Forwarded, Failure> {
+    let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
+    let base = cfg.origin_url.as_str().trim_end_matches('/');
+    let target = format!("{base}{path_and_query}");
+    let headers = Headers::new();
+    for (k, v) in forward_request_headers(incoming) {
+        headers.append(&k, &v).map_err(unreachable)?;
+    }
+    let sig = origin_signature(
+        &cfg.origin_token,
+        now_ms() / 1000,
+        &rc.request_id,
+        method,
+        path_and_query,
+        &body,
+    );
+    let mut added: Vec<(&str, &str)> = vec![
+        ("X-Request-Id", &rc.request_id),
+        ("X-Postguard-Project", &key.record.project),
+        ("X-Postguard-Key-Prefix", &key.record.prefix),
+        ("X-Postguard-Plan", &key.record.plan),
+        ("X-Postguard-Signature", &sig),
+    ];
+    if let Some(k) = idem_key {
+        added.push(("Idempotency-Key", k));
+    }
+    for (k, v) in added {
+        headers.set(k, v).map_err(unreachable)?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::from(method.to_string()))
+        .with_headers(headers)
+        .with_redirect(RequestRedirect::Manual);
+    if !body.is_empty() {
+        init.with_body(Some(Uint8Array::from(body.as_slice()).into()));
+    }
+    let request = Request::new_with_init(&target, &init).map_err(unreachable)?;
+
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let work = async move {
+        let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
+        if !buffer {
+            return Ok(Forwarded::Streaming(resp));
+        }
+        let status = resp.status_code();
+        let headers = header_pairs(resp.headers());
+        let body = resp.bytes().await?;
+        Ok::<_, worker::Error>(Forwarded::Buffered {
+            status,
+            headers,
+            body,
+        })
+    };
+    let timeout = Delay::from(Duration::from_millis(u64::from(
+        cfg.settings.origin.timeout_ms,
+    )));
+    match select(Box::pin(work), timeout).await {
+        Either::Left((result, _)) => result.map_err(unreachable),
+        Either::Right(_) => {
+            controller.abort();
+            Err(Failure::Timeout)
+        }
+    }
+}

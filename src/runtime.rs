@@ -1,0 +1,93 @@
+//! The runtime's inputs the core never reads itself: clock, randomness and
+//! the environment, plus the per-isolate configuration cache.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use postguard_core::config::{Config, ConfigError, RawEnv};
+use postguard_core::{ids, ErrorCode, Problem};
+use worker::Env;
+
+use crate::bindings;
+
+pub fn now_ms() -> u64 {
+    worker::Date::now().as_millis()
+}
+
+/// Random bytes from the runtime's CSPRNG (`crypto.getRandomValues`).
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], getrandom::Error> {
+    let mut buf = [0u8; N];
+    getrandom::getrandom(&mut buf)?;
+    Ok(buf)
+}
+
+fn random_u128() -> u128 {
+    // A request id needs uniqueness, not secrecy: fall back to the clock if the
+    // CSPRNG is unavailable rather than failing the request.
+    random_bytes::<16>()
+        .map(u128::from_le_bytes)
+        .unwrap_or_else(|_| u128::from(now_ms()).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+pub fn new_ulid_parts() -> (u64, u128) {
+    (now_ms(), random_u128())
+}
+
+/// What every request carries through the shell.
+pub struct RequestCtx {
+    pub request_id: String,
+}
+
+impl RequestCtx {
+    pub fn new() -> Self {
+        let (now, rnd) = new_ulid_parts();
+        RequestCtx {
+            request_id: ids::request_id(now, rnd),
+        }
+    }
+}
+
+fn read(env: &Env, name: &str) -> Option<String> {
+    // Vars and secrets are both string bindings; `var` reads either.
+    env.var(name).ok().map(|v| v.to_string())
+}
+
+type Loaded = Result<Rc<Config>, ConfigError>;
+
+thread_local! {
+    /// The last environment seen and what it parsed to.
+    static CONFIG: RefCell<Option<(RawEnv, Loaded)>> = const { RefCell::new(None) };
+}
+
+/// The validated configuration, parsed once per isolate and re-parsed only
+/// when the environment changes.
+pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
+    let raw = RawEnv {
+        origin_url: read(env, bindings::ORIGIN_URL),
+        admin_token: read(env, bindings::ADMIN_TOKEN),
+        origin_token: read(env, bindings::ORIGIN_TOKEN),
+        postguard_config: read(env, bindings::POSTGUARD_CONFIG),
+    };
+    CONFIG.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if let Some((cached_raw, result)) = slot.as_ref() {
+            if *cached_raw == raw {
+                return result.clone();
+            }
+        }
+        let result = Config::load(&raw).map(Rc::new);
+        *slot = Some((raw, result.clone()));
+        result
+    })
+}
+
+/// `CONFIG_INVALID`, naming the field. Never echoes a secret's value.
+pub fn config_problem(e: &ConfigError) -> Problem {
+    Problem::new(
+        ErrorCode::ConfigInvalid,
+        format!(
+            "the deployed configuration is invalid: {}: {}",
+            e.field, e.reason
+        ),
+    )
+}

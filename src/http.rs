@@ -78,6 +78,15 @@ pub fn json<T: Serialize>(
     respond(rc, status, &[], &all, Some(body))
 }
 
+/// The declared `Content-Length`, if present and numeric.
+pub fn content_length(req: &worker::Request) -> Option<u64> {
+    req.headers()
+        .get("Content-Length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Rate-limit headers in the owned form `respond` takes.
 pub fn rate_headers(v: &postguard_core::rate_limit::Verdict) -> Vec<(&'static str, String)> {
     postguard_core::rate_limit::headers(v)

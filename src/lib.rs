@@ -24,6 +24,15 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         Ok(cfg) => cfg,
         Err(e) => return http::problem(&rc, &runtime::config_problem(&e), &[]),
     };
+    // The body limit applies to every request; a declared length is refused
+    // before anything else runs (chunked bodies are checked once read).
+    if http::content_length(&req).is_some_and(|len| len > cfg.settings.max_body_bytes) {
+        return http::problem(
+            &rc,
+            &postguard_core::Problem::payload_too_large(cfg.settings.max_body_bytes),
+            &[],
+        );
+    }
     let outcome = if req.path().starts_with(admin::PREFIX) {
         admin::route(req, &env, &cfg, &rc).await
     } else {

@@ -61,15 +61,6 @@ pub async fn proxy(
         None => path.clone(),
     };
     let max_body = cfg.settings.max_body_bytes;
-    if let Some(len) = req
-        .headers()
-        .get("Content-Length")?
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        if len > max_body {
-            return http::problem(rc, &too_large(max_body), &[]);
-        }
-    }
 
     // 1. Authenticate.
     let key = match auth::api_key(&req, env).await? {
@@ -100,7 +91,7 @@ pub async fn proxy(
     // Checks whose answer still goes through the limiter (they consume budget).
     let mut early: Option<Problem> = None;
     if body.len() as u64 > max_body {
-        early = Some(too_large(max_body));
+        early = Some(Problem::payload_too_large(max_body));
     }
     let mut idem_key = None;
     if early.is_none() {
@@ -309,13 +300,6 @@ pub async fn proxy(
             )
         }
     }
-}
-
-fn too_large(max: u64) -> Problem {
-    Problem::new(
-        ErrorCode::PayloadTooLarge,
-        format!("the request body exceeds the limit of {max} bytes"),
-    )
 }
 
 enum Forwarded {

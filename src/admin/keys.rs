@@ -104,6 +104,13 @@ pub async fn create(
 ) -> Result<Response> {
     operator_only!(&req, env, cfg, rc);
     let body = req.bytes().await?;
+    if body.len() as u64 > cfg.settings.max_body_bytes {
+        return http::problem(
+            rc,
+            &Problem::payload_too_large(cfg.settings.max_body_bytes),
+            &[],
+        );
+    }
     let input = match keys::parse_create(&body, &cfg.settings) {
         Ok(i) => i,
         Err(detail) => return http::problem(rc, &validation(detail), &[]),

@@ -31,26 +31,6 @@ fn method_not_allowed(method: &str, allow: &'static str) -> Problem {
 pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
     let method = req.inner().method().to_ascii_uppercase();
     let path = req.path();
-    // Body limit applies to gateway endpoints too.
-    if let Some(len) = req
-        .headers()
-        .get("Content-Length")?
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        if len > cfg.settings.max_body_bytes {
-            return http::problem(
-                rc,
-                &Problem::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!(
-                        "the request body exceeds the limit of {} bytes",
-                        cfg.settings.max_body_bytes
-                    ),
-                ),
-                &[],
-            );
-        }
-    }
     let segments: Vec<&str> = path
         .trim_start_matches(PREFIX)
         .trim_end_matches('/')

@@ -154,6 +154,14 @@ impl Problem {
         }
     }
 
+    /// 413 for a body over `max_body_bytes`.
+    pub fn payload_too_large(max: u64) -> Self {
+        Problem::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body exceeds the limit of {max} bytes"),
+        )
+    }
+
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after_s = Some(seconds);
         self

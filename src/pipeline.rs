@@ -349,8 +349,15 @@ async fn forward(
     buffer: bool,
 ) -> std::result::Result<Forwarded, Failure> {
     let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
-    let base = cfg.origin_url.as_str().trim_end_matches('/');
-    let target = format!("{base}{path_and_query}");
+    // The origin sees its base path + the client's path; that is what is signed.
+    let origin_path = format!(
+        "{}{path_and_query}",
+        cfg.origin_url.path().trim_end_matches('/')
+    );
+    let target = format!(
+        "{}{origin_path}",
+        cfg.origin_url.origin().ascii_serialization()
+    );
     let headers = Headers::new();
     for (k, v) in forward_request_headers(incoming) {
         headers.append(&k, &v).map_err(unreachable)?;
@@ -360,7 +367,7 @@ async fn forward(
         now_ms() / 1000,
         &rc.request_id,
         method,
-        path_and_query,
+        &origin_path,
         &body,
     );
     let mut added: Vec<(&str, &str)> = vec![

@@ -15,7 +15,7 @@ echo "==> build the worker"
 bash scripts/build.sh
 
 echo "==> end-to-end (node:test + Miniflare)"
-node --test --test-concurrency=1 tests/*.test.mjs
+npm test
 
 echo "==> wrangler deploy --dry-run"
 wrangler deploy --dry-run --outdir "$ROOT/target/dry-run" >/dev/null

@@ -18,7 +18,7 @@ use worker::{event, Context, Env, Request, Response, Result};
 /// Every request: load the configuration, then dispatch to the gateway's own
 /// endpoints or the proxy pipeline. No error escapes as a bare 500.
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     let rc = runtime::RequestCtx::new();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
@@ -36,7 +36,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let outcome = if req.path().starts_with(admin::PREFIX) {
         admin::route(req, &env, &cfg, &rc).await
     } else {
-        pipeline::proxy(req, &env, &ctx, &cfg, &rc).await
+        pipeline::proxy(req, &env, &cfg, &rc).await
     };
     match outcome {
         Ok(resp) => Ok(resp),

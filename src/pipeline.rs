@@ -8,7 +8,8 @@ use futures_util::future::{select, Either};
 use postguard_core::config::Config;
 use postguard_core::guard::{AdmitRequest, AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
 use postguard_core::headers::{
-    client_response_headers, forward_request_headers, origin_signature, storable_response_headers,
+    client_response_headers, first_invalid_value, forward_request_headers, origin_signature,
+    storable_response_headers,
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
 use postguard_core::rate_limit::Quota;
@@ -16,8 +17,8 @@ use postguard_core::{ErrorCode, Problem};
 use serde::Deserialize;
 use std::time::Duration;
 use worker::{
-    js_sys::Uint8Array, AbortController, Context, Delay, Env, Fetch, Headers, Method, Request,
-    RequestInit, RequestRedirect, Response, Result,
+    js_sys::Uint8Array, AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
+    RequestRedirect, Response, Result,
 };
 
 use crate::auth::{self, ApiKey};
@@ -35,13 +36,7 @@ struct Ack {
     applied: bool,
 }
 
-pub async fn proxy(
-    mut req: Request,
-    env: &Env,
-    ctx: &Context,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<Response> {
+pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
     let method = req.inner().method().to_ascii_uppercase();
     if !METHODS.contains(&method.as_str()) {
         return http::problem(
@@ -113,13 +108,30 @@ pub async fn proxy(
         }
     }
 
-    // 2 + 3. Rate limit and claim: one round trip to the key's object.
-    let claim = idem_key.as_ref().map(|k| Claim {
-        key: k.clone(),
-        fingerprint: idempotency::fingerprint(&method, &path_and_query, &body),
-        request_id: rc.request_id.clone(),
-        lease_ms: u64::from(cfg.settings.idempotency.lease_s) * 1000,
-    });
+    // Other header values with control characters: the more specific
+    // Idempotency-Key answer above wins.
+    let incoming = header_pairs(req.headers());
+    if early.is_none() {
+        if let Some(name) = first_invalid_value(&incoming) {
+            let shown: String = name.chars().take(64).collect();
+            early = Some(Problem::new(
+                ErrorCode::ValidationError,
+                format!("header {shown} contains a control character"),
+            ));
+        }
+    }
+
+    // 2 + 3. Rate limit and claim: one round trip to the key's object. A
+    // request answered early never claims its key.
+    let claim = idem_key
+        .as_ref()
+        .filter(|_| early.is_none())
+        .map(|k| Claim {
+            key: k.clone(),
+            fingerprint: idempotency::fingerprint(&method, &path_and_query, &body),
+            request_id: rc.request_id.clone(),
+            lease_ms: u64::from(cfg.settings.idempotency.lease_s) * 1000,
+        });
     let admit = AdmitRequest {
         cost: cfg.settings.cost(&method, &path),
         quota: Quota {
@@ -200,7 +212,6 @@ pub async fn proxy(
 
     // 4. Forward.
     let claimed = idem_key.is_some();
-    let incoming = header_pairs(req.headers());
     let outcome = forward(
         cfg,
         rc,
@@ -215,25 +226,13 @@ pub async fn proxy(
     .await;
 
     // 5. Record.
-    let release = |key_id: String, idem: String| {
-        let env = env.clone();
-        let rel = ReleaseRequest {
-            key: idem,
-            request_id: rc.request_id.clone(),
-        };
-        ctx.wait_until(async move {
-            if let Err(e) = call::<_, Ack>(&env, &key_id, Op::Release, &rel, &[]).await {
-                worker::console_error!("release of claim {} failed: {}", rel.request_id, e);
-            }
-        });
-    };
     match outcome {
         Err(failure) => {
             if let Failure::Unreachable(reason) = &failure {
                 worker::console_warn!("{} origin unreachable: {}", rc.request_id, reason);
             }
             if let Some(k) = idem_key {
-                release(key.record.id.clone(), k);
+                release(env, &key.record.id, k, &rc.request_id).await;
             }
             http::problem(rc, &failure.problem(cfg), &rl)
         }
@@ -289,7 +288,7 @@ pub async fn proxy(
                     );
                 }
             } else {
-                release(key.record.id.clone(), k);
+                release(env, &key.record.id, k, &rc.request_id).await;
             }
             http::respond(
                 rc,
@@ -299,6 +298,19 @@ pub async fn proxy(
                 Some(body),
             )
         }
+    }
+}
+
+/// Drops this request's claim so that a retry runs again. Awaited before
+/// answering, so a client retrying right after a 5xx is not told 409; if the
+/// call fails, the lease frees the key.
+async fn release(env: &Env, key_id: &str, idem: String, request_id: &str) {
+    let rel = ReleaseRequest {
+        key: idem,
+        request_id: request_id.to_string(),
+    };
+    if let Err(e) = call::<_, Ack>(env, key_id, Op::Release, &rel, &[]).await {
+        worker::console_error!("release of claim {} failed: {}", request_id, e);
     }
 }
 

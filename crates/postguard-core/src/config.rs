@@ -237,8 +237,9 @@ impl Config {
         let origin_url = parse_origin_url(env.origin_url.as_deref())?;
         let admin_token = required_secret("ADMIN_TOKEN", env.admin_token.as_deref())?;
         let origin_token = required_secret("ORIGIN_TOKEN", env.origin_token.as_deref())?;
-        let settings = match env.postguard_config.as_deref().map(str::trim) {
-            None | Some("") => Settings::default(),
+        // An absent variable means every default; a present one must be a JSON object.
+        let settings = match env.postguard_config.as_deref() {
+            None => Settings::default(),
             Some(text) => parse_settings(text)?,
         };
         validate(&settings)?;
@@ -656,6 +657,10 @@ mod tests {
         assert_eq!(err_field("[1]"), "POSTGUARD_CONFIG");
         assert_eq!(err_field("not json"), "POSTGUARD_CONFIG");
         assert_eq!(err_field("\"string\""), "POSTGUARD_CONFIG");
+        assert_eq!(err_field(""), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("  "), "POSTGUARD_CONFIG");
+        assert_eq!(err_field(""), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("  "), "POSTGUARD_CONFIG");
     }
 
     #[test]

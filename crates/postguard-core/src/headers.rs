@@ -45,7 +45,9 @@ fn is_gateway_owned(name: &str) -> bool {
 /// Request headers forwarded to the origin: everything but hop-by-hop fields,
 /// the client's credentials, `Host`/`Content-Length` (the runtime sets them),
 /// Cloudflare's own `cf-*` fields and anything the gateway sets itself (so a
-/// client cannot spoof `X-Postguard-*`).
+/// client cannot spoof `X-Postguard-*`). `Idempotency-Key` passes as sent;
+/// where the gateway enforces it, the pipeline replaces it with the
+/// normalised key.
 pub fn forward_request_headers(incoming: &[(String, String)]) -> Vec<(String, String)> {
     let listed = connection_listed(incoming);
     incoming
@@ -56,7 +58,6 @@ pub fn forward_request_headers(incoming: &[(String, String)]) -> Vec<(String, St
                 || n == "authorization"
                 || n == "host"
                 || n == "content-length"
-                || n == "idempotency-key"
                 || n == "x-request-id"
                 || n.starts_with("cf-")
                 || n.starts_with("x-postguard-"))
@@ -93,6 +94,19 @@ pub fn storable_response_headers(
             !(n == "date" || n == "content-length" || (n == "set-cookie" && !store_set_cookie))
         })
         .collect()
+}
+
+/// The first header whose value holds a control character other than tab
+/// (RFC 9110 §5.5 forbids them); such a request is refused rather than
+/// forwarded, since a strict origin would drop the connection.
+pub fn first_invalid_value(headers: &[(String, String)]) -> Option<&str> {
+    headers
+        .iter()
+        .find(|(_, v)| {
+            v.chars()
+                .any(|c| (c.is_control() && c != '\t') || c == '\u{7f}')
+        })
+        .map(|(k, _)| k.as_str())
 }
 
 /// The `X-Postguard-Signature` header value the origin can verify:
@@ -149,7 +163,30 @@ mod tests {
             ("Idempotency-Key", "\"k\""),
             ("Accept", "*/*"),
         ]));
-        assert_eq!(names(&out), vec!["content-type", "accept"]);
+        assert_eq!(
+            names(&out),
+            vec!["content-type", "idempotency-key", "accept"]
+        );
+    }
+
+    #[test]
+    fn control_characters_in_values_are_found() {
+        assert_eq!(
+            first_invalid_value(&h(&[("a", "ok\tfine"), ("b", "é ü")])),
+            None
+        );
+        assert_eq!(
+            first_invalid_value(&h(&[("a", "ok"), ("X-Bad", "x\u{7f}y")])),
+            Some("X-Bad")
+        );
+        assert_eq!(
+            first_invalid_value(&h(&[("X-Nul", "x\u{0}")])),
+            Some("X-Nul")
+        );
+        assert_eq!(
+            first_invalid_value(&h(&[("X-Esc", "\u{1b}[0m")])),
+            Some("X-Esc")
+        );
     }
 
     #[test]

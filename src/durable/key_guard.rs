@@ -19,8 +19,8 @@ use postguard_core::idempotency::{Decision, Record};
 use postguard_core::rate_limit::Window;
 use serde::Serialize;
 use worker::{
-    durable_object, DurableObject, Env, Request, Response, Result, SqlStorage, SqlStorageValue,
-    State,
+    durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
+    SqlStorageValue, State,
 };
 
 use crate::runtime::now_ms;
@@ -47,6 +47,14 @@ pub struct KeyGuard {
 
 fn err(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
+}
+
+/// An absolute alarm time. (`worker` reads a bare integer as an offset from
+/// now, which would schedule epoch-ms alarms decades ahead.)
+fn at_epoch_ms(ms: u64) -> ScheduledTime {
+    ScheduledTime::new(worker::js_sys::Date::new(
+        &worker::wasm_bindgen::JsValue::from_f64(ms as f64),
+    ))
 }
 
 fn int(v: u64) -> SqlStorageValue {
@@ -155,8 +163,7 @@ impl KeyGuard {
         match current {
             Some(t) if t <= at => self.alarm_at.set(t),
             _ => {
-                let when = i64::try_from(at).unwrap_or(i64::MAX);
-                storage.set_alarm(when).await?;
+                storage.set_alarm(at_epoch_ms(at)).await?;
                 self.alarm_at.set(at);
             }
         }
@@ -327,10 +334,7 @@ impl DurableObject for KeyGuard {
         let now = now_ms();
         if let Some(next) = self.sweep(now)? {
             let at = next.max(now);
-            self.state
-                .storage()
-                .set_alarm(i64::try_from(at).unwrap_or(i64::MAX))
-                .await?;
+            self.state.storage().set_alarm(at_epoch_ms(at)).await?;
             self.alarm_at.set(at);
         }
         Response::ok("swept")

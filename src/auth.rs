@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use postguard_core::config::Config;
+use postguard_core::config::{Config, Plan};
 use postguard_core::ids;
 use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
@@ -89,6 +89,45 @@ pub async fn api_key(req: &Request, env: &Env) -> worker::Result<Result<ApiKey, 
         Some(_) => Ok(Err(invalid("the API key has been revoked"))),
         None => Ok(Err(invalid("the API key is not known"))),
     }
+}
+
+/// An authenticated API key together with its plan.
+pub struct Caller {
+    pub key: ApiKey,
+    pub plan: Plan,
+}
+
+/// Authenticates the API key and resolves its plan. A plan missing from the
+/// configuration is the operator's error (`CONFIG_INVALID`), not the client's.
+pub async fn api_caller(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+) -> worker::Result<Result<Caller, Problem>> {
+    let key = match api_key(req, env).await? {
+        Ok(k) => k,
+        Err(p) => return Ok(Err(p)),
+    };
+    match cfg.settings.plans.get(&key.record.plan) {
+        Some(plan) => Ok(Ok(Caller {
+            plan: plan.clone(),
+            key,
+        })),
+        None => Ok(Err(Problem::new(
+            ErrorCode::ConfigInvalid,
+            format!(
+                "plans: the key's plan '{}' is not configured",
+                key.record.plan
+            ),
+        ))),
+    }
+}
+
+/// The key's Durable Object says it was revoked: drop it from this isolate's
+/// cache and refuse it.
+pub fn revoked(key: &ApiKey) -> Problem {
+    forget(&key.hash);
+    invalid("the API key has been revoked")
 }
 
 /// Operator authentication for `/_postguard/v1/keys…`: 401 `UNAUTHORIZED` for a

@@ -12,7 +12,6 @@ use postguard_core::headers::{
     storable_response_headers,
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
-use postguard_core::rate_limit::Quota;
 use postguard_core::{ErrorCode, Problem};
 use serde::Deserialize;
 use std::time::Duration;
@@ -58,22 +57,9 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     let max_body = cfg.settings.max_body_bytes;
 
     // 1. Authenticate.
-    let key = match auth::api_key(&req, env).await? {
-        Ok(k) => k,
+    let (key, plan) = match auth::api_caller(&req, env, cfg).await? {
+        Ok(c) => (c.key, c.plan),
         Err(p) => return http::problem(rc, &p, &[]),
-    };
-    let Some(plan) = cfg.settings.plans.get(&key.record.plan) else {
-        return http::problem(
-            rc,
-            &Problem::new(
-                ErrorCode::ConfigInvalid,
-                format!(
-                    "plans: the key's plan '{}' is not configured",
-                    key.record.plan
-                ),
-            ),
-            &[],
-        );
     };
 
     let has_body = !matches!(method.as_str(), "GET" | "HEAD");
@@ -134,23 +120,13 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
         });
     let admit = AdmitRequest {
         cost: cfg.settings.cost(&method, &path),
-        quota: Quota {
-            limit: plan.requests_per_window,
-            window_ms: u64::from(plan.window_s) * 1000,
-        },
+        quota: plan.quota(),
         claim,
     };
     let (decision, replay_body): (AdmitResponse, Vec<u8>) =
         call(env, &key.record.id, Op::Admit, &admit, &[]).await?;
     let (verdict, idem, replay) = match decision {
-        AdmitResponse::Revoked => {
-            auth::forget(&key.hash);
-            return http::problem(
-                rc,
-                &Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked"),
-                &[],
-            );
-        }
+        AdmitResponse::Revoked => return http::problem(rc, &auth::revoked(&key), &[]),
         AdmitResponse::Limited { verdict } => {
             let p = Problem::new(
                 ErrorCode::RateLimitExceeded,

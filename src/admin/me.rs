@@ -3,7 +3,6 @@
 
 use postguard_core::config::Config;
 use postguard_core::guard::{AdmitRequest, AdmitResponse};
-use postguard_core::rate_limit::Quota;
 use postguard_core::{ErrorCode, Problem};
 use serde::Serialize;
 use worker::{Env, Request, Response, Result};
@@ -35,42 +34,19 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Res
             &[],
         );
     }
-    let key = match auth::api_key(req, env).await? {
-        Ok(k) => k,
+    let (key, plan) = match auth::api_caller(req, env, cfg).await? {
+        Ok(c) => (c.key, c.plan),
         Err(p) => return http::problem(rc, &p, &[]),
-    };
-    let Some(plan) = cfg.settings.plans.get(&key.record.plan) else {
-        return http::problem(
-            rc,
-            &Problem::new(
-                ErrorCode::ConfigInvalid,
-                format!(
-                    "plans: the key's plan '{}' is not configured",
-                    key.record.plan
-                ),
-            ),
-            &[],
-        );
     };
     let peek = AdmitRequest {
         cost: 0,
-        quota: Quota {
-            limit: plan.requests_per_window,
-            window_ms: u64::from(plan.window_s) * 1000,
-        },
+        quota: plan.quota(),
         claim: None,
     };
     let (decision, _): (AdmitResponse, Vec<u8>) =
         call(env, &key.record.id, Op::Admit, &peek, &[]).await?;
     let verdict = match decision {
-        AdmitResponse::Revoked => {
-            auth::forget(&key.hash);
-            return http::problem(
-                rc,
-                &Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked"),
-                &[],
-            );
-        }
+        AdmitResponse::Revoked => return http::problem(rc, &auth::revoked(&key), &[]),
         AdmitResponse::Limited { verdict } | AdmitResponse::Admitted { verdict, .. } => verdict,
     };
     let me = Me {

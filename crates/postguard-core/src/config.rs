@@ -50,6 +50,16 @@ pub struct Plan {
     pub idempotency_ttl_s: u32,
 }
 
+impl Plan {
+    /// The limiter's view of the plan.
+    pub fn quota(&self) -> crate::rate_limit::Quota {
+        crate::rate_limit::Quota {
+            limit: self.requests_per_window,
+            window_ms: u64::from(self.window_s) * 1000,
+        }
+    }
+}
+
 fn default_window_s() -> u32 {
     60
 }

@@ -37,10 +37,20 @@ const CHUNK: usize = 512 * 1024;
 /// Records deleted per alarm run; more are left to an immediate next run.
 const SWEEP_BATCH: i64 = 500;
 
+/// Revoked flag and rate window, as cached in memory.
+#[derive(Clone, Copy)]
+struct LimiterState {
+    revoked: bool,
+    window: Option<Window>,
+}
+
 #[durable_object]
 pub struct KeyGuard {
     state: State,
     schema_ready: Cell<bool>,
+    /// The key's limiter state, loaded once from `meta` and written through:
+    /// this object is the only writer, so memory and storage never disagree.
+    limiter: Cell<Option<LimiterState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
 }
@@ -69,6 +79,18 @@ impl KeyGuard {
             self.schema_ready.set(true);
         }
         Ok(sql)
+    }
+
+    fn limiter(&self, sql: &SqlStorage) -> Result<LimiterState> {
+        if let Some(state) = self.limiter.get() {
+            return Ok(state);
+        }
+        let state = LimiterState {
+            revoked: Self::meta_get(sql, "revoked")?.is_some(),
+            window: Self::meta_get(sql, "window")?.and_then(|s| serde_json::from_str(&s).ok()),
+        };
+        self.limiter.set(Some(state));
+        Ok(state)
     }
 
     fn meta_get(sql: &SqlStorage, k: &str) -> Result<Option<String>> {
@@ -175,9 +197,7 @@ impl KeyGuard {
         let now = now_ms();
         // ---- synchronous section: read, decide, write ----
         let sql = self.sql()?;
-        let revoked = Self::meta_get(&sql, "revoked")?.is_some();
-        let window: Option<Window> =
-            Self::meta_get(&sql, "window")?.and_then(|s| serde_json::from_str(&s).ok());
+        let LimiterState { revoked, window } = self.limiter(&sql)?;
         let record = match &req.claim {
             Some(c) => Self::record(&sql, &c.key)?,
             None => None,
@@ -185,6 +205,10 @@ impl KeyGuard {
         let plan = guard::admit(revoked, window, record.as_ref(), &req, now);
         if let Some(w) = plan.window {
             Self::meta_put(&sql, "window", &serde_json::to_string(&w).map_err(err)?)?;
+            self.limiter.set(Some(LimiterState {
+                revoked,
+                window: Some(w),
+            }));
         }
         let mut payload = Vec::new();
         if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
@@ -254,7 +278,12 @@ impl KeyGuard {
 
     fn revoke(&self) -> Result<Response> {
         let sql = self.sql()?;
+        let current = self.limiter(&sql)?;
         Self::meta_put(&sql, "revoked", &now_ms().to_string())?;
+        self.limiter.set(Some(LimiterState {
+            revoked: true,
+            ..current
+        }));
         framed(&Ack { applied: true }, &[])
     }
 
@@ -309,6 +338,7 @@ impl DurableObject for KeyGuard {
         KeyGuard {
             state,
             schema_ready: Cell::new(false),
+            limiter: Cell::new(None),
             alarm_at: Cell::new(0),
         }
     }

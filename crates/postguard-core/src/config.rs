@@ -709,6 +709,30 @@ mod tests {
         assert_eq!(s.idempotency_mode("POST", "/other"), Mode::Required);
     }
 
+    proptest::proptest! {
+        /// Any text, valid or not, yields a config or an error naming a field;
+        /// never a panic.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            if let Err(e) = Config::load(&env(Some(&text))) {
+                proptest::prop_assert!(!e.field.is_empty());
+            }
+        }
+
+        /// Numbers anywhere in a plan are either accepted or rejected by name.
+        #[test]
+        fn plan_numbers_are_range_checked(n in proptest::num::i64::ANY, w in 0u64..200_000, t in 0u64..5_000_000) {
+            let text = format!(r#"{{"plans":{{"p":{{"requests_per_window":{n},"window_s":{w},"idempotency_ttl_s":{t}}}}}}}"#);
+            match Config::load(&env(Some(&text))) {
+                Ok(c) => {
+                    let p = &c.settings.plans["p"];
+                    proptest::prop_assert!(p.requests_per_window >= 1 && (1..=86_400).contains(&p.window_s));
+                }
+                Err(e) => proptest::prop_assert!(e.field.starts_with("plans.p."), "{}", e.field),
+            }
+        }
+    }
+
     #[test]
     fn route_costs() {
         let c = Config::load(&env(Some(r#"{"rate_limit":{"costs":[{"method":"POST","path":"/bulk/*","cost":5},{"method":"*","path":"/health","cost":0}]}}"#))).unwrap();

@@ -253,15 +253,19 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
                 };
                 // Stored before answering: a client that saw this response
                 // will get it again on retry, even if this isolate dies now.
+                // One retry: a transient object error must not leave the
+                // claim to expire, after which a retry would run again.
                 let payload: &[u8] = if omitted { &[] } else { &body };
-                if let Err(e) =
-                    call::<_, Ack>(env, &key.record.id, Op::Complete, &done, payload).await
-                {
-                    worker::console_error!(
-                        "storing the response of {} failed: {}",
-                        rc.request_id,
-                        e
-                    );
+                for attempt in 1..=2 {
+                    match call::<_, Ack>(env, &key.record.id, Op::Complete, &done, payload).await {
+                        Ok(_) => break,
+                        Err(e) => worker::console_error!(
+                            "storing the response of {} failed (attempt {}): {}",
+                            rc.request_id,
+                            attempt,
+                            e
+                        ),
+                    }
                 }
             } else {
                 release(env, &key.record.id, k, &rc.request_id).await;

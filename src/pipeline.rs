@@ -6,14 +6,15 @@
 
 use futures_util::future::{select, Either};
 use postguard_core::config::Config;
-use postguard_core::guard::{AdmitRequest, AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
+use postguard_core::guard::{
+    Ack, AdmitRequest, AdmitResponse, Claim, CompleteRequest, ReleaseRequest,
+};
 use postguard_core::headers::{
     client_response_headers, first_invalid_value, forward_request_headers, origin_signature,
     storable_response_headers,
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
 use postguard_core::{ErrorCode, Problem};
-use serde::Deserialize;
 use std::time::Duration;
 use worker::{
     js_sys::Uint8Array, AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
@@ -28,12 +29,6 @@ use crate::runtime::{now_ms, RequestCtx};
 /// Methods the gateway forwards. Others are refused: the runtime's request
 /// type cannot carry them faithfully.
 const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
-
-#[derive(Deserialize)]
-struct Ack {
-    #[allow(dead_code)]
-    applied: bool,
-}
 
 pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
     let method = req.inner().method().to_ascii_uppercase();

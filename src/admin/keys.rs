@@ -10,6 +10,7 @@
 //! request consults, so it takes effect at once whatever KV caches hold.
 
 use postguard_core::config::Config;
+use postguard_core::guard::Ack;
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
 use postguard_core::{ErrorCode, Problem};
@@ -40,12 +41,6 @@ struct Created<'a> {
 struct Page {
     data: Vec<KeyRecord>,
     next_cursor: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Ack {
-    #[allow(dead_code)]
-    applied: bool,
 }
 
 fn kv_err(e: worker::KvError) -> worker::Error {

@@ -14,7 +14,9 @@
 use std::cell::Cell;
 
 use postguard_core::frame;
-use postguard_core::guard::{self, AdmitRequest, AdmitResponse, CompleteRequest, ReleaseRequest};
+use postguard_core::guard::{
+    self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, ReleaseRequest,
+};
 use postguard_core::idempotency::{Decision, Record};
 use postguard_core::rate_limit::Window;
 use serde::Serialize;
@@ -321,11 +323,6 @@ impl KeyGuard {
             });
         Ok(next)
     }
-}
-
-#[derive(Serialize)]
-struct Ack {
-    applied: bool,
 }
 
 fn framed<T: Serialize>(meta: &T, payload: &[u8]) -> Result<Response> {

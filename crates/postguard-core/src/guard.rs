@@ -148,6 +148,13 @@ pub fn complete(record: Option<&Record>, req: &CompleteRequest, now_ms: u64) -> 
     }
 }
 
+/// The object's answer to `complete`, `release` and `revoke`: whether the
+/// write applied (a late completion of a lost claim does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub applied: bool,
+}
+
 /// `release`: drop the claim so a retry runs again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseRequest {

@@ -14,6 +14,9 @@ fi
 ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
 
+# The audit log's D1 schema (migrations/), applied to the same local state wrangler dev uses.
+wrangler d1 migrations apply AUDIT_DB --local --persist-to .wrangler/state < /dev/null
+
 ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
 origin_pid=$!
 trap 'kill $origin_pid 2>/dev/null || true' EXIT INT TERM
@@ -30,8 +33,9 @@ postguard is starting on http://127.0.0.1:8787 in front of the demo origin on ht
   curl -si -X POST http://127.0.0.1:8787/payments -H 'Authorization: Bearer KEY' \\
        -H 'Idempotency-Key: order-1' -d '{"amount":100}'
 
-  # the key's limit state
+  # the key's limit state, and what happened to its requests
   curl -s http://127.0.0.1:8787/_postguard/v1/me -H 'Authorization: Bearer KEY'
+  curl -s 'http://127.0.0.1:8787/_postguard/v1/audit?limit=5' -H 'Authorization: Bearer KEY'
 
 MSG
 wrangler dev --local --ip 127.0.0.1 --port 8787 --persist-to .wrangler/state

@@ -14,7 +14,7 @@ use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
 
 use crate::bindings;
-use crate::runtime::now_ms;
+use crate::runtime::{now_ms, RequestCtx};
 
 const CACHE_TTL_MS: u64 = 30_000;
 const CACHE_MAX: usize = 10_000;
@@ -103,11 +103,16 @@ pub async fn api_caller(
     req: &Request,
     env: &Env,
     cfg: &Config,
+    rc: &RequestCtx,
 ) -> worker::Result<Result<Caller, Problem>> {
     let key = match api_key(req, env).await? {
         Ok(k) => k,
         Err(p) => return Ok(Err(p)),
     };
+    rc.note(|f| {
+        f.key_prefix = Some(key.record.prefix.clone());
+        f.project = Some(key.record.project.clone());
+    });
     match cfg.settings.plans.get(&key.record.plan) {
         Some(plan) => Ok(Ok(Caller {
             plan: plan.clone(),

@@ -9,3 +9,5 @@ pub const ORIGIN_URL: &str = "ORIGIN_URL";
 pub const POSTGUARD_CONFIG: &str = "POSTGUARD_CONFIG";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";
+/// D1 database holding the audit log (schema in `migrations/`).
+pub const AUDIT_DB: &str = "AUDIT_DB";

@@ -39,6 +39,8 @@ pub fn respond(
         h.set(k, v)?;
     }
     h.set("X-Request-Id", &rc.request_id)?;
+    let len = body.as_ref().map_or(0, Vec::len) as u64;
+    rc.note(|f| f.response_bytes = Some(len));
     let builder = Response::builder().with_status(status).with_headers(h);
     Ok(match body {
         Some(b) if !b.is_empty() => builder.fixed(b),

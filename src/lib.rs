@@ -1,8 +1,9 @@
 //! The worker shell: the only code that imports `worker`. Every decision is
 //! made in `postguard-core`; this crate reads the clock, draws randomness,
-//! talks to KV, the Durable Object and the origin, and renders responses.
+//! talks to KV, D1, the Durable Object and the origin, and renders responses.
 
 mod admin;
+mod audit;
 mod auth;
 mod bindings;
 mod durable;
@@ -13,43 +14,84 @@ mod runtime;
 
 pub use durable::key_guard::KeyGuard;
 
-use worker::{event, Context, Env, Request, Response, Result};
+use postguard_core::{ErrorCode, Problem};
+use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 
-/// Every request: load the configuration, then dispatch to the gateway's own
-/// endpoints or the proxy pipeline. No error escapes as a bare 500.
+/// Every request: load the configuration, dispatch to the gateway's own
+/// endpoints or the proxy pipeline, then record the audit row after the
+/// response. No error escapes as a bare 500.
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let rc = runtime::RequestCtx::new();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
         Err(e) => return http::problem(&rc, &runtime::config_problem(&e), &[]),
     };
+    let seen = audit::Seen::of(&req);
+    let resp = handle(req, &env, &cfg, &rc).await?;
+    if cfg.settings.audit.enabled {
+        let row = audit::row(seen, &rc, resp.status_code());
+        ctx.wait_until(async move {
+            if let Err(e) = audit::write(&env, &row).await {
+                worker::console_error!("audit write for {} failed: {}", row.request_id, e);
+            }
+        });
+    }
+    Ok(resp)
+}
+
+async fn handle(
+    req: Request,
+    env: &Env,
+    cfg: &postguard_core::config::Config,
+    rc: &runtime::RequestCtx,
+) -> Result<Response> {
     // The body limit applies to every request; a declared length is refused
     // before anything else runs (chunked bodies are checked once read).
     if http::content_length(&req).is_some_and(|len| len > cfg.settings.max_body_bytes) {
         return http::problem(
-            &rc,
-            &postguard_core::Problem::payload_too_large(cfg.settings.max_body_bytes),
+            rc,
+            &Problem::payload_too_large(cfg.settings.max_body_bytes),
             &[],
         );
     }
     let outcome = if req.path().starts_with(admin::PREFIX) {
-        admin::route(req, &env, &cfg, &rc).await
+        admin::route(req, env, cfg, rc).await
     } else {
-        pipeline::proxy(req, &env, &cfg, &rc).await
+        pipeline::proxy(req, env, cfg, rc).await
     };
     match outcome {
         Ok(resp) => Ok(resp),
         Err(e) => {
             worker::console_error!("{} internal error: {}", rc.request_id, e);
             http::problem(
-                &rc,
-                &postguard_core::Problem::new(
-                    postguard_core::ErrorCode::Internal,
+                rc,
+                &Problem::new(
+                    ErrorCode::Internal,
                     "the gateway failed to handle this request; it is safe to retry with the same Idempotency-Key",
                 ),
                 &[],
             )
         }
+    }
+}
+
+/// Cron: audit-log retention.
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let days = match runtime::config(&env) {
+        Ok(cfg) => cfg.settings.retention.audit_days,
+        Err(e) => {
+            worker::console_error!("retention skipped: configuration invalid: {}", e);
+            return;
+        }
+    };
+    match audit::sweep(&env, days).await {
+        Ok(n) => worker::console_log!(
+            "audit retention: deleted {} rows older than {} days",
+            n,
+            days
+        ),
+        Err(e) => worker::console_error!("audit retention failed: {}", e),
     }
 }

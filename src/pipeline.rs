@@ -52,7 +52,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     let max_body = cfg.settings.max_body_bytes;
 
     // 1. Authenticate.
-    let (key, plan) = match auth::api_caller(&req, env, cfg).await? {
+    let (key, plan) = match auth::api_caller(&req, env, cfg, rc).await? {
         Ok(c) => (c.key, c.plan),
         Err(p) => return http::problem(rc, &p, &[]),
     };
@@ -75,7 +75,10 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
         if mode != Mode::Off {
             match req.headers().get("Idempotency-Key")? {
                 Some(raw) => match idempotency::parse_key(&raw) {
-                    Ok(k) => idem_key = Some(k),
+                    Ok(k) => {
+                        rc.note(|f| f.idempotency_key = Some(k.clone()));
+                        idem_key = Some(k);
+                    }
                     Err(e) => early = Some(Problem::new(ErrorCode::IdempotencyKeyInvalid, e.to_string())),
                 },
                 None if mode == Mode::Required => {
@@ -123,6 +126,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     let (verdict, idem, replay) = match decision {
         AdmitResponse::Revoked => return http::problem(rc, &auth::revoked(&key), &[]),
         AdmitResponse::Limited { verdict } => {
+            rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
             let p = Problem::new(
                 ErrorCode::RateLimitExceeded,
                 format!(
@@ -139,6 +143,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
             replay,
         } => (verdict, idempotency, replay),
     };
+    rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
     let rl = rate_headers(&verdict);
     if let Some(p) = early {
         return http::problem(rc, &p, &rl);
@@ -165,6 +170,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
                     "replay without a stored response".into(),
                 ));
             };
+            rc.note(|f| f.replayed = true);
             let mut extra = rl;
             extra.push(("Idempotent-Replayed", "true".into()));
             if stored.body_omitted {
@@ -214,6 +220,8 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
                 h.set(k, v)?;
             }
             h.set("X-Request-Id", &rc.request_id)?;
+            let declared = h.get("Content-Length")?.and_then(|v| v.parse().ok());
+            rc.note(|f| f.response_bytes = declared);
             Ok(resp.with_headers(h))
         }
         Ok(Forwarded::Buffered {

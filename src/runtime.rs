@@ -33,9 +33,22 @@ pub fn new_ulid_parts() -> (u64, u128) {
     (now_ms(), random_u128())
 }
 
+/// What the handlers learn about a request, for its audit row.
+#[derive(Default)]
+pub struct Facts {
+    pub key_prefix: Option<String>,
+    pub project: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub replayed: bool,
+    pub rate_limit_remaining: Option<u32>,
+    pub response_bytes: Option<u64>,
+}
+
 /// What every request carries through the shell.
 pub struct RequestCtx {
     pub request_id: String,
+    pub started_ms: u64,
+    pub facts: RefCell<Facts>,
 }
 
 impl RequestCtx {
@@ -43,7 +56,13 @@ impl RequestCtx {
         let (now, rnd) = new_ulid_parts();
         RequestCtx {
             request_id: ids::request_id(now, rnd),
+            started_ms: now,
+            facts: RefCell::new(Facts::default()),
         }
+    }
+
+    pub fn note(&self, f: impl FnOnce(&mut Facts)) {
+        f(&mut self.facts.borrow_mut());
     }
 }
 

@@ -34,7 +34,7 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Res
             &[],
         );
     }
-    let (key, plan) = match auth::api_caller(req, env, cfg).await? {
+    let (key, plan) = match auth::api_caller(req, env, cfg, rc).await? {
         Ok(c) => (c.key, c.plan),
         Err(p) => return http::problem(rc, &p, &[]),
     };

@@ -1,5 +1,6 @@
 //! The gateway's own endpoints under `/_postguard/v1/`.
 
+mod audit;
 mod keys;
 mod me;
 
@@ -46,6 +47,14 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
             "GET" => keys::get(&req, env, cfg, rc, id).await,
             "DELETE" => keys::revoke(&req, env, cfg, rc, id).await,
             _ => http::problem(rc, &method_not_allowed(&method, "GET, DELETE"), &[]),
+        },
+        ["v1", "audit"] => match method.as_str() {
+            "GET" => audit::list(&req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
+        },
+        ["v1", "stats"] => match method.as_str() {
+            "GET" => audit::stats(&req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
         },
         ["v1", "me"] => match method.as_str() {
             "GET" => me::get(&req, env, cfg, rc).await,

@@ -119,11 +119,30 @@ function wrapResponse(status, headers, body, extra = {}) {
   return { status, headers, body, text, json, ...extra };
 }
 
+/**
+ * Applies every D1 database's migrations (`migrations_dir` in wrangler.toml), in file
+ * order, the way `wrangler d1 migrations apply --local` does. Migration files are
+ * idempotent (IF NOT EXISTS), so a restart on persisted state can apply them again.
+ */
+export async function applyD1Migrations(mf, toml, root = process.env.POSTGUARD_ROOT ?? ROOT) {
+  for (const dbConf of toml.d1_databases ?? []) {
+    const dir = path.resolve(root, dbConf.migrations_dir ?? 'migrations');
+    if (!fs.existsSync(dir)) continue;
+    const db = await mf.getD1Database(dbConf.binding);
+    for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.sql')).sort()) {
+      const sql = fs.readFileSync(path.join(dir, file), 'utf8').replace(/^\s*--.*$/gm, '');
+      const statements = sql.split(/;\s*(?:\n|$)/).map((x) => x.trim()).filter(Boolean);
+      await db.batch(statements.map((x) => db.prepare(x)));
+    }
+  }
+}
+
 export async function startGateway({
   vars = {},
   secrets = { ADMIN_TOKEN, ORIGIN_TOKEN },
   originUrl,
   persistDir,
+  migrate = true,
   verbose = !!process.env.POSTGUARD_TEST_VERBOSE,
 } = {}) {
   const toml = loadWranglerToml();
@@ -134,6 +153,7 @@ export async function startGateway({
   v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
   const mf = new Miniflare(convertV4MiniflareOptions(v4));
   const readyUrl = await mf.ready;
+  if (migrate) await applyD1Migrations(mf, toml);
   const url = new URL(readyUrl).origin;
 
   async function gwFetch(p, init = {}) {

@@ -171,6 +171,19 @@ impl Default for RetentionConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Record one audit row per request (D1, written after the response).
+    pub enabled: bool,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { enabled: true }
+    }
+}
+
 /// `POSTGUARD_CONFIG` as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -181,6 +194,7 @@ pub struct Settings {
     pub origin: OriginConfig,
     pub webhooks: WebhooksConfig,
     pub retention: RetentionConfig,
+    pub audit: AuditConfig,
     pub max_body_bytes: u64,
 }
 
@@ -206,6 +220,7 @@ impl Default for Settings {
             origin: OriginConfig::default(),
             webhooks: WebhooksConfig::default(),
             retention: RetentionConfig::default(),
+            audit: AuditConfig::default(),
             max_body_bytes: 10 << 20,
         }
     }

@@ -5,6 +5,7 @@
 //! clock and storage and passes plain values in. Everything here is tested on
 //! the host with `cargo test`.
 
+pub mod audit;
 pub mod config;
 pub mod frame;
 pub mod guard;

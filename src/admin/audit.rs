@@ -1,0 +1,271 @@
+//! `GET /_postguard/v1/audit` and `GET /_postguard/v1/stats`: an API key sees
+//! its own project; the operator sees everything and may filter by project.
+
+use postguard_core::audit::{
+    encode_cursor, parse_days, quantile_offset, Arg, AuditQuery, AuditRow,
+};
+use postguard_core::config::Config;
+use postguard_core::{ids, ErrorCode, Problem};
+use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
+use worker::{D1Database, Env, Request, Response, Result};
+
+use super::validation;
+use crate::auth;
+use crate::bindings;
+use crate::http;
+use crate::runtime::{now_ms, RequestCtx};
+
+/// Whose rows a caller may read.
+enum Scope {
+    All,
+    Project(String),
+}
+
+async fn scope(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Result<std::result::Result<Scope, Problem>> {
+    let token = req
+        .headers()
+        .get("Authorization")?
+        .and_then(|h| ids::bearer(&h).map(str::to_string));
+    if let Some(t) = &token {
+        if ids::secrets_equal(t, &cfg.admin_token) {
+            return Ok(Ok(Scope::All));
+        }
+        if ids::secrets_equal(t, &cfg.origin_token) {
+            return Ok(Err(Problem::new(
+                ErrorCode::Forbidden,
+                "the origin token cannot read the audit log",
+            )));
+        }
+    }
+    Ok(auth::api_caller(req, env, cfg, rc)
+        .await?
+        .map(|c| Scope::Project(c.key.record.project)))
+}
+
+fn js(args: &[Arg]) -> Vec<JsValue> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Text(s) => JsValue::from_str(s),
+            Arg::Int(i) => JsValue::from_f64(*i as f64),
+        })
+        .collect()
+}
+
+/// A row as D1 returns it (booleans are integers).
+#[derive(Deserialize)]
+struct DbRow {
+    request_id: String,
+    time: u64,
+    method: String,
+    path: String,
+    status: u16,
+    response_bytes: Option<u64>,
+    response_time_ms: u64,
+    client_ip: Option<String>,
+    user_agent: Option<String>,
+    key_prefix: Option<String>,
+    project: Option<String>,
+    idempotency_key: Option<String>,
+    replayed: i64,
+    rate_limit_remaining: Option<u32>,
+}
+
+impl From<DbRow> for AuditRow {
+    fn from(r: DbRow) -> Self {
+        AuditRow {
+            request_id: r.request_id,
+            time: r.time,
+            method: r.method,
+            path: r.path,
+            status: r.status,
+            response_bytes: r.response_bytes,
+            response_time_ms: r.response_time_ms,
+            client_ip: r.client_ip,
+            user_agent: r.user_agent,
+            key_prefix: r.key_prefix,
+            project: r.project,
+            idempotency_key: r.idempotency_key,
+            replayed: r.replayed != 0,
+            rate_limit_remaining: r.rate_limit_remaining,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Page {
+    data: Vec<AuditRow>,
+    next_cursor: Option<String>,
+}
+
+fn query_pairs(req: &Request) -> Result<Vec<(String, String)>> {
+    Ok(req
+        .url()?
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect())
+}
+
+pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+    let scope = match scope(req, env, cfg, rc).await? {
+        Ok(s) => s,
+        Err(p) => return http::problem(rc, &p, &[]),
+    };
+    let pairs = query_pairs(req)?;
+    let all = matches!(scope, Scope::All);
+    let mut q = match AuditQuery::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())), all) {
+        Ok(q) => q,
+        Err(detail) => return http::problem(rc, &validation(detail), &[]),
+    };
+    if let Scope::Project(p) = scope {
+        q.project = Some(p);
+    }
+    let (sql, args) = q.to_sql();
+    let db = env.d1(bindings::AUDIT_DB)?;
+    let rows: Vec<DbRow> = db.prepare(sql).bind(&js(&args))?.all().await?.results()?;
+    let mut data: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
+    let limit = q.limit as usize;
+    let next_cursor = if data.len() > limit {
+        data.truncate(limit);
+        data.last().map(|r| encode_cursor(r.time, &r.request_id))
+    } else {
+        None
+    };
+    http::json(rc, 200, &Page { data, next_cursor }, &[])
+}
+
+#[derive(Serialize, Deserialize)]
+struct Day {
+    date: String,
+    requests: u64,
+    errors: u64,
+    server_errors: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PathCount {
+    path: String,
+    requests: u64,
+}
+
+#[derive(Deserialize)]
+struct Ms {
+    response_time_ms: u64,
+}
+
+#[derive(Serialize)]
+struct Stats {
+    days: Vec<Day>,
+    top_paths: Vec<PathCount>,
+    error_share: f64,
+    p50_ms: Option<u64>,
+    p95_ms: Option<u64>,
+}
+
+async fn percentile(
+    db: &D1Database,
+    filter: &str,
+    args: &[JsValue],
+    n: u64,
+    q: f64,
+) -> Result<Option<u64>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut a = args.to_vec();
+    a.push(JsValue::from_f64(quantile_offset(n, q) as f64));
+    let rows: Vec<Ms> = db
+        .prepare(format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?"))
+        .bind(&a)?
+        .all()
+        .await?
+        .results()?;
+    Ok(rows.first().map(|r| r.response_time_ms))
+}
+
+pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+    let scope = match scope(req, env, cfg, rc).await? {
+        Ok(s) => s,
+        Err(p) => return http::problem(rc, &p, &[]),
+    };
+    let pairs = query_pairs(req)?;
+    let mut days = None;
+    let mut project = None;
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "days" => days = Some(v.as_str()),
+            "project" if matches!(scope, Scope::All) => project = Some(v.clone()),
+            other => {
+                let shown: String = other.chars().take(64).collect();
+                return http::problem(rc, &validation(format!("{shown}: unknown parameter")), &[]);
+            }
+        }
+    }
+    let days = match parse_days(days) {
+        Ok(d) => d,
+        Err(detail) => return http::problem(rc, &validation(detail), &[]),
+    };
+    if let Scope::Project(p) = scope {
+        project = Some(p);
+    }
+    if project
+        .as_deref()
+        .is_some_and(|p| !postguard_core::config::is_valid_name(p))
+    {
+        return http::problem(
+            rc,
+            &validation("project: must be 1-64 characters of [A-Za-z0-9._-]"),
+            &[],
+        );
+    }
+    // Whole UTC days, today included.
+    let today_start = now_ms() / 86_400_000 * 86_400_000;
+    let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
+    let mut filter = "time >= ?".to_string();
+    let mut args = vec![JsValue::from_f64(since as f64)];
+    if let Some(p) = &project {
+        filter.push_str(" AND project = ?");
+        args.push(JsValue::from_str(p));
+    }
+    let db = env.d1(bindings::AUDIT_DB)?;
+    let per_day: Vec<Day> = db
+        .prepare(format!(
+            "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
+             SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
+             FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
+        ))
+        .bind(&args)?
+        .all()
+        .await?
+        .results()?;
+    let top_paths: Vec<PathCount> = db
+        .prepare(format!(
+            "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
+             GROUP BY path ORDER BY requests DESC, path LIMIT 10"
+        ))
+        .bind(&args)?
+        .all()
+        .await?
+        .results()?;
+    let total: u64 = per_day.iter().map(|d| d.requests).sum();
+    let errors: u64 = per_day.iter().map(|d| d.errors).sum();
+    let p50_ms = percentile(&db, &filter, &args, total, 0.50).await?;
+    let p95_ms = percentile(&db, &filter, &args, total, 0.95).await?;
+    let stats = Stats {
+        days: per_day,
+        top_paths,
+        error_share: if total == 0 {
+            0.0
+        } else {
+            errors as f64 / total as f64
+        },
+        p50_ms,
+        p95_ms,
+    };
+    http::json(rc, 200, &stats, &[])
+}

@@ -1,12 +1,15 @@
-//! Writing audit rows to D1 (after the response, via `waitUntil`) and the
-//! retention sweep run by the cron trigger. A D1 failure is logged, never
-//! propagated to the client.
+//! Writing audit rows to D1 (after the response, via `waitUntil`, batched per
+//! isolate) and the retention sweep run by the cron trigger. A D1 failure is
+//! logged, never propagated to the client.
 
 use postguard_core::audit::{
     bounded, retention_cutoff_ms, AuditRow, MAX_PATH_LEN, MAX_USER_AGENT_LEN,
 };
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Result};
+
+use worker::{Context, D1Database, D1PreparedStatement, Delay, Env, Result};
 
 use crate::bindings;
 use crate::runtime::{now_ms, RequestCtx};
@@ -61,8 +64,7 @@ fn num(v: u64) -> JsValue {
     JsValue::from_f64(v as f64)
 }
 
-pub async fn write(env: &Env, r: &AuditRow) -> Result<()> {
-    let db = env.d1(bindings::AUDIT_DB)?;
+fn insert(db: &D1Database, r: &AuditRow) -> Result<D1PreparedStatement> {
     db.prepare(format!(
         "INSERT OR IGNORE INTO audit_log ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         postguard_core::audit::COLUMNS
@@ -83,9 +85,58 @@ pub async fn write(env: &Env, r: &AuditRow) -> Result<()> {
         num(u64::from(r.replayed)),
         r.rate_limit_remaining
             .map_or(JsValue::NULL, |v| num(u64::from(v))),
-    ])?
-    .run()
-    .await?;
+    ])
+}
+
+thread_local! {
+    /// Rows of this isolate waiting for the next batch write.
+    static PENDING: RefCell<Vec<AuditRow>> = const { RefCell::new(Vec::new()) };
+    /// Whether some request's `waitUntil` is already going to flush them.
+    static FLUSHING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How long the first row waits for others of the same isolate to join it.
+const COALESCE: Duration = Duration::from_millis(20);
+/// Statements per D1 batch (one round trip, one transaction).
+const MAX_BATCH: usize = 100;
+
+/// Queues a row for writing after the response. Rows of concurrent requests
+/// in one isolate are written together: the first request's `waitUntil`
+/// flushes every row queued until the queue is empty. A failed write is
+/// logged, never propagated.
+pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
+    PENDING.with(|p| p.borrow_mut().push(row));
+    if FLUSHING.with(|f| f.replace(true)) {
+        return;
+    }
+    let env = env.clone();
+    ctx.wait_until(async move {
+        Delay::from(COALESCE).await;
+        loop {
+            let rows: Vec<AuditRow> = PENDING.with(|p| {
+                let mut p = p.borrow_mut();
+                let n = p.len().min(MAX_BATCH);
+                p.drain(..n).collect()
+            });
+            if rows.is_empty() {
+                // No await since the queue was seen empty: nothing can slip in.
+                FLUSHING.with(|f| f.set(false));
+                break;
+            }
+            if let Err(e) = write_batch(&env, &rows).await {
+                worker::console_error!("audit write of {} rows failed: {}", rows.len(), e);
+            }
+        }
+    });
+}
+
+async fn write_batch(env: &Env, rows: &[AuditRow]) -> Result<()> {
+    let db = env.d1(bindings::AUDIT_DB)?;
+    let statements = rows
+        .iter()
+        .map(|r| insert(&db, r))
+        .collect::<Result<Vec<_>>>()?;
+    db.batch(statements).await?;
     Ok(())
 }
 

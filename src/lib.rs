@@ -30,12 +30,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let seen = audit::Seen::of(&req);
     let resp = handle(req, &env, &cfg, &rc).await?;
     if cfg.settings.audit.enabled {
-        let row = audit::row(seen, &rc, resp.status_code());
-        ctx.wait_until(async move {
-            if let Err(e) = audit::write(&env, &row).await {
-                worker::console_error!("audit write for {} failed: {}", row.request_id, e);
-            }
-        });
+        audit::record(&env, &ctx, audit::row(seen, &rc, resp.status_code()));
     }
     Ok(resp)
 }

@@ -48,7 +48,7 @@ try {
     raw.push({ round: i + 1, on: [a.requests.average, a.latency.p50, a.latency.p99], off: [b.requests.average, b.latency.p50, b.latency.p99] });
   }
   // Every request must have its row: wait for the last batches, then count.
-  const db = await on.mf.getD1Database('AUDIT_DB');
+  const db = await on.mf.getD1Database('DB');
   const count = async () => (await db.prepare("SELECT COUNT(*) AS n FROM audit_log WHERE path = '/bench/items'").first()).n;
   const deadline = Date.now() + 10_000;
   let written = await count();

@@ -15,7 +15,7 @@ ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
 
 # The audit log's D1 schema (migrations/), applied to the same local state wrangler dev uses.
-wrangler d1 migrations apply AUDIT_DB --local --persist-to .wrangler/state < /dev/null
+wrangler d1 migrations apply DB --local --persist-to .wrangler/state < /dev/null
 
 ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
 origin_pid=$!

@@ -131,7 +131,7 @@ pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
 }
 
 async fn write_batch(env: &Env, rows: &[AuditRow]) -> Result<()> {
-    let db = env.d1(bindings::AUDIT_DB)?;
+    let db = env.d1(bindings::DB)?;
     let statements = rows
         .iter()
         .map(|r| insert(&db, r))
@@ -146,7 +146,7 @@ const MAX_BATCHES: u32 = 40;
 
 /// Deletes rows older than `days`; returns how many were deleted.
 pub async fn sweep(env: &Env, days: u32) -> Result<u64> {
-    let db = env.d1(bindings::AUDIT_DB)?;
+    let db = env.d1(bindings::DB)?;
     let cutoff = num(retention_cutoff_ms(now_ms(), days));
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES {

@@ -174,6 +174,38 @@ pub async fn operator(
     )))
 }
 
+/// The origin's authentication for publishing (`ORIGIN_TOKEN`): 401
+/// `UNAUTHORIZED` for a wrong or missing token, 403 `FORBIDDEN` for the
+/// operator's token or an API key.
+pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> worker::Result<Result<(), Problem>> {
+    let Some(token) = bearer(req) else {
+        return Ok(Err(Problem::new(
+            ErrorCode::Unauthorized,
+            "send the origin token as 'Authorization: Bearer <ORIGIN_TOKEN>'",
+        )));
+    };
+    if ids::secrets_equal(&token, &cfg.origin_token) {
+        return Ok(Ok(()));
+    }
+    if ids::secrets_equal(&token, &cfg.admin_token) {
+        return Ok(Err(Problem::new(
+            ErrorCode::Forbidden,
+            "events are published with the origin token, not the operator token",
+        )));
+    }
+    if ids::is_well_formed_api_key(&token) && lookup(env, &ids::sha256_hex(&token)).await?.is_some()
+    {
+        return Ok(Err(Problem::new(
+            ErrorCode::Forbidden,
+            "API keys cannot publish events",
+        )));
+    }
+    Ok(Err(Problem::new(
+        ErrorCode::Unauthorized,
+        "the origin token is wrong",
+    )))
+}
+
 /// Whether the bearer is the operator token (for endpoints that answer 403 to it).
 pub fn is_operator(req: &Request, cfg: &Config) -> bool {
     bearer(req).is_some_and(|t| {

@@ -9,5 +9,8 @@ pub const ORIGIN_URL: &str = "ORIGIN_URL";
 pub const POSTGUARD_CONFIG: &str = "POSTGUARD_CONFIG";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";
-/// D1 database holding the audit log (schema in `migrations/`).
-pub const AUDIT_DB: &str = "AUDIT_DB";
+/// D1 database: audit log, webhook subscriptions and deliveries (schema in `migrations/`).
+pub const DB: &str = "DB";
+/// Queue carrying webhook delivery attempts, and its dead-letter queue.
+pub const DELIVERIES: &str = "DELIVERIES";
+pub const DELIVERIES_DLQ: &str = "postguard-deliveries-dlq";

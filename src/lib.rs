@@ -11,11 +11,14 @@ mod guard_client;
 mod http;
 mod pipeline;
 mod runtime;
+mod webhooks;
 
 pub use durable::key_guard::KeyGuard;
 
 use postguard_core::{ErrorCode, Problem};
-use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+use worker::{
+    event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
+};
 
 /// Every request: load the configuration, dispatch to the gateway's own
 /// endpoints or the proxy pipeline, then record the audit row after the
@@ -71,16 +74,32 @@ async fn handle(
     }
 }
 
-/// Cron: audit-log retention.
+/// Webhook delivery attempts (and the dead-letter queue).
+#[event(queue)]
+async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) -> Result<()> {
+    match runtime::config(&env) {
+        Ok(cfg) => webhooks::consumer::handle(batch, &env, &cfg).await,
+        Err(e) => {
+            // Not acknowledged: the queue retries once the configuration is fixed.
+            worker::console_error!("deliveries paused: configuration invalid: {}", e);
+            batch.retry_all();
+            Ok(())
+        }
+    }
+}
+
+/// Cron: retention of the audit log and the delivery log, and re-queueing of
+/// deliveries whose next attempt is overdue.
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    let days = match runtime::config(&env) {
-        Ok(cfg) => cfg.settings.retention.audit_days,
+    let cfg = match runtime::config(&env) {
+        Ok(cfg) => cfg,
         Err(e) => {
-            worker::console_error!("retention skipped: configuration invalid: {}", e);
+            worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e);
             return;
         }
     };
+    let days = cfg.settings.retention.audit_days;
     match audit::sweep(&env, days).await {
         Ok(n) => worker::console_log!(
             "audit retention: deleted {} rows older than {} days",
@@ -88,5 +107,13 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             days
         ),
         Err(e) => worker::console_error!("audit retention failed: {}", e),
+    }
+    if let Err(e) = webhooks::consumer::sweep(&env, cfg.settings.retention.deliveries_days).await {
+        worker::console_error!("delivery retention failed: {}", e);
+    }
+    match webhooks::consumer::requeue_stuck(&env).await {
+        Ok(0) => {}
+        Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
+        Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),
     }
 }

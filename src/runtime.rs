@@ -110,3 +110,13 @@ pub fn config_problem(e: &ConfigError) -> Problem {
         ),
     )
 }
+
+/// Runs `fut` for at most `ms` milliseconds; `None` when the time ran out.
+pub async fn within<F: std::future::Future>(ms: u64, fut: F) -> Option<F::Output> {
+    use futures_util::future::{select, Either};
+    let timer = worker::Delay::from(std::time::Duration::from_millis(ms));
+    match select(Box::pin(fut), timer).await {
+        Either::Left((out, _)) => Some(out),
+        Either::Right(_) => None,
+    }
+}

@@ -27,7 +27,7 @@ let keyB; // project audit-b
 before(async () => {
   origin = await startOrigin({ token: ORIGIN_TOKEN });
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
-  db = await gw.mf.getD1Database('AUDIT_DB');
+  db = await gw.mf.getD1Database('DB');
   keyA = await gw.createKey({ project: 'audit-a', plan: 'big' });
   keyB = await gw.createKey({ project: 'audit-b', plan: 'big' });
 });
@@ -280,7 +280,7 @@ describe('the audit write never fails the request', () => {
         const r = await broken.fetch('/ok', { method: 'POST', headers: { ...bearer(k.key), 'idempotency-key': `b${i}` }, body: 'x' });
         assert.equal(r.status, 201, r.text);
       }
-      const brokenDb = await broken.mf.getD1Database('AUDIT_DB');
+      const brokenDb = await broken.mf.getD1Database('DB');
       await assert.rejects(brokenDb.prepare('SELECT COUNT(*) FROM audit_log').first(), /no such table/, 'D1 really fails here');
       const q = await broken.fetch('/_postguard/v1/audit', { headers: bearer(k.key) });
       assert.ok(q.status >= 500 && q.status < 600, 'reading the log fails loudly, as problem+json');

@@ -126,7 +126,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
         q.project = Some(p);
     }
     let (sql, args) = q.to_sql();
-    let db = env.d1(bindings::AUDIT_DB)?;
+    let db = env.d1(bindings::DB)?;
     let rows: Vec<DbRow> = db.prepare(sql).bind(&js(&args))?.all().await?.results()?;
     let mut data: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
     let limit = q.limit as usize;
@@ -232,7 +232,7 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> R
         filter.push_str(" AND project = ?");
         args.push(JsValue::from_str(p));
     }
-    let db = env.d1(bindings::AUDIT_DB)?;
+    let db = env.d1(bindings::DB)?;
     let per_day: Vec<Day> = db
         .prepare(format!(
             "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \

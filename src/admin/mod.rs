@@ -10,6 +10,7 @@ use worker::{Env, Request, Response, Result};
 
 use crate::http;
 use crate::runtime::RequestCtx;
+use crate::webhooks;
 
 pub const PREFIX: &str = "/_postguard/";
 
@@ -48,6 +49,40 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
             "DELETE" => keys::revoke(&req, env, cfg, rc, id).await,
             _ => http::problem(rc, &method_not_allowed(&method, "GET, DELETE"), &[]),
         },
+        ["v1", "webhooks"] => match method.as_str() {
+            "POST" => webhooks::subscriptions::create(req, env, cfg, rc).await,
+            "GET" => webhooks::subscriptions::list(&req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET, POST"), &[]),
+        },
+        ["v1", "webhooks", id] => match method.as_str() {
+            "GET" => webhooks::subscriptions::get(&req, env, cfg, rc, id).await,
+            "DELETE" => webhooks::subscriptions::delete(&req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET, DELETE"), &[]),
+        },
+        ["v1", "webhooks", id, "rotate-secret"] => match method.as_str() {
+            "POST" => webhooks::subscriptions::rotate(&req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "POST"), &[]),
+        },
+        ["v1", "events"] => match method.as_str() {
+            "POST" => webhooks::publish::publish(req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "POST"), &[]),
+        },
+        ["v1", "deliveries"] => match method.as_str() {
+            "GET" => webhooks::deliveries::list(&req, env, cfg, rc).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
+        },
+        ["v1", "deliveries", id] => match method.as_str() {
+            "GET" => webhooks::deliveries::get(&req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
+        },
+        ["v1", "deliveries", id, "retry"] => match method.as_str() {
+            "POST" => webhooks::deliveries::retry(&req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "POST"), &[]),
+        },
+        ["v1", "deliveries", id, "redirect"] => match method.as_str() {
+            "POST" => webhooks::deliveries::redirect(req, env, cfg, rc, id).await,
+            _ => http::problem(rc, &method_not_allowed(&method, "POST"), &[]),
+        },
         ["v1", "audit"] => match method.as_str() {
             "GET" => audit::list(&req, env, cfg, rc).await,
             _ => http::problem(rc, &method_not_allowed(&method, "GET"), &[]),
@@ -64,11 +99,11 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
     }
 }
 
-pub fn validation(detail: impl Into<String>) -> Problem {
+pub(crate) fn validation(detail: impl Into<String>) -> Problem {
     Problem::new(ErrorCode::ValidationError, detail)
 }
 
-pub fn query_param(req: &Request, name: &str) -> Result<Option<String>> {
+pub(crate) fn query_param(req: &Request, name: &str) -> Result<Option<String>> {
     Ok(req
         .url()?
         .query_pairs()

@@ -321,8 +321,14 @@ pub fn parse_settings(text: &str) -> Result<Settings, ConfigError> {
         ));
     }
     let de = &mut serde_json::Deserializer::from_str(text);
-    let err = match serde_path_to_error::deserialize::<_, Settings>(de) {
-        Ok(s) => return Ok(s),
+    let err = match serde_path_to_error::deserialize::<_, Settings>(&mut *de) {
+        Ok(s) => {
+            // Trailing bytes after the object (`{…} junk`) make the text invalid.
+            return match de.end() {
+                Ok(()) => Ok(s),
+                Err(e) => Err(ConfigError::new("POSTGUARD_CONFIG", format!("must be a valid JSON object ({e})"))),
+            };
+        }
         Err(err) => err,
     };
     let path = err.path().to_string();
@@ -683,8 +689,12 @@ mod tests {
         assert_eq!(err_field("not json"), "POSTGUARD_CONFIG");
         assert_eq!(err_field("\"string\""), "POSTGUARD_CONFIG");
         assert_eq!(err_field(""), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("{} junk"), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("{}{}"), "POSTGUARD_CONFIG");
         assert_eq!(err_field("  "), "POSTGUARD_CONFIG");
         assert_eq!(err_field(""), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("{} junk"), "POSTGUARD_CONFIG");
+        assert_eq!(err_field("{}{}"), "POSTGUARD_CONFIG");
         assert_eq!(err_field("  "), "POSTGUARD_CONFIG");
     }
 

@@ -16,5 +16,6 @@ pub mod keys;
 pub mod pattern;
 pub mod problem;
 pub mod rate_limit;
+pub mod webhooks;
 
 pub use problem::{ErrorCode, Problem};

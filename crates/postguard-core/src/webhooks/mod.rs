@@ -1,0 +1,18 @@
+//! Outbound webhooks (CONTRACT §7): the decisions, as pure functions.
+//!
+//! - [`url_guard`]: which subscriber URLs may be delivered to (SSRF rules);
+//! - [`signature`]: Standard Webhooks secrets, signing and verification;
+//! - [`retry`]: what an attempt's result means and when the next one is due;
+//! - [`events`]: publish and subscription bodies, filter matching and the
+//!   exact bytes delivered.
+//!
+//! The worker shell owns the queue, the database, `fetch`, the clock and the
+//! random bytes; it passes times (epoch ms or s) and random bytes in, and
+//! stores and sends what these functions return. Keeping the split this way
+//! lets every rule that a receiver or an operator relies on be tested here,
+//! on the host, including property tests over arbitrary inputs.
+
+pub mod events;
+pub mod retry;
+pub mod signature;
+pub mod url_guard;

@@ -1,0 +1,406 @@
+//! The queue consumer: one message = one delivery attempt. Loads the delivery,
+//! signs and sends it, records the attempt, and decides with
+//! `postguard_core::webhooks::retry::classify` whether it is delivered, retried
+//! (a new delayed message, chained past the queue's 12 h maximum) or
+//! dead-lettered. Messages that fail unexpectedly are retried by the queue and
+//! end in the dead-letter queue, whose consumer marks the delivery dead_letter.
+
+use postguard_core::config::Config;
+use postguard_core::ids;
+use postguard_core::webhooks::events::excerpt;
+use postguard_core::webhooks::retry::{self, AttemptResult, Outcome};
+use postguard_core::webhooks::signature;
+use serde::Deserialize;
+use worker::js_sys::Uint8Array;
+use worker::{
+    AbortController, Env, Fetch, Headers, MessageBuilder, MessageExt, Method, Request, RequestInit,
+    RequestRedirect, Result,
+};
+
+use super::{num, opt_text, text, Job};
+use crate::bindings;
+use crate::runtime::{new_ulid_parts, now_ms, within};
+
+/// What one attempt needs: the delivery, its event's body and the secrets.
+#[derive(Deserialize)]
+struct Target {
+    event_id: String,
+    event_type: String,
+    url: String,
+    status: String,
+    attempts_made: u32,
+    payload: String,
+    secret: Option<String>,
+    previous_secret: Option<String>,
+    previous_secret_until: Option<u64>,
+}
+
+const EXCERPT_CHARS: usize = 512;
+
+/// Handles one batch of `postguard-deliveries` or its dead-letter queue.
+pub async fn handle(
+    batch: worker::MessageBatch<serde_json::Value>,
+    env: &Env,
+    cfg: &Config,
+) -> Result<()> {
+    let dead_letters = batch.queue() == bindings::DELIVERIES_DLQ;
+    let messages = batch.messages()?;
+    let work = messages.iter().map(|m| async move {
+        let job: std::result::Result<Job, _> = serde_json::from_value(m.body().clone());
+        let outcome = match job {
+            Ok(job) if dead_letters => give_up(env, &job).await,
+            Ok(job) => attempt(env, cfg, job).await,
+            Err(e) => {
+                worker::console_error!("dropping a malformed delivery message: {}", e);
+                Ok(())
+            }
+        };
+        match outcome {
+            Ok(()) => m.ack(),
+            Err(e) => {
+                worker::console_error!("delivery message failed, the queue will retry it: {}", e);
+                m.retry();
+            }
+        }
+    });
+    futures_util::future::join_all(work).await;
+    Ok(())
+}
+
+async fn load(env: &Env, delivery_id: &str) -> Result<Option<Target>> {
+    env.d1(bindings::DB)?
+        .prepare(
+            "SELECT d.event_id, d.event_type, d.url, d.status, d.attempts_made, e.payload, \
+                    s.secret, s.previous_secret, s.previous_secret_until \
+             FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
+             LEFT JOIN subscriptions s ON s.id = d.subscription_id WHERE d.id = ?",
+        )
+        .bind(&[text(delivery_id)])?
+        .first(None)
+        .await
+}
+
+async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
+    let delay = u32::try_from(retry::next_hop(delay_s)).unwrap_or(u32::MAX);
+    env.queue(bindings::DELIVERIES)?
+        .send(MessageBuilder::new(job).delay_seconds(delay).build())
+        .await
+}
+
+/// One attempt of one delivery.
+async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
+    let now = now_ms();
+    // A long delay is chained: not yet time → wait another hop.
+    if let Some(nb) = job.not_before {
+        if nb > now + 1_000 {
+            let remaining = (nb - now).div_ceil(1000);
+            return send_later(env, job, remaining).await;
+        }
+    }
+    let Some(t) = load(env, &job.delivery_id).await? else {
+        return Ok(()); // removed by retention
+    };
+    let redirect = job.redirect_url.is_some();
+    if !job.manual
+        && (t.status == "delivered" || t.status == "dead_letter" || job.attempt <= t.attempts_made)
+    {
+        return Ok(()); // a duplicate or stale message (queues deliver at least once)
+    }
+    let Some(secret) = t.secret.clone() else {
+        if !redirect {
+            record(
+                env,
+                &job,
+                &t.url,
+                None,
+                Some("the subscription was deleted"),
+                None,
+                0,
+                &ids_now(),
+                now,
+                None,
+                Some("dead_letter"),
+            )
+            .await?;
+        }
+        return Ok(());
+    };
+    let url = job.redirect_url.clone().unwrap_or_else(|| t.url.clone());
+    let request_id = ids_now();
+    let timestamp = now / 1000;
+    let mut secrets = vec![secret.as_str()];
+    if let (Some(prev), Some(until)) = (t.previous_secret.as_deref(), t.previous_secret_until) {
+        if now < until {
+            secrets.push(prev);
+        }
+    }
+    let body = t.payload.as_bytes();
+    let sig = signature::signature_header(&secrets, &t.event_id, timestamp, body)
+        .map_err(worker::Error::RustError)?;
+    let attempt_s = job.attempt.to_string();
+    let ts_s = timestamp.to_string();
+    let headers = Headers::new();
+    for (k, v) in [
+        ("Content-Type", "application/json"),
+        ("User-Agent", "postguard-webhooks/0.1"),
+        ("webhook-id", t.event_id.as_str()),
+        ("webhook-timestamp", ts_s.as_str()),
+        ("webhook-signature", sig.as_str()),
+        ("X-Event-Id", t.event_id.as_str()),
+        ("X-Event-Type", t.event_type.as_str()),
+        ("X-Delivery-Attempt", attempt_s.as_str()),
+        ("X-Request-Id", request_id.as_str()),
+    ] {
+        headers.set(k, v)?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_redirect(RequestRedirect::Manual)
+        .with_body(Some(Uint8Array::from(body).into()));
+    let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
+    let (result, error, excerpt_text) = match Request::new_with_init(&url, &init) {
+        Err(e) => (
+            AttemptResult::NetworkError,
+            Some(format!("invalid request: {e}")),
+            None,
+        ),
+        Ok(request) => {
+            let controller = AbortController::default();
+            let signal = controller.signal();
+            let send = async move {
+                let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
+                let code = resp.status_code();
+                let retry_after = resp.headers().get("Retry-After").ok().flatten();
+                let bytes = resp.bytes().await.unwrap_or_default();
+                Ok::<_, worker::Error>((code, retry_after, bytes))
+            };
+            match within(timeout_ms, send).await {
+                None => {
+                    controller.abort();
+                    (
+                        AttemptResult::Timeout,
+                        Some(format!("no answer within {timeout_ms} ms")),
+                        None,
+                    )
+                }
+                Some(Err(e)) => {
+                    let msg = e.to_string();
+                    let msg = if msg.trim().is_empty() {
+                        "network error".to_string()
+                    } else {
+                        msg
+                    };
+                    (
+                        AttemptResult::NetworkError,
+                        Some(format!("network error: {msg}")),
+                        None,
+                    )
+                }
+                Some(Ok((code, retry_after, bytes))) => (
+                    AttemptResult::Status { code, retry_after },
+                    None,
+                    Some(excerpt(&bytes, EXCERPT_CHARS)),
+                ),
+            }
+        }
+    };
+    let done = now_ms();
+    let status_code = match &result {
+        AttemptResult::Status { code, .. } => Some(*code),
+        _ => None,
+    };
+    let outcome = retry::classify(
+        &result,
+        job.attempt,
+        &cfg.settings.webhooks.schedule_s,
+        done,
+    );
+    if redirect {
+        return record(
+            env,
+            &job,
+            &url,
+            status_code,
+            error.as_deref(),
+            excerpt_text.as_deref(),
+            done - now,
+            &request_id,
+            now,
+            None,
+            None,
+        )
+        .await;
+    }
+    let (new_status, next_at) = match outcome {
+        Outcome::Delivered => ("delivered", None),
+        Outcome::DeadLetter if job.manual => (t.status.as_str(), None),
+        Outcome::DeadLetter => ("dead_letter", None),
+        Outcome::Retry { .. } if job.manual => (t.status.as_str(), None),
+        Outcome::Retry { delay_s } => ("failed", Some(done + delay_s * 1000)),
+    };
+    if let (Outcome::Retry { delay_s }, Some(at)) = (outcome, next_at) {
+        // The next attempt is queued before this one is recorded: a crash in
+        // between repeats an attempt rather than losing the delivery.
+        let next = Job {
+            delivery_id: job.delivery_id.clone(),
+            attempt: job.attempt + 1,
+            not_before: Some(at),
+            redirect_url: None,
+            manual: false,
+        };
+        send_later(env, next, delay_s).await?;
+    }
+    record(
+        env,
+        &job,
+        &url,
+        status_code,
+        error.as_deref(),
+        excerpt_text.as_deref(),
+        done - now,
+        &request_id,
+        now,
+        next_at,
+        Some(new_status),
+    )
+    .await
+}
+
+fn ids_now() -> String {
+    let (now, rnd) = new_ulid_parts();
+    ids::request_id(now, rnd)
+}
+
+/// Writes the attempt row and (unless `status` is `None`) the delivery's new
+/// state, in one D1 batch.
+#[allow(clippy::too_many_arguments)]
+async fn record(
+    env: &Env,
+    job: &Job,
+    url: &str,
+    status_code: Option<u16>,
+    error: Option<&str>,
+    excerpt_text: Option<&str>,
+    duration_ms: u64,
+    request_id: &str,
+    at: u64,
+    next_at: Option<u64>,
+    status: Option<&str>,
+) -> Result<()> {
+    let db = env.d1(bindings::DB)?;
+    let mut statements = vec![db
+        .prepare(
+            "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&[
+            text(&job.delivery_id),
+            text(request_id),
+            num(u64::from(job.attempt)),
+            text(url),
+            status_code.map_or(worker::wasm_bindgen::JsValue::NULL, |c| num(u64::from(c))),
+            opt_text(error),
+            opt_text(excerpt_text),
+            num(duration_ms),
+            num(at),
+            next_at.map_or(worker::wasm_bindgen::JsValue::NULL, num),
+        ])?];
+    if let Some(status) = status {
+        statements.push(
+            db.prepare(
+                "UPDATE deliveries SET status = ?, attempts_made = MAX(attempts_made, ?), next_attempt_at = ?, updated_at = ? WHERE id = ?",
+            )
+            .bind(&[
+                text(status),
+                num(u64::from(job.attempt)),
+                next_at.map_or(worker::wasm_bindgen::JsValue::NULL, num),
+                num(now_ms()),
+                text(&job.delivery_id),
+            ])?,
+        );
+    }
+    db.batch(statements).await?;
+    Ok(())
+}
+
+/// A message the main queue could not process after all its retries: the
+/// delivery is dead-lettered with a recorded reason, never dropped silently.
+async fn give_up(env: &Env, job: &Job) -> Result<()> {
+    if job.redirect_url.is_some() {
+        return Ok(());
+    }
+    let now = now_ms();
+    record(
+        env,
+        job,
+        "",
+        None,
+        Some("the delivery job failed repeatedly inside the gateway (dead-letter queue)"),
+        None,
+        0,
+        &ids_now(),
+        now,
+        None,
+        Some("dead_letter"),
+    )
+    .await
+}
+
+/// Cron safety net: deliveries whose next attempt is overdue by 15 minutes
+/// (a lost message, a failed enqueue) are queued again.
+pub async fn requeue_stuck(env: &Env) -> Result<u32> {
+    #[derive(Deserialize)]
+    struct Stuck {
+        id: String,
+        attempts_made: u32,
+    }
+    let cutoff = now_ms().saturating_sub(15 * 60_000);
+    let db = env.d1(bindings::DB)?;
+    let stuck: Vec<Stuck> = db
+        .prepare("SELECT id, attempts_made FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
+        .bind(&[num(cutoff)])?
+        .all()
+        .await?
+        .results()?;
+    if stuck.is_empty() {
+        return Ok(0);
+    }
+    let n = stuck.len() as u32;
+    let jobs: Vec<Job> = stuck
+        .iter()
+        .map(|s| Job {
+            delivery_id: s.id.clone(),
+            attempt: s.attempts_made + 1,
+            not_before: None,
+            redirect_url: None,
+            manual: false,
+        })
+        .collect();
+    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    let touch: Vec<_> = stuck
+        .iter()
+        .map(|s| {
+            db.prepare("UPDATE deliveries SET next_attempt_at = ? WHERE id = ?")
+                .bind(&[num(now_ms()), text(&s.id)])
+        })
+        .collect::<Result<_>>()?;
+    db.batch(touch).await?;
+    Ok(n)
+}
+
+/// Retention: deliveries, their attempts and events older than `days`.
+pub async fn sweep(env: &Env, days: u32) -> Result<()> {
+    let cutoff = num(postguard_core::audit::retention_cutoff_ms(now_ms(), days));
+    let db = env.d1(bindings::DB)?;
+    db.batch(vec![
+        db.prepare("DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE created_at < ? LIMIT 5000)")
+            .bind(std::slice::from_ref(&cutoff))?,
+        db.prepare("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE created_at < ? LIMIT 5000)")
+            .bind(std::slice::from_ref(&cutoff))?,
+        db.prepare("DELETE FROM events WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.project = events.project AND d.event_id = events.id)")
+            .bind(&[cutoff])?,
+    ])
+    .await?;
+    Ok(())
+}

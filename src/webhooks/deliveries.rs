@@ -1,0 +1,274 @@
+//! The delivery log (`/_postguard/v1/deliveries`): list with filters and
+//! cursor, one delivery with every attempt, manual retry and redirect.
+
+use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
+use postguard_core::config::Config;
+use postguard_core::keys::parse_limit;
+use postguard_core::webhooks::url_guard::check_url;
+use postguard_core::{ErrorCode, Problem};
+use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
+use worker::{Env, Request, Response, Result};
+
+use super::subscriptions::project_or_answer;
+use super::{num, policy, project_of, text, Job};
+use crate::admin::validation;
+use crate::bindings;
+use crate::http;
+use crate::runtime::RequestCtx;
+
+const STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead_letter"];
+
+#[derive(Serialize, Deserialize, Clone)]
+pub struct Delivery {
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub subscription_id: String,
+    pub url: String,
+    pub status: String,
+    pub attempts_made: u32,
+    pub next_attempt_at: Option<u64>,
+    pub created_at: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Attempt {
+    attempt: u32,
+    url: String,
+    status_code: Option<u16>,
+    error: Option<String>,
+    response_excerpt: Option<String>,
+    duration_ms: u64,
+    request_id: String,
+    at: u64,
+    next_retry_at: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct WithAttempts {
+    #[serde(flatten)]
+    delivery: Delivery,
+    attempts: Vec<Attempt>,
+}
+
+#[derive(Serialize)]
+struct Page {
+    data: Vec<Delivery>,
+    next_cursor: Option<String>,
+}
+
+const COLUMNS: &str = "id, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at";
+
+pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+    let project = project_or_answer!(req, env, cfg, rc);
+    let mut sql = format!("SELECT {COLUMNS} FROM deliveries WHERE project = ?");
+    let mut args: Vec<JsValue> = vec![text(&project)];
+    let mut limit = 50u32;
+    let pairs: Vec<(String, String)> = req
+        .url()?
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    for (k, v) in &pairs {
+        let parsed: std::result::Result<(), String> = (|| {
+            match k.as_str() {
+                "status" => {
+                    if !STATUSES.contains(&v.as_str()) {
+                        return Err(
+                            "status: must be one of pending, delivered, failed, dead_letter"
+                                .to_string(),
+                        );
+                    }
+                    sql.push_str(" AND status = ?");
+                    args.push(text(v));
+                }
+                "event_type" => {
+                    if v.is_empty() || v.len() > 128 {
+                        return Err("event_type: must be 1-128 characters".to_string());
+                    }
+                    sql.push_str(" AND event_type = ?");
+                    args.push(text(v));
+                }
+                "since" => {
+                    sql.push_str(" AND created_at >= ?");
+                    args.push(num(parse_time("since", v)?));
+                }
+                "until" => {
+                    sql.push_str(" AND created_at <= ?");
+                    args.push(num(parse_time("until", v)?));
+                }
+                "limit" => limit = parse_limit(Some(v))?,
+                "cursor" => {
+                    let (t, id) = decode_cursor(v)?;
+                    sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+                    args.extend([num(t), num(t), text(&id)]);
+                }
+                other => {
+                    return Err(format!(
+                        "{}: unknown parameter",
+                        other.chars().take(64).collect::<String>()
+                    ))
+                }
+            }
+            Ok(())
+        })();
+        if let Err(detail) = parsed {
+            return http::problem(rc, &validation(detail), &[]);
+        }
+    }
+    sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+    args.push(num(u64::from(limit) + 1));
+    let mut data: Vec<Delivery> = env
+        .d1(bindings::DB)?
+        .prepare(sql)
+        .bind(&args)?
+        .all()
+        .await?
+        .results()?;
+    let next_cursor = if data.len() > limit as usize {
+        data.truncate(limit as usize);
+        data.last().map(|d| encode_cursor(d.created_at, &d.id))
+    } else {
+        None
+    };
+    http::json(rc, 200, &Page { data, next_cursor }, &[])
+}
+
+pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>> {
+    env.d1(bindings::DB)?
+        .prepare(format!(
+            "SELECT {COLUMNS} FROM deliveries WHERE id = ? AND project = ?"
+        ))
+        .bind(&[text(id), text(project)])?
+        .first(None)
+        .await
+}
+
+fn not_found(id: &str) -> Problem {
+    let shown: String = id.chars().take(64).collect();
+    Problem::new(ErrorCode::NotFound, format!("no delivery with id {shown}"))
+}
+
+pub async fn get(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Result<Response> {
+    let project = project_or_answer!(req, env, cfg, rc);
+    let Some(delivery) = load(env, &project, id).await? else {
+        return http::problem(rc, &not_found(id), &[]);
+    };
+    let attempts: Vec<Attempt> = env
+        .d1(bindings::DB)?
+        .prepare(
+            "SELECT attempt, url, status_code, error, response_excerpt, duration_ms, request_id, at, next_retry_at \
+             FROM attempts WHERE delivery_id = ? ORDER BY at, attempt",
+        )
+        .bind(&[text(id)])?
+        .all()
+        .await?
+        .results()?;
+    http::json(rc, 200, &WithAttempts { delivery, attempts }, &[])
+}
+
+#[derive(Serialize)]
+struct Queued<'a> {
+    id: &'a str,
+    attempt: u32,
+    status: &'static str,
+}
+
+async fn enqueue(env: &Env, job: &Job) -> Result<()> {
+    env.queue(bindings::DELIVERIES)?.send(job.clone()).await
+}
+
+/// `POST /{id}/retry`: one more attempt now, numbered after the last one.
+pub async fn retry(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Result<Response> {
+    let project = project_or_answer!(req, env, cfg, rc);
+    let Some(d) = load(env, &project, id).await? else {
+        return http::problem(rc, &not_found(id), &[]);
+    };
+    let job = Job {
+        delivery_id: d.id.clone(),
+        attempt: d.attempts_made + 1,
+        not_before: None,
+        redirect_url: None,
+        manual: true,
+    };
+    enqueue(env, &job).await?;
+    http::json(
+        rc,
+        202,
+        &Queued {
+            id: &d.id,
+            attempt: job.attempt,
+            status: "queued",
+        },
+        &[],
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedirectBody {
+    url: String,
+}
+
+/// `POST /{id}/redirect {url}`: send the event once to another URL (signed,
+/// same webhook-id); the delivery's receiver and status stay as they are.
+pub async fn redirect(
+    mut req: Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Result<Response> {
+    let project = match project_of(&req, env, cfg, rc).await? {
+        Ok(p) => p,
+        Err(p) => return http::problem(rc, &p, &[]),
+    };
+    let body = req.bytes().await?;
+    let url = match serde_json::from_slice::<RedirectBody>(&body) {
+        Ok(b) => match check_url(&b.url, &policy(cfg)) {
+            Ok(u) => u,
+            Err(detail) => return http::problem(rc, &validation(detail), &[]),
+        },
+        Err(e) => {
+            return http::problem(
+                rc,
+                &validation(format!("body must be a JSON object {{url}}: {e}")),
+                &[],
+            )
+        }
+    };
+    let Some(d) = load(env, &project, id).await? else {
+        return http::problem(rc, &not_found(id), &[]);
+    };
+    let job = Job {
+        delivery_id: d.id.clone(),
+        attempt: d.attempts_made + 1,
+        not_before: None,
+        redirect_url: Some(url),
+        manual: true,
+    };
+    enqueue(env, &job).await?;
+    http::json(
+        rc,
+        202,
+        &Queued {
+            id: &d.id,
+            attempt: job.attempt,
+            status: "queued",
+        },
+        &[],
+    )
+}

@@ -1,0 +1,85 @@
+//! Outbound webhooks (CONTRACT §7): subscriptions, publishing with fan-out,
+//! delivery through the `DELIVERIES` queue, the delivery log and its retry and
+//! redirect. Decisions (URL rules, signatures, outcome and schedule, payload)
+//! are in `postguard_core::webhooks`; this module does the I/O.
+//!
+//! Storage is D1 (`migrations/0002_webhooks.sql`). Every delivery attempt is
+//! one queue message ([`Job`]); a retry is a new message sent with a delay, so
+//! delays beyond the queue's 12 h maximum are chained through `not_before`.
+
+pub mod consumer;
+pub mod deliveries;
+pub mod publish;
+pub mod subscriptions;
+
+use postguard_core::config::Config;
+use postguard_core::ids;
+use postguard_core::webhooks::url_guard::UrlPolicy;
+use postguard_core::{ErrorCode, Problem};
+use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
+use worker::{Env, Request, Result};
+
+use crate::auth;
+use crate::runtime::RequestCtx;
+
+/// One delivery attempt to make.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub delivery_id: String,
+    /// The number this attempt will have (1-based; continues after retries).
+    pub attempt: u32,
+    /// Epoch ms before which the attempt must not run (chained long delays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<u64>,
+    /// Send once to this URL instead (redirect); leaves the delivery alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_url: Option<String>,
+    /// A manual retry: runs whatever the delivery's status.
+    #[serde(default)]
+    pub manual: bool,
+}
+
+pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
+    UrlPolicy {
+        allow_insecure: cfg.settings.webhooks.allow_insecure_urls,
+        allow_hosts: &cfg.settings.webhooks.allow_hosts,
+    }
+}
+
+/// The project of an API-key caller. The operator's and the origin's tokens
+/// are valid credentials of the wrong kind here: 403.
+pub async fn project_of(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Result<std::result::Result<String, Problem>> {
+    if auth::is_operator(req, cfg) {
+        return Ok(Err(Problem::new(
+            ErrorCode::Forbidden,
+            "webhooks and deliveries belong to a project: use one of its API keys",
+        )));
+    }
+    Ok(auth::api_caller(req, env, cfg, rc)
+        .await?
+        .map(|c| c.key.record.project))
+}
+
+pub fn text(s: &str) -> JsValue {
+    JsValue::from_str(s)
+}
+
+pub fn opt_text(s: Option<&str>) -> JsValue {
+    s.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+pub fn num(v: u64) -> JsValue {
+    JsValue::from_f64(v as f64)
+}
+
+/// `prefix_` + a ULID.
+pub fn new_id(prefix: &str) -> String {
+    let (now, rnd) = crate::runtime::new_ulid_parts();
+    ids::key_id(now, rnd).replacen("key_", prefix, 1)
+}

@@ -12,6 +12,7 @@ use postguard_core::webhooks::retry::{self, AttemptResult, Outcome};
 use postguard_core::webhooks::signature;
 use serde::Deserialize;
 use worker::js_sys::Uint8Array;
+use worker::wasm_bindgen::JsValue;
 use worker::{
     AbortController, Env, Fetch, Headers, MessageBuilder, MessageExt, Method, Request, RequestInit,
     RequestRedirect, Result,
@@ -29,6 +30,7 @@ struct Target {
     url: String,
     status: String,
     attempts_made: u32,
+    next_attempt_at: Option<u64>,
     payload: String,
     secret: Option<String>,
     previous_secret: Option<String>,
@@ -70,7 +72,7 @@ pub async fn handle(
 async fn load(env: &Env, delivery_id: &str) -> Result<Option<Target>> {
     env.d1(bindings::DB)?
         .prepare(
-            "SELECT d.event_id, d.event_type, d.url, d.status, d.attempts_made, e.payload, \
+            "SELECT d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
                     s.secret, s.previous_secret, s.previous_secret_until \
              FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
              LEFT JOIN subscriptions s ON s.id = d.subscription_id WHERE d.id = ?",
@@ -87,6 +89,18 @@ async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
         .await
 }
 
+/// How a job relates to the delivery's schedule.
+enum Kind {
+    /// The scheduled attempt, or a manual retry of a delivery still being
+    /// retried: its outcome drives the schedule.
+    Scheduled,
+    /// A manual retry of a finished (delivered or dead-lettered) delivery:
+    /// success makes it delivered, failure leaves it as it was.
+    ManualFinal,
+    /// A redirect: recorded, nothing else changes.
+    Redirect,
+}
+
 /// One attempt of one delivery.
 async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
     let now = now_ms();
@@ -100,33 +114,40 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
     let Some(t) = load(env, &job.delivery_id).await? else {
         return Ok(()); // removed by retention
     };
-    let redirect = job.redirect_url.is_some();
-    if !job.manual
-        && (t.status == "delivered" || t.status == "dead_letter" || job.attempt <= t.attempts_made)
-    {
-        return Ok(()); // a duplicate or stale message (queues deliver at least once)
-    }
+    let in_progress = t.status == "pending" || t.status == "failed";
+    let kind = if job.redirect_url.is_some() {
+        Kind::Redirect
+    } else if job.manual {
+        if in_progress {
+            Kind::Scheduled
+        } else {
+            Kind::ManualFinal
+        }
+    } else if in_progress && job.not_before == t.next_attempt_at {
+        Kind::Scheduled
+    } else {
+        return Ok(()); // superseded or duplicate (queues deliver at least once)
+    };
+    let number = t.attempts_made + 1;
+    let request_id = ids_now();
     let Some(secret) = t.secret.clone() else {
-        if !redirect {
-            record(
-                env,
-                &job,
-                &t.url,
-                None,
-                Some("the subscription was deleted"),
-                None,
-                0,
-                &ids_now(),
-                now,
-                None,
-                Some("dead_letter"),
-            )
-            .await?;
+        if matches!(kind, Kind::Scheduled) {
+            let rec = Attempt {
+                number,
+                url: &t.url,
+                status_code: None,
+                error: Some("the subscription was deleted"),
+                excerpt: None,
+                duration_ms: 0,
+                request_id: &request_id,
+                at: now,
+                next_at: None,
+            };
+            record(env, &job.delivery_id, &rec, Some("dead_letter")).await?;
         }
         return Ok(());
     };
     let url = job.redirect_url.clone().unwrap_or_else(|| t.url.clone());
-    let request_id = ids_now();
     let timestamp = now / 1000;
     let mut secrets = vec![secret.as_str()];
     if let (Some(prev), Some(until)) = (t.previous_secret.as_deref(), t.previous_secret_until) {
@@ -137,7 +158,7 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
     let body = t.payload.as_bytes();
     let sig = signature::signature_header(&secrets, &t.event_id, timestamp, body)
         .map_err(worker::Error::RustError)?;
-    let attempt_s = job.attempt.to_string();
+    let number_s = number.to_string();
     let ts_s = timestamp.to_string();
     let headers = Headers::new();
     for (k, v) in [
@@ -148,7 +169,7 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
         ("webhook-signature", sig.as_str()),
         ("X-Event-Id", t.event_id.as_str()),
         ("X-Event-Type", t.event_type.as_str()),
-        ("X-Delivery-Attempt", attempt_s.as_str()),
+        ("X-Delivery-Attempt", number_s.as_str()),
         ("X-Request-Id", request_id.as_str()),
     ] {
         headers.set(k, v)?;
@@ -210,61 +231,33 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
         AttemptResult::Status { code, .. } => Some(*code),
         _ => None,
     };
-    let outcome = retry::classify(
-        &result,
-        job.attempt,
-        &cfg.settings.webhooks.schedule_s,
-        done,
-    );
-    if redirect {
-        return record(
-            env,
-            &job,
-            &url,
-            status_code,
-            error.as_deref(),
-            excerpt_text.as_deref(),
-            done - now,
-            &request_id,
-            now,
-            None,
-            None,
-        )
-        .await;
-    }
-    let (new_status, next_at) = match outcome {
-        Outcome::Delivered => ("delivered", None),
-        Outcome::DeadLetter if job.manual => (t.status.as_str(), None),
-        Outcome::DeadLetter => ("dead_letter", None),
-        Outcome::Retry { .. } if job.manual => (t.status.as_str(), None),
-        Outcome::Retry { delay_s } => ("failed", Some(done + delay_s * 1000)),
-    };
-    if let (Outcome::Retry { delay_s }, Some(at)) = (outcome, next_at) {
-        // The next attempt is queued before this one is recorded: a crash in
-        // between repeats an attempt rather than losing the delivery.
-        let next = Job {
-            delivery_id: job.delivery_id.clone(),
-            attempt: job.attempt + 1,
-            not_before: Some(at),
-            redirect_url: None,
-            manual: false,
-        };
-        send_later(env, next, delay_s).await?;
-    }
-    record(
-        env,
-        &job,
-        &url,
+    let outcome = retry::classify(&result, number, &cfg.settings.webhooks.schedule_s, done);
+    let mut rec = Attempt {
+        number,
+        url: &url,
         status_code,
-        error.as_deref(),
-        excerpt_text.as_deref(),
-        done - now,
-        &request_id,
-        now,
-        next_at,
-        Some(new_status),
-    )
-    .await
+        error: error.as_deref(),
+        excerpt: excerpt_text.as_deref(),
+        duration_ms: done - now,
+        request_id: &request_id,
+        at: now,
+        next_at: None,
+    };
+    let new_status = match (kind, outcome) {
+        (Kind::Redirect, _) => None,
+        (_, Outcome::Delivered) => Some("delivered"),
+        (Kind::ManualFinal, _) => Some(t.status.as_str()),
+        (Kind::Scheduled, Outcome::DeadLetter) => Some("dead_letter"),
+        (Kind::Scheduled, Outcome::Retry { delay_s }) => {
+            // The next attempt is queued before this one is recorded: a crash
+            // in between repeats an attempt rather than losing the delivery.
+            let at = done + delay_s * 1000;
+            send_later(env, Job::scheduled(job.delivery_id.clone(), at), delay_s).await?;
+            rec.next_at = Some(at);
+            Some("failed")
+        }
+    };
+    record(env, &job.delivery_id, &rec, new_status).await
 }
 
 fn ids_now() -> String {
@@ -272,55 +265,52 @@ fn ids_now() -> String {
     ids::request_id(now, rnd)
 }
 
-/// Writes the attempt row and (unless `status` is `None`) the delivery's new
-/// state, in one D1 batch.
-#[allow(clippy::too_many_arguments)]
-async fn record(
-    env: &Env,
-    job: &Job,
-    url: &str,
+/// One attempt as recorded in the delivery log.
+struct Attempt<'a> {
+    number: u32,
+    url: &'a str,
     status_code: Option<u16>,
-    error: Option<&str>,
-    excerpt_text: Option<&str>,
+    error: Option<&'a str>,
+    excerpt: Option<&'a str>,
     duration_ms: u64,
-    request_id: &str,
+    request_id: &'a str,
     at: u64,
     next_at: Option<u64>,
-    status: Option<&str>,
-) -> Result<()> {
+}
+
+/// Writes the attempt row, counts it, and (for `Some(status)`) sets the
+/// delivery's status and next planned attempt — in one D1 batch.
+async fn record(env: &Env, delivery_id: &str, a: &Attempt<'_>, status: Option<&str>) -> Result<()> {
     let db = env.d1(bindings::DB)?;
-    let mut statements = vec![db
+    let opt_num = |v: Option<u64>| v.map_or(JsValue::NULL, num);
+    let insert = db
         .prepare(
             "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&[
-            text(&job.delivery_id),
-            text(request_id),
-            num(u64::from(job.attempt)),
-            text(url),
-            status_code.map_or(worker::wasm_bindgen::JsValue::NULL, |c| num(u64::from(c))),
-            opt_text(error),
-            opt_text(excerpt_text),
-            num(duration_ms),
-            num(at),
-            next_at.map_or(worker::wasm_bindgen::JsValue::NULL, num),
-        ])?];
-    if let Some(status) = status {
-        statements.push(
-            db.prepare(
+            text(delivery_id),
+            text(a.request_id),
+            num(u64::from(a.number)),
+            text(a.url),
+            opt_num(a.status_code.map(u64::from)),
+            opt_text(a.error),
+            opt_text(a.excerpt),
+            num(a.duration_ms),
+            num(a.at),
+            opt_num(a.next_at),
+        ])?;
+    let update = match status {
+        Some(status) => db
+            .prepare(
                 "UPDATE deliveries SET status = ?, attempts_made = MAX(attempts_made, ?), next_attempt_at = ?, updated_at = ? WHERE id = ?",
             )
-            .bind(&[
-                text(status),
-                num(u64::from(job.attempt)),
-                next_at.map_or(worker::wasm_bindgen::JsValue::NULL, num),
-                num(now_ms()),
-                text(&job.delivery_id),
-            ])?,
-        );
-    }
-    db.batch(statements).await?;
+            .bind(&[text(status), num(u64::from(a.number)), opt_num(a.next_at), num(now_ms()), text(delivery_id)])?,
+        None => db
+            .prepare("UPDATE deliveries SET attempts_made = MAX(attempts_made, ?), updated_at = ? WHERE id = ?")
+            .bind(&[num(u64::from(a.number)), num(now_ms()), text(delivery_id)])?,
+    };
+    db.batch(vec![insert, update]).await?;
     Ok(())
 }
 
@@ -330,21 +320,24 @@ async fn give_up(env: &Env, job: &Job) -> Result<()> {
     if job.redirect_url.is_some() {
         return Ok(());
     }
-    let now = now_ms();
-    record(
-        env,
-        job,
-        "",
-        None,
-        Some("the delivery job failed repeatedly inside the gateway (dead-letter queue)"),
-        None,
-        0,
-        &ids_now(),
-        now,
-        None,
-        Some("dead_letter"),
-    )
-    .await
+    let Some(t) = load(env, &job.delivery_id).await? else {
+        return Ok(());
+    };
+    if t.status == "delivered" {
+        return Ok(());
+    }
+    let rec = Attempt {
+        number: t.attempts_made + 1,
+        url: &t.url,
+        status_code: None,
+        error: Some("the delivery job failed repeatedly inside the gateway (dead-letter queue)"),
+        excerpt: None,
+        duration_ms: 0,
+        request_id: &ids_now(),
+        at: now_ms(),
+        next_at: None,
+    };
+    record(env, &job.delivery_id, &rec, Some("dead_letter")).await
 }
 
 /// Cron safety net: deliveries whose next attempt is overdue by 15 minutes
@@ -353,12 +346,11 @@ pub async fn requeue_stuck(env: &Env) -> Result<u32> {
     #[derive(Deserialize)]
     struct Stuck {
         id: String,
-        attempts_made: u32,
     }
     let cutoff = now_ms().saturating_sub(15 * 60_000);
     let db = env.d1(bindings::DB)?;
     let stuck: Vec<Stuck> = db
-        .prepare("SELECT id, attempts_made FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
+        .prepare("SELECT id FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
         .bind(&[num(cutoff)])?
         .all()
         .await?
@@ -367,25 +359,21 @@ pub async fn requeue_stuck(env: &Env) -> Result<u32> {
         return Ok(0);
     }
     let n = stuck.len() as u32;
+    let at = now_ms();
     let jobs: Vec<Job> = stuck
         .iter()
-        .map(|s| Job {
-            delivery_id: s.id.clone(),
-            attempt: s.attempts_made + 1,
-            not_before: None,
-            redirect_url: None,
-            manual: false,
-        })
+        .map(|s| Job::scheduled(s.id.clone(), at))
         .collect();
-    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    // Re-plan first, so the new jobs are the ones that match `next_attempt_at`.
     let touch: Vec<_> = stuck
         .iter()
         .map(|s| {
             db.prepare("UPDATE deliveries SET next_attempt_at = ? WHERE id = ?")
-                .bind(&[num(now_ms()), text(&s.id)])
+                .bind(&[num(at), text(&s.id)])
         })
         .collect::<Result<_>>()?;
     db.batch(touch).await?;
+    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
     Ok(n)
 }
 

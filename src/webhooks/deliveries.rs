@@ -177,6 +177,7 @@ pub async fn get(
 #[derive(Serialize)]
 struct Queued<'a> {
     id: &'a str,
+    /// The number the attempt will have if nothing else runs first.
     attempt: u32,
     status: &'static str,
 }
@@ -199,7 +200,6 @@ pub async fn retry(
     };
     let job = Job {
         delivery_id: d.id.clone(),
-        attempt: d.attempts_made + 1,
         not_before: None,
         redirect_url: None,
         manual: true,
@@ -210,7 +210,7 @@ pub async fn retry(
         202,
         &Queued {
             id: &d.id,
-            attempt: job.attempt,
+            attempt: d.attempts_made + 1,
             status: "queued",
         },
         &[],
@@ -255,7 +255,6 @@ pub async fn redirect(
     };
     let job = Job {
         delivery_id: d.id.clone(),
-        attempt: d.attempts_made + 1,
         not_before: None,
         redirect_url: Some(url),
         manual: true,
@@ -266,7 +265,7 @@ pub async fn redirect(
         202,
         &Queued {
             id: &d.id,
-            attempt: job.attempt,
+            attempt: d.attempts_made + 1,
             status: "queued",
         },
         &[],

@@ -23,21 +23,36 @@ use worker::{Env, Request, Result};
 use crate::auth;
 use crate::runtime::RequestCtx;
 
-/// One delivery attempt to make.
+/// One delivery attempt to make. Attempts are numbered when they run
+/// (`attempts_made + 1` in D1), so manual retries and redirects continue the
+/// count without colliding with scheduled ones.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Job {
     pub delivery_id: String,
-    /// The number this attempt will have (1-based; continues after retries).
-    pub attempt: u32,
-    /// Epoch ms before which the attempt must not run (chained long delays).
+    /// The planned time of a scheduled attempt (epoch ms). It is the job's
+    /// identity: a scheduled job runs only while it equals the delivery's
+    /// `next_attempt_at`, so a superseded job (after a manual retry took over
+    /// the schedule, or a duplicate message) is dropped. A job that arrives
+    /// well before it waits another hop (delays past the queue's 12 h limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<u64>,
-    /// Send once to this URL instead (redirect); leaves the delivery alone.
+    /// Send once to this URL instead (redirect); leaves status and schedule alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect_url: Option<String>,
     /// A manual retry: runs whatever the delivery's status.
     #[serde(default)]
     pub manual: bool,
+}
+
+impl Job {
+    pub fn scheduled(delivery_id: String, at: u64) -> Job {
+        Job {
+            delivery_id,
+            not_before: Some(at),
+            redirect_url: None,
+            manual: false,
+        }
+    }
 }
 
 pub fn policy(cfg: &Config) -> UrlPolicy<'_> {

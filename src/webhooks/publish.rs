@@ -107,17 +107,18 @@ pub async fn publish(
                 num(now),
             ])?,
         );
-        jobs.push(Job {
-            delivery_id,
-            attempt: 1,
-            not_before: None,
-            redirect_url: None,
-            manual: false,
-        });
+        jobs.push(Job::scheduled(delivery_id, now));
     }
-    // Durable before the 202: the rows first (so the consumer finds them), then
-    // the queue. A failure of either is a 500 the origin retries with the same id.
-    db.batch(statements).await?;
+    // Durable before the 202: the event and its deliveries in one transaction
+    // (a concurrent publish of the same id loses on the primary key and is the
+    // no-op it would have been a moment later), then the queue. A failed
+    // enqueue is a 500; the daily job re-queues the overdue deliveries.
+    if let Err(e) = db.batch(statements).await {
+        if e.to_string().contains("UNIQUE constraint failed: events") {
+            return http::json(rc, 202, &Accepted { id: &event_id }, &[]);
+        }
+        return Err(e);
+    }
     if !jobs.is_empty() {
         env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
     }

@@ -81,6 +81,25 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   for (const kv of toml.kv_namespaces ?? []) kvNamespaces[kv.binding] = kv.id ?? kv.binding;
   const d1Databases = {};
   for (const db of toml.d1_databases ?? []) d1Databases[db.binding] = db.database_id ?? db.binding;
+  // Queues: [[queues.producers]] → queueProducers {BINDING: {queueName, deliveryDelay}};
+  // [[queues.consumers]] → queueConsumers {queueName: {maxBatchSize, maxBatchTimeout, maxRetries,
+  // deadLetterQueue, retryDelay}} (the v4 names convertV4MiniflareOptions maps to queue triggers).
+  const queueProducers = {};
+  for (const p of toml.queues?.producers ?? []) {
+    queueProducers[p.binding] = { queueName: p.queue };
+    if (p.delivery_delay !== undefined) queueProducers[p.binding].deliveryDelay = p.delivery_delay;
+  }
+  const queueConsumers = {};
+  for (const c of toml.queues?.consumers ?? []) {
+    if (c.type !== undefined && c.type !== 'worker') continue; // http_pull consumers have no worker
+    const o = {};
+    if (c.max_batch_size !== undefined) o.maxBatchSize = c.max_batch_size;
+    if (c.max_batch_timeout !== undefined) o.maxBatchTimeout = c.max_batch_timeout;
+    if (c.max_retries !== undefined) o.maxRetries = c.max_retries;
+    if (c.dead_letter_queue !== undefined) o.deadLetterQueue = c.dead_letter_queue;
+    if (c.retry_delay !== undefined) o.retryDelay = c.retry_delay;
+    queueConsumers[c.queue] = o;
+  }
   const opts = {
     name: toml.name,
     host: '127.0.0.1',
@@ -95,6 +114,8 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
     cf: false,
   };
   if (Object.keys(d1Databases).length) opts.d1Databases = d1Databases;
+  if (Object.keys(queueProducers).length) opts.queueProducers = queueProducers;
+  if (Object.keys(queueConsumers).length) opts.queueConsumers = queueConsumers;
   if (persistDir) opts.resourcePersistencePath = persistDir;
   return opts;
 }

@@ -326,7 +326,10 @@ pub fn parse_settings(text: &str) -> Result<Settings, ConfigError> {
             // Trailing bytes after the object (`{…} junk`) make the text invalid.
             return match de.end() {
                 Ok(()) => Ok(s),
-                Err(e) => Err(ConfigError::new("POSTGUARD_CONFIG", format!("must be a valid JSON object ({e})"))),
+                Err(e) => Err(ConfigError::new(
+                    "POSTGUARD_CONFIG",
+                    format!("must be a valid JSON object ({e})"),
+                )),
             };
         }
         Err(err) => err,

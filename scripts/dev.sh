@@ -8,8 +8,12 @@ bash scripts/setup.sh
 bash scripts/build.sh
 
 if [ ! -f .dev.vars ]; then
-  printf 'ADMIN_TOKEN=dev-admin-token\nORIGIN_TOKEN=dev-origin-token\n' > .dev.vars
-  echo "wrote .dev.vars with local development secrets"
+  cat > .dev.vars <<'VARS'
+ADMIN_TOKEN=dev-admin-token
+ORIGIN_TOKEN=dev-origin-token
+POSTGUARD_CONFIG='{"webhooks": {"allow_insecure_urls": true, "allow_hosts": ["127.0.0.1"], "schedule_s": [5, 30, 120, 600]}}'
+VARS
+  echo "wrote .dev.vars with local development secrets and a config that allows the local receiver"
 fi
 ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
@@ -19,11 +23,14 @@ wrangler d1 migrations apply DB --local --persist-to .wrangler/state < /dev/null
 
 ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
 origin_pid=$!
-trap 'kill $origin_pid 2>/dev/null || true' EXIT INT TERM
+node scripts/demo-receiver.mjs --port 8789 &
+receiver_pid=$!
+trap 'kill $origin_pid $receiver_pid 2>/dev/null || true' EXIT INT TERM
 
 cat <<MSG
 
-postguard is starting on http://127.0.0.1:8787 in front of the demo origin on http://127.0.0.1:8788.
+postguard is starting on http://127.0.0.1:8787 in front of the demo origin on http://127.0.0.1:8788,
+with a demo webhook receiver on http://127.0.0.1:8789 (it prints what it receives).
 
   # create an API key (shown once)
   curl -s -X POST http://127.0.0.1:8787/_postguard/v1/keys \\
@@ -36,6 +43,14 @@ postguard is starting on http://127.0.0.1:8787 in front of the demo origin on ht
   # the key's limit state, and what happened to its requests
   curl -s http://127.0.0.1:8787/_postguard/v1/me -H 'Authorization: Bearer KEY'
   curl -s 'http://127.0.0.1:8787/_postguard/v1/audit?limit=5' -H 'Authorization: Bearer KEY'
+
+  # webhooks: subscribe the demo receiver, hand it the secret, publish an event as the origin
+  curl -s -X POST http://127.0.0.1:8787/_postguard/v1/webhooks -H 'Authorization: Bearer KEY' \\
+       -d '{"url":"http://127.0.0.1:8789/hooks","events":["*"]}'
+  curl -s -X POST http://127.0.0.1:8789/secret -d 'whsec_...'
+  curl -s -X POST http://127.0.0.1:8787/_postguard/v1/events -H 'Authorization: Bearer $ORIGIN_TOKEN' \\
+       -d '{"project":"demo","type":"payment.succeeded","data":{"id":"pay_1"}}'
+  curl -s 'http://127.0.0.1:8787/_postguard/v1/deliveries' -H 'Authorization: Bearer KEY'
 
 MSG
 wrangler dev --local --ip 127.0.0.1 --port 8787 --persist-to .wrangler/state

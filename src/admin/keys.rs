@@ -13,7 +13,7 @@ use postguard_core::config::Config;
 use postguard_core::guard::Ack;
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
-use postguard_core::{ErrorCode, Problem};
+use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
 use worker::{Env, KvStore, Request, Response, Result};
 
@@ -198,11 +198,6 @@ async fn by_id(kv: &KvStore, id: &str) -> Result<Option<ById>> {
     kv.get(&format!("k:{id}")).json().await.map_err(kv_err)
 }
 
-fn unknown_key(id: &str) -> Problem {
-    let shown: String = id.chars().take(64).collect();
-    Problem::new(ErrorCode::NotFound, format!("no API key with id {shown}"))
-}
-
 pub async fn get(
     req: &Request,
     env: &Env,
@@ -214,7 +209,7 @@ pub async fn get(
     let kv = env.kv(bindings::API_KEYS)?;
     match by_id(&kv, id).await? {
         Some(found) => http::json(rc, 200, &found.record, &[]),
-        None => http::problem(rc, &unknown_key(id), &[]),
+        None => http::problem(rc, &Problem::not_found("API key", id), &[]),
     }
 }
 
@@ -230,7 +225,7 @@ pub async fn revoke(
     operator_only!(req, env, cfg, rc);
     let kv = env.kv(bindings::API_KEYS)?;
     let Some(mut found) = by_id(&kv, id).await? else {
-        return http::problem(rc, &unknown_key(id), &[]);
+        return http::problem(rc, &Problem::not_found("API key", id), &[]);
     };
     let _: (Ack, Vec<u8>) = call(env, &found.record.id, Op::Revoke, &(), &[]).await?;
     if found.record.revoked_at.is_none() {

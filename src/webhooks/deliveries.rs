@@ -5,7 +5,7 @@ use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::url_guard::check_url;
-use postguard_core::{ErrorCode, Problem};
+use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, Request, Response, Result};
@@ -145,11 +145,6 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>
         .await
 }
 
-fn not_found(id: &str) -> Problem {
-    let shown: String = id.chars().take(64).collect();
-    Problem::new(ErrorCode::NotFound, format!("no delivery with id {shown}"))
-}
-
 pub async fn get(
     req: &Request,
     env: &Env,
@@ -159,7 +154,7 @@ pub async fn get(
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
     let Some(delivery) = load(env, &project, id).await? else {
-        return http::problem(rc, &not_found(id), &[]);
+        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
     };
     let attempts: Vec<Attempt> = env
         .d1(bindings::DB)?
@@ -182,8 +177,26 @@ struct Queued<'a> {
     status: &'static str,
 }
 
-async fn enqueue(env: &Env, job: &Job) -> Result<()> {
-    env.queue(bindings::DELIVERIES)?.send(job.clone()).await
+/// Queues a manual attempt (a retry, or a redirect to `redirect_url`) → 202.
+async fn queue_manual(
+    env: &Env,
+    rc: &RequestCtx,
+    d: &Delivery,
+    redirect_url: Option<String>,
+) -> Result<Response> {
+    let job = Job {
+        delivery_id: d.id.clone(),
+        not_before: None,
+        redirect_url,
+        manual: true,
+    };
+    env.queue(bindings::DELIVERIES)?.send(job).await?;
+    let queued = Queued {
+        id: &d.id,
+        attempt: d.attempts_made + 1,
+        status: "queued",
+    };
+    http::json(rc, 202, &queued, &[])
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.
@@ -196,25 +209,9 @@ pub async fn retry(
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
     let Some(d) = load(env, &project, id).await? else {
-        return http::problem(rc, &not_found(id), &[]);
+        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
     };
-    let job = Job {
-        delivery_id: d.id.clone(),
-        not_before: None,
-        redirect_url: None,
-        manual: true,
-    };
-    enqueue(env, &job).await?;
-    http::json(
-        rc,
-        202,
-        &Queued {
-            id: &d.id,
-            attempt: d.attempts_made + 1,
-            status: "queued",
-        },
-        &[],
-    )
+    queue_manual(env, rc, &d, None).await
 }
 
 #[derive(Deserialize)]
@@ -251,23 +248,7 @@ pub async fn redirect(
         }
     };
     let Some(d) = load(env, &project, id).await? else {
-        return http::problem(rc, &not_found(id), &[]);
+        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
     };
-    let job = Job {
-        delivery_id: d.id.clone(),
-        not_before: None,
-        redirect_url: Some(url),
-        manual: true,
-    };
-    enqueue(env, &job).await?;
-    http::json(
-        rc,
-        202,
-        &Queued {
-            id: &d.id,
-            attempt: d.attempts_made + 1,
-            status: "queued",
-        },
-        &[],
-    )
+    queue_manual(env, rc, &d, Some(url)).await
 }

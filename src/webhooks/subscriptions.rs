@@ -5,7 +5,7 @@ use postguard_core::audit::{decode_cursor, encode_cursor};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::{events, signature};
-use postguard_core::{ErrorCode, Problem};
+use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
 use worker::{Env, Request, Response, Result};
 
@@ -61,14 +61,6 @@ fn new_secret() -> Result<String> {
     let bytes =
         random_bytes::<24>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     Ok(signature::new_secret(&bytes))
-}
-
-fn not_found(id: &str) -> Problem {
-    let shown: String = id.chars().take(64).collect();
-    Problem::new(
-        ErrorCode::NotFound,
-        format!("no webhook subscription with id {shown}"),
-    )
 }
 
 macro_rules! project_or_answer {
@@ -170,7 +162,7 @@ pub async fn get(
     let project = project_or_answer!(req, env, cfg, rc);
     match load(env, &project, id).await? {
         Some(s) => http::json(rc, 200, &s, &[]),
-        None => http::problem(rc, &not_found(id), &[]),
+        None => http::problem(rc, &Problem::not_found("webhook subscription", id), &[]),
     }
 }
 
@@ -183,7 +175,7 @@ pub async fn delete(
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
     if load(env, &project, id).await?.is_none() {
-        return http::problem(rc, &not_found(id), &[]);
+        return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
     }
     env.d1(bindings::DB)?
         .prepare("DELETE FROM subscriptions WHERE id = ? AND project = ?")
@@ -207,7 +199,7 @@ pub async fn rotate(
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
     if load(env, &project, id).await?.is_none() {
-        return http::problem(rc, &not_found(id), &[]);
+        return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
     }
     let secret = new_secret()?;
     env.d1(bindings::DB)?

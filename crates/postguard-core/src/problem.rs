@@ -154,6 +154,13 @@ impl Problem {
         }
     }
 
+    /// 404 for a gateway resource `what` (e.g. "API key") with this id; the
+    /// id is echoed bounded.
+    pub fn not_found(what: &str, id: &str) -> Self {
+        let shown: String = id.chars().take(64).collect();
+        Problem::new(ErrorCode::NotFound, format!("no {what} with id {shown}"))
+    }
+
     /// 413 for a body over `max_body_bytes`.
     pub fn payload_too_large(max: u64) -> Self {
         Problem::new(

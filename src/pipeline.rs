@@ -4,7 +4,6 @@
 //!
 //! Every answer after authentication carries the rate-limit headers.
 
-use futures_util::future::{select, Either};
 use postguard_core::config::Config;
 use postguard_core::guard::{
     Ack, AdmitRequest, AdmitResponse, Claim, CompleteRequest, ReleaseRequest,
@@ -15,16 +14,15 @@ use postguard_core::headers::{
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
 use postguard_core::{ErrorCode, Problem};
-use std::time::Duration;
 use worker::{
-    js_sys::Uint8Array, AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
+    js_sys::Uint8Array, AbortController, Env, Fetch, Headers, Method, Request, RequestInit,
     RequestRedirect, Response, Result,
 };
 
 use crate::auth::{self, ApiKey};
 use crate::guard_client::{call, Op};
 use crate::http::{self, header_pairs, rate_headers, HeaderList};
-use crate::runtime::{now_ms, RequestCtx};
+use crate::runtime::{now_ms, within, RequestCtx};
 
 /// Methods the gateway forwards. Others are refused: the runtime's request
 /// type cannot carry them faithfully.
@@ -403,12 +401,9 @@ async fn forward(
             body,
         })
     };
-    let timeout = Delay::from(Duration::from_millis(u64::from(
-        cfg.settings.origin.timeout_ms,
-    )));
-    match select(Box::pin(work), timeout).await {
-        Either::Left((result, _)) => result.map_err(unreachable),
-        Either::Right(_) => {
+    match within(u64::from(cfg.settings.origin.timeout_ms), work).await {
+        Some(result) => result.map_err(unreachable),
+        None => {
             controller.abort();
             Err(Failure::Timeout)
         }

@@ -41,13 +41,14 @@ pub async fn call<M: Serialize, R: DeserializeOwned>(
     init.with_method(Method::Post)
         .with_body(Some(Uint8Array::from(body.as_slice()).into()));
     let req = Request::new_with_init(&format!("https://key-guard{}", op.path()), &init)?;
-    let mut resp = stub.fetch_with_request(req).await?;
-    let bytes = resp.bytes().await?;
-    if resp.status_code() != 200 {
+    let resp = stub.fetch_with_request(req).await?;
+    let status = resp.status_code();
+    let bytes = crate::http::read_body(resp).await?;
+    if status != 200 {
         return Err(worker::Error::RustError(format!(
             "key guard {} answered {}: {}",
             op.path(),
-            resp.status_code(),
+            status,
             String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
         )));
     }

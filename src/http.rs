@@ -89,6 +89,16 @@ pub fn content_length(req: &worker::Request) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The whole body of a fetched response, read with one `arrayBuffer()` call.
+/// (`Response::bytes` pulls the stream chunk by chunk through a reader, which
+/// costs several JS round trips and microtasks per request; see
+/// bench/RESULTS.md, "Where the time goes".)
+pub async fn read_body(resp: Response) -> Result<Vec<u8>> {
+    let inner: worker::web_sys::Response = resp.into();
+    let buf = worker::wasm_bindgen_futures::JsFuture::from(inner.array_buffer()?).await?;
+    Ok(worker::js_sys::Uint8Array::new(&buf).to_vec())
+}
+
 /// Rate-limit headers in the owned form `respond` takes.
 pub fn rate_headers(v: &postguard_core::rate_limit::Verdict) -> Vec<(&'static str, String)> {
     postguard_core::rate_limit::headers(v)

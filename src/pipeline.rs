@@ -388,13 +388,13 @@ async fn forward(
     let controller = AbortController::default();
     let signal = controller.signal();
     let work = async move {
-        let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
+        let resp = Fetch::Request(request).send_with_signal(&signal).await?;
         if !buffer {
             return Ok(Forwarded::Streaming(resp));
         }
         let status = resp.status_code();
         let headers = header_pairs(resp.headers());
-        let body = resp.bytes().await?;
+        let body = http::read_body(resp).await?;
         Ok::<_, worker::Error>(Forwarded::Buffered {
             status,
             headers,

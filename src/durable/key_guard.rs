@@ -49,6 +49,8 @@ struct LimiterState {
 #[durable_object]
 pub struct KeyGuard {
     state: State,
+    /// The object's SQL handle, fetched once (each fetch is two JS calls).
+    sql: SqlStorage,
     schema_ready: Cell<bool>,
     /// The key's limiter state, loaded once from `meta` and written through:
     /// this object is the only writer, so memory and storage never disagree.
@@ -75,12 +77,11 @@ fn int(v: u64) -> SqlStorageValue {
 
 impl KeyGuard {
     fn sql(&self) -> Result<SqlStorage> {
-        let sql = self.state.storage().sql();
         if !self.schema_ready.get() {
-            sql.exec(SCHEMA, None)?;
+            self.sql.exec(SCHEMA, None)?;
             self.schema_ready.set(true);
         }
-        Ok(sql)
+        Ok(self.sql.clone())
     }
 
     fn limiter(&self, sql: &SqlStorage) -> Result<LimiterState> {
@@ -142,8 +143,8 @@ impl KeyGuard {
         Ok(())
     }
 
+    /// Writes a body for a key that has none.
     fn put_body(sql: &SqlStorage, key: &str, body: &[u8]) -> Result<()> {
-        Self::delete_body(sql, key)?;
         for (seq, chunk) in body.chunks(CHUNK).enumerate() {
             sql.exec(
                 "INSERT INTO idem_body (k, seq, data) VALUES (?, ?, ?)",
@@ -214,9 +215,11 @@ impl KeyGuard {
         }
         let mut payload = Vec::new();
         if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
-            // A claim replaces an absent or expired record: drop its old body.
             Self::put_record(&sql, &c.key, new_claim)?;
-            Self::delete_body(&sql, &c.key)?;
+            // A claim that replaces an expired record drops its old body.
+            if record.is_some() {
+                Self::delete_body(&sql, &c.key)?;
+            }
         }
         if let (
             Some(c),
@@ -246,9 +249,9 @@ impl KeyGuard {
         let stored = guard::complete(current.as_ref(), &req, now);
         if let Some(rec) = &stored {
             Self::put_record(&sql, &req.key, rec)?;
-            if req.response.body_omitted {
-                Self::delete_body(&sql, &req.key)?;
-            } else {
+            // Only an in-progress claim completes, and claiming removed any
+            // older body, so there is nothing to delete first.
+            if !req.response.body_omitted {
                 Self::put_body(&sql, &req.key, &body)?;
             }
         }
@@ -333,6 +336,7 @@ fn framed<T: Serialize>(meta: &T, payload: &[u8]) -> Result<Response> {
 impl DurableObject for KeyGuard {
     fn new(state: State, _env: Env) -> Self {
         KeyGuard {
+            sql: state.storage().sql(),
             state,
             schema_ready: Cell::new(false),
             limiter: Cell::new(None),

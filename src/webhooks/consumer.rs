@@ -190,10 +190,10 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
             let controller = AbortController::default();
             let signal = controller.signal();
             let send = async move {
-                let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
+                let resp = Fetch::Request(request).send_with_signal(&signal).await?;
                 let code = resp.status_code();
                 let retry_after = resp.headers().get("Retry-After").ok().flatten();
-                let bytes = resp.bytes().await.unwrap_or_default();
+                let bytes = crate::http::read_body(resp).await.unwrap_or_default();
                 Ok::<_, worker::Error>((code, retry_after, bytes))
             };
             match within(timeout_ms, send).await {

@@ -165,6 +165,7 @@ export async function startGateway({
   persistDir,
   migrate = true,
   verbose = !!process.env.POSTGUARD_TEST_VERBOSE,
+  inspectorPort,
 } = {}) {
   const toml = loadWranglerToml();
   const { modules, modulesRoot } = buildModules(toml);
@@ -172,6 +173,7 @@ export async function startGateway({
   if (originUrl !== undefined) v.ORIGIN_URL = originUrl;
   const v4 = miniflareOptionsFromToml(toml, { vars: v, secrets, persistDir, modules, modulesRoot });
   v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
+  if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
   const mf = new Miniflare(convertV4MiniflareOptions(v4));
   const readyUrl = await mf.ready;
   if (migrate) await applyD1Migrations(mf, toml);

@@ -2,30 +2,21 @@
 // worker and wrangler.toml, identical but for `audit.enabled`, are loaded in turn
 // (A, B, A, B, …) with autocannon against the same local origin; the figures are
 // ratios measured side by side in one run. Usage: node bench/audit.mjs [rounds] [seconds]
-import fs from 'node:fs';
-import path from 'node:path';
-import autocannon from 'autocannon';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
+import { startGateway, cfg, ORIGIN_TOKEN } from '../tests/support/gateway.mjs';
+import { load, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const SECONDS = Number(process.argv[3] ?? 5);
 const CONNECTIONS = 16;
 const plans = { bench: { requests_per_window: 10_000_000, window_s: 60, idempotency_ttl_s: 86400 } };
 
-function run(url, key) {
-  return new Promise((resolve, reject) => {
-    autocannon({
-      url: `${url}/bench/items?x=1`,
-      connections: CONNECTIONS,
-      duration: SECONDS,
-      headers: { authorization: `Bearer ${key}` },
-    }, (err, res) => (err ? reject(err) : resolve(res)));
-  });
-}
-
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const spread = (xs) => `${Math.min(...xs).toFixed(2)}–${Math.max(...xs).toFixed(2)}`;
+const run = (url, key) => load({
+  url: `${url}/bench/items?x=1`,
+  connections: CONNECTIONS,
+  duration: SECONDS,
+  headers: { authorization: `Bearer ${key}` },
+});
 
 const origin = await startOrigin({ token: ORIGIN_TOKEN });
 const on = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans, audit: { enabled: true } }) } });
@@ -74,16 +65,7 @@ Audit rows written: ${written}; requests autocannon counted: ${sentOn} (it leave
 |---|---|---|---|---|
 ${rows}
 `;
-  // Only the generated block is replaced; notes around it are kept.
-  const file = path.join(ROOT, 'bench', 'RESULTS.md');
-  const [BEGIN, END] = ['<!-- bench/audit.mjs:begin -->', '<!-- bench/audit.mjs:end -->'];
-  const old = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '# Benchmark results\n\n';
-  const block = `${BEGIN}\n${section}${END}`;
-  const next = old.includes(BEGIN) && old.includes(END)
-    ? old.slice(0, old.indexOf(BEGIN)) + block + old.slice(old.indexOf(END) + END.length)
-    : `${old.trimEnd()}\n\n${block}\n`;
-  fs.writeFileSync(file, next);
-  console.log(section);
+  writeSection('audit', section);
 } finally {
   await on.dispose();
   await off.dispose();

@@ -6,14 +6,23 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import autocannon from 'autocannon';
+import { execFileSync } from 'node:child_process';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
+import { load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const SECONDS = Number(process.argv[3] ?? 4);
 const CONNECTIONS = 16;
+// Another build can be measured against the same pass-through (before/after a change):
+// POSTGUARD_ROOT=<checkout with a build> BENCH_SECTION=proxy-before node bench/proxy.mjs
+const BUILD_ROOT = process.env.POSTGUARD_ROOT ?? ROOT;
+const SECTION = process.env.BENCH_SECTION ?? 'proxy';
+let commit = '?';
+try {
+  commit = execFileSync('git', ['-C', BUILD_ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+} catch { /* not a checkout */ }
 
 const PASS_THROUGH = `export default {
   async fetch(req, env) {
@@ -25,22 +34,17 @@ const PASS_THROUGH = `export default {
 function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
   let n = 0;
   const stamp = Date.now();
-  return new Promise((resolve, reject) => {
-    autocannon({
-      url,
-      method,
-      headers,
-      body,
-      connections: CONNECTIONS,
-      duration: SECONDS,
-      // A fresh Idempotency-Key per request: every request is a new operation.
-      requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
-    }, (err, res) => (err ? reject(err) : resolve(res)));
+  return cannon({
+    url,
+    method,
+    headers,
+    body,
+    connections: CONNECTIONS,
+    duration: SECONDS,
+    // A fresh Idempotency-Key per request: every request is a new operation.
+    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
   });
 }
-
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const spread = (xs) => `${Math.min(...xs).toFixed(2)}–${Math.max(...xs).toFixed(2)}`;
 
 const origin = await startOrigin({ token: ORIGIN_TOKEN });
 const bare = new Miniflare(convertV4MiniflareOptions({
@@ -98,11 +102,11 @@ try {
     rows.push({ name, ...r });
     console.log(name, JSON.stringify({ rps: r.rps, p50: r.p50, p99: r.p99, status: [...r.status] }));
   }
-  const wasm = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
+  const wasm = fs.readFileSync(path.join(BUILD_ROOT, 'build', 'index_bg.wasm'));
   const table = rows.map((r) => `| ${r.name} | ${median(r.rps).toFixed(2)} (${spread(r.rps)}) | ${median(r.p50).toFixed(2)} (${spread(r.p50)}) | ${median(r.p99).toFixed(2)} (${spread(r.p99)}) | ${median(r.pgRps).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} |`).join('\n');
-  const section = `## postguard vs a bare pass-through worker
+  const section = `## postguard vs a bare pass-through worker${SECTION === 'proxy' ? '' : ` (${SECTION})`}
 
-\`node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
+\`${process.env.POSTGUARD_ROOT ? `POSTGUARD_ROOT=<checkout of ${commit}> BENCH_SECTION=${SECTION} ` : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
 ${ROUNDS} alternating rounds per scenario, all on Miniflare (workerd) on this machine, same local origin.
 Ratios are postguard ÷ pass-through (requests/s: higher is better; latency: lower is better).
 
@@ -114,13 +118,7 @@ Origin hit directly (no worker): ${median(origRuns.map((r) => r.requests.average
 
 wasm: ${wasm.length.toLocaleString('en')} B raw, ${zlib.gzipSync(wasm, { level: 9 }).length.toLocaleString('en')} B gzip (wasm-opt off).
 `;
-  const file = path.join(ROOT, 'bench', 'RESULTS.md');
-  const [BEGIN, END] = ['<!-- bench/proxy.mjs:begin -->', '<!-- bench/proxy.mjs:end -->'];
-  const old = fs.readFileSync(file, 'utf8');
-  const block = `${BEGIN}\n${section}${END}`;
-  const next = old.includes(BEGIN) ? old.slice(0, old.indexOf(BEGIN)) + block + old.slice(old.indexOf(END) + END.length) : `${old.trimEnd()}\n\n${block}\n`;
-  fs.writeFileSync(file, next);
-  console.log(section);
+  writeSection(SECTION, section);
 } finally {
   await gw.dispose();
   await bare.dispose();

@@ -272,11 +272,11 @@ impl KeyGuard {
         let current = Self::record(&sql, &req.key)?;
         let applied = guard::should_release(current.as_ref(), &req);
         if applied {
+            // Only an in-flight claim is released, and it has no body.
             sql.exec(
                 "DELETE FROM idem WHERE k = ?",
                 vec![req.key.as_str().into()],
             )?;
-            Self::delete_body(&sql, &req.key)?;
         }
         framed(&Ack { applied }, &[])
     }

@@ -1,0 +1,27 @@
+// Shared by the benchmarks: statistics over repeated runs, an autocannon wrapper, and
+// writing a generated section into bench/RESULTS.md between that benchmark's markers
+// (notes outside the markers are kept).
+import fs from 'node:fs';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { ROOT } from '../tests/support/gateway.mjs';
+
+export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+export const spread = (xs, digits = 2) => `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
+
+/** One autocannon run; resolves with its result object. */
+export function load(opts) {
+  return new Promise((resolve, reject) => autocannon(opts, (err, res) => (err ? reject(err) : resolve(res))));
+}
+
+export function writeSection(name, section) {
+  const file = path.join(ROOT, 'bench', 'RESULTS.md');
+  const [BEGIN, END] = [`<!-- bench/${name}.mjs:begin -->`, `<!-- bench/${name}.mjs:end -->`];
+  const old = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '# Benchmark results\n\n';
+  const block = `${BEGIN}\n${section}${END}`;
+  const next = old.includes(BEGIN) && old.includes(END)
+    ? old.slice(0, old.indexOf(BEGIN)) + block + old.slice(old.indexOf(END) + END.length)
+    : `${old.trimEnd()}\n\n${block}\n`;
+  fs.writeFileSync(file, next);
+  console.log(section);
+}

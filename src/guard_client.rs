@@ -3,9 +3,9 @@
 
 use postguard_core::frame;
 use serde::{de::DeserializeOwned, Serialize};
-use worker::{js_sys::Uint8Array, Env, Method, Request, RequestInit, Result};
+use worker::{wasm_bindgen::JsValue, Env, Result};
 
-use crate::bindings;
+use crate::{bindings, http};
 
 /// The operations the object serves.
 #[derive(Clone, Copy)]
@@ -35,15 +35,12 @@ pub async fn call<M: Serialize, R: DeserializeOwned>(
     payload: &[u8],
 ) -> Result<(R, Vec<u8>)> {
     let ns = env.durable_object(bindings::KEY_GUARD)?;
-    let stub = ns.id_from_name(key_id)?.get_stub()?;
+    let stub: JsValue = ns.id_from_name(key_id)?.get_stub()?.into_rpc();
     let body = frame::encode(meta, payload).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(Uint8Array::from(body.as_slice()).into()));
-    let req = Request::new_with_init(&format!("https://key-guard{}", op.path()), &init)?;
-    let resp = stub.fetch_with_request(req).await?;
-    let status = resp.status_code();
-    let bytes = crate::http::read_body(resp).await?;
+    let init = http::request_init("POST", &body);
+    let resp = http::raw_fetch(&stub, &format!("https://key-guard{}", op.path()), &init).await?;
+    let status = resp.status();
+    let bytes = http::read_body(&resp).await?;
     if status != 200 {
         return Err(worker::Error::RustError(format!(
             "key guard {} answered {}: {}",

@@ -3,7 +3,9 @@
 use postguard_core::problem::PROBLEM_CONTENT_TYPE;
 use postguard_core::Problem;
 use serde::Serialize;
-use worker::{Headers, Response, Result};
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::{js_sys, web_sys, Headers, Response, Result};
 
 use crate::runtime::RequestCtx;
 
@@ -89,14 +91,43 @@ pub fn content_length(req: &worker::Request) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The whole body of a fetched response, read with one `arrayBuffer()` call.
-/// (`Response::bytes` pulls the stream chunk by chunk through a reader, which
-/// costs several JS round trips and microtasks per request; see
-/// bench/RESULTS.md, "Where the time goes".)
-pub async fn read_body(resp: Response) -> Result<Vec<u8>> {
-    let inner: worker::web_sys::Response = resp.into();
-    let buf = worker::wasm_bindgen_futures::JsFuture::from(inner.array_buffer()?).await?;
-    Ok(worker::js_sys::Uint8Array::new(&buf).to_vec())
+/// `fetch(url, init)` called on `this` (the global scope, or a Durable Object
+/// stub), without the `worker` crate's Request/Response wrappers: those copy
+/// the request's `cf` object, wrap and re-create the response, and cost about
+/// a fifth of a request's CPU on the paths that make two or three
+/// subrequests (bench/RESULTS.md, "Where the time goes").
+pub async fn raw_fetch(
+    this: &JsValue,
+    url: &str,
+    init: &web_sys::RequestInit,
+) -> Result<web_sys::Response> {
+    let fetch: js_sys::Function = js_sys::Reflect::get(this, &JsValue::from_str("fetch"))?
+        .dyn_into()
+        .map_err(|_| worker::Error::RustError("fetch is not callable".into()))?;
+    let promise: js_sys::Promise = fetch
+        .call2(this, &JsValue::from_str(url), init)?
+        .dyn_into()
+        .map_err(|_| worker::Error::RustError("fetch did not return a promise".into()))?;
+    let resp = JsFuture::from(promise).await?;
+    resp.dyn_into()
+        .map_err(|_| worker::Error::RustError("fetch did not resolve to a Response".into()))
+}
+
+/// A request init with a method and an optional body.
+pub fn request_init(method: &str, body: &[u8]) -> web_sys::RequestInit {
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    if !body.is_empty() {
+        init.set_body(&js_sys::Uint8Array::from(body));
+    }
+    init
+}
+
+/// The whole body of a fetched response, read with one `arrayBuffer()` call
+/// (`worker::Response::bytes` pulls it chunk by chunk through a stream reader).
+pub async fn read_body(resp: &web_sys::Response) -> Result<Vec<u8>> {
+    let buf = JsFuture::from(resp.array_buffer()?).await?;
+    Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
 /// Rate-limit headers in the owned form `respond` takes.

@@ -14,10 +14,7 @@ use postguard_core::headers::{
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
 use postguard_core::{ErrorCode, Problem};
-use worker::{
-    js_sys::Uint8Array, AbortController, Env, Fetch, Headers, Method, Request, RequestInit,
-    RequestRedirect, Response, Result,
-};
+use worker::{web_sys, Env, Headers, Request, Response, Result};
 
 use crate::auth::{self, ApiKey};
 use crate::guard_client::{call, Op};
@@ -351,9 +348,9 @@ async fn forward(
         "{}{origin_path}",
         cfg.origin_url.origin().ascii_serialization()
     );
-    let headers = Headers::new();
+    let headers = web_sys::Headers::new().map_err(|e| unreachable(e.into()))?;
     for (k, v) in forward_request_headers(incoming) {
-        headers.append(&k, &v).map_err(unreachable)?;
+        headers.append(&k, &v).map_err(|e| unreachable(e.into()))?;
     }
     let sig = origin_signature(
         &cfg.origin_token,
@@ -374,27 +371,22 @@ async fn forward(
         added.push(("Idempotency-Key", k));
     }
     for (k, v) in added {
-        headers.set(k, v).map_err(unreachable)?;
+        headers.set(k, v).map_err(|e| unreachable(e.into()))?;
     }
-    let mut init = RequestInit::new();
-    init.with_method(Method::from(method.to_string()))
-        .with_headers(headers)
-        .with_redirect(RequestRedirect::Manual);
-    if !body.is_empty() {
-        init.with_body(Some(Uint8Array::from(body.as_slice()).into()));
-    }
-    let request = Request::new_with_init(&target, &init).map_err(unreachable)?;
+    let controller = web_sys::AbortController::new().map_err(|e| unreachable(e.into()))?;
+    let init = http::request_init(method, &body);
+    init.set_headers(&headers);
+    init.set_redirect(web_sys::RequestRedirect::Manual);
+    init.set_signal(Some(&controller.signal()));
 
-    let controller = AbortController::default();
-    let signal = controller.signal();
     let work = async move {
-        let resp = Fetch::Request(request).send_with_signal(&signal).await?;
+        let resp = http::raw_fetch(&worker::js_sys::global(), &target, &init).await?;
         if !buffer {
-            return Ok(Forwarded::Streaming(resp));
+            return Ok(Forwarded::Streaming(Response::from(resp)));
         }
-        let status = resp.status_code();
-        let headers = header_pairs(resp.headers());
-        let body = http::read_body(resp).await?;
+        let status = resp.status();
+        let headers = header_pairs(&Headers(resp.headers()));
+        let body = http::read_body(&resp).await?;
         Ok::<_, worker::Error>(Forwarded::Buffered {
             status,
             headers,

@@ -6,12 +6,14 @@ use std::rc::Rc;
 
 use postguard_core::config::{Config, ConfigError, RawEnv};
 use postguard_core::{ids, ErrorCode, Problem};
+use worker::wasm_bindgen::JsValue;
 use worker::Env;
 
 use crate::bindings;
 
 pub fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
+    // `Date.now()` itself: `worker::Date::now()` allocates a Date object.
+    worker::js_sys::Date::now() as u64
 }
 
 /// Random bytes from the runtime's CSPRNG (`crypto.getRandomValues`).
@@ -74,13 +76,24 @@ fn read(env: &Env, name: &str) -> Option<String> {
 type Loaded = Result<Rc<Config>, ConfigError>;
 
 thread_local! {
-    /// The last environment seen and what it parsed to.
-    static CONFIG: RefCell<Option<(RawEnv, Loaded)>> = const { RefCell::new(None) };
+    /// The env object last seen, what it held and what it parsed to.
+    static CONFIG: RefCell<Option<(JsValue, RawEnv, Loaded)>> = const { RefCell::new(None) };
 }
 
-/// The validated configuration, parsed once per isolate and re-parsed only
-/// when the environment changes.
+/// The validated configuration, parsed once per isolate. The runtime hands
+/// every request of an isolate the same env object, so its identity is
+/// checked first; a different object is read again and re-parsed only if its
+/// values differ.
 pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
+    let this: &JsValue = env.as_ref();
+    if let Some(hit) = CONFIG.with(|cell| {
+        cell.borrow()
+            .as_ref()
+            .filter(|(seen, _, _)| seen == this)
+            .map(|(_, _, result)| result.clone())
+    }) {
+        return hit;
+    }
     let raw = RawEnv {
         origin_url: read(env, bindings::ORIGIN_URL),
         admin_token: read(env, bindings::ADMIN_TOKEN),
@@ -89,13 +102,11 @@ pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
     };
     CONFIG.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if let Some((cached_raw, result)) = slot.as_ref() {
-            if *cached_raw == raw {
-                return result.clone();
-            }
-        }
-        let result = Config::load(&raw).map(Rc::new);
-        *slot = Some((raw, result.clone()));
+        let result = match slot.as_ref() {
+            Some((_, cached_raw, result)) if *cached_raw == raw => result.clone(),
+            _ => Config::load(&raw).map(Rc::new),
+        };
+        *slot = Some((this.clone(), raw, result.clone()));
         result
     })
 }

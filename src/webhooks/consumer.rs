@@ -11,16 +11,49 @@ use postguard_core::webhooks::events::excerpt;
 use postguard_core::webhooks::retry::{self, AttemptResult, Outcome};
 use postguard_core::webhooks::signature;
 use serde::Deserialize;
-use worker::js_sys::Uint8Array;
 use worker::wasm_bindgen::JsValue;
-use worker::{
-    AbortController, Env, Fetch, Headers, MessageBuilder, MessageExt, Method, Request, RequestInit,
-    RequestRedirect, Result,
-};
+use worker::{web_sys, Env, MessageBuilder, MessageExt, Result};
 
 use super::{num, opt_text, text, Job};
-use crate::bindings;
 use crate::runtime::{new_ulid_parts, now_ms, within};
+use crate::{bindings, http};
+
+/// POSTs one attempt; `None` when no answer came within `timeout_ms` (the
+/// request is aborted). The answer: status, Retry-After, body.
+async fn send(
+    url: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+    timeout_ms: u64,
+) -> Option<Result<(u16, Option<String>, Vec<u8>)>> {
+    let prepared = (|| {
+        let h = web_sys::Headers::new()?;
+        for (k, v) in headers {
+            h.set(k, v)?;
+        }
+        let controller = web_sys::AbortController::new()?;
+        let init = http::request_init("POST", body);
+        init.set_headers(&h);
+        init.set_redirect(web_sys::RequestRedirect::Manual);
+        init.set_signal(Some(&controller.signal()));
+        Ok::<_, JsValue>((controller, init))
+    })();
+    let (controller, init) = match prepared {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let attempt = async {
+        let resp = http::raw_fetch(&worker::js_sys::global(), url, &init).await?;
+        let retry_after = resp.headers().get("Retry-After").ok().flatten();
+        let bytes = http::read_body(&resp).await.unwrap_or_default();
+        Ok((resp.status(), retry_after, bytes))
+    };
+    let out = within(timeout_ms, attempt).await;
+    if out.is_none() {
+        controller.abort();
+    }
+    out
+}
 
 /// What one attempt needs: the delivery, its event's body and the secrets.
 #[derive(Deserialize)]
@@ -160,71 +193,48 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
         .map_err(worker::Error::RustError)?;
     let number_s = number.to_string();
     let ts_s = timestamp.to_string();
-    let headers = Headers::new();
-    for (k, v) in [
-        ("Content-Type", "application/json"),
-        ("User-Agent", "postguard-webhooks/0.1"),
-        ("webhook-id", t.event_id.as_str()),
-        ("webhook-timestamp", ts_s.as_str()),
-        ("webhook-signature", sig.as_str()),
-        ("X-Event-Id", t.event_id.as_str()),
-        ("X-Event-Type", t.event_type.as_str()),
-        ("X-Delivery-Attempt", number_s.as_str()),
-        ("X-Request-Id", request_id.as_str()),
-    ] {
-        headers.set(k, v)?;
-    }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_headers(headers)
-        .with_redirect(RequestRedirect::Manual)
-        .with_body(Some(Uint8Array::from(body).into()));
     let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
-    let (result, error, excerpt_text) = match Request::new_with_init(&url, &init) {
-        Err(e) => (
-            AttemptResult::NetworkError,
-            Some(format!("invalid request: {e}")),
+    let (result, error, excerpt_text) = match send(
+        &url,
+        body,
+        &[
+            ("Content-Type", "application/json"),
+            ("User-Agent", "postguard-webhooks/0.1"),
+            ("webhook-id", t.event_id.as_str()),
+            ("webhook-timestamp", ts_s.as_str()),
+            ("webhook-signature", sig.as_str()),
+            ("X-Event-Id", t.event_id.as_str()),
+            ("X-Event-Type", t.event_type.as_str()),
+            ("X-Delivery-Attempt", number_s.as_str()),
+            ("X-Request-Id", request_id.as_str()),
+        ],
+        timeout_ms,
+    )
+    .await
+    {
+        None => (
+            AttemptResult::Timeout,
+            Some(format!("no answer within {timeout_ms} ms")),
             None,
         ),
-        Ok(request) => {
-            let controller = AbortController::default();
-            let signal = controller.signal();
-            let send = async move {
-                let resp = Fetch::Request(request).send_with_signal(&signal).await?;
-                let code = resp.status_code();
-                let retry_after = resp.headers().get("Retry-After").ok().flatten();
-                let bytes = crate::http::read_body(resp).await.unwrap_or_default();
-                Ok::<_, worker::Error>((code, retry_after, bytes))
+        Some(Err(e)) => {
+            let msg = e.to_string();
+            let msg = if msg.trim().is_empty() {
+                "network error".to_string()
+            } else {
+                msg
             };
-            match within(timeout_ms, send).await {
-                None => {
-                    controller.abort();
-                    (
-                        AttemptResult::Timeout,
-                        Some(format!("no answer within {timeout_ms} ms")),
-                        None,
-                    )
-                }
-                Some(Err(e)) => {
-                    let msg = e.to_string();
-                    let msg = if msg.trim().is_empty() {
-                        "network error".to_string()
-                    } else {
-                        msg
-                    };
-                    (
-                        AttemptResult::NetworkError,
-                        Some(format!("network error: {msg}")),
-                        None,
-                    )
-                }
-                Some(Ok((code, retry_after, bytes))) => (
-                    AttemptResult::Status { code, retry_after },
-                    None,
-                    Some(excerpt(&bytes, EXCERPT_CHARS)),
-                ),
-            }
+            (
+                AttemptResult::NetworkError,
+                Some(format!("network error: {msg}")),
+                None,
+            )
         }
+        Some(Ok((code, retry_after, bytes))) => (
+            AttemptResult::Status { code, retry_after },
+            None,
+            Some(excerpt(&bytes, EXCERPT_CHARS)),
+        ),
     };
     let done = now_ms();
     let status_code = match &result {

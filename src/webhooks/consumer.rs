@@ -4,6 +4,9 @@
 //! (a new delayed message, chained past the queue's 12 h maximum) or
 //! dead-lettered. Messages that fail unexpectedly are retried by the queue and
 //! end in the dead-letter queue, whose consumer marks the delivery dead_letter.
+//!
+//! A batch costs two D1 round trips whatever its size: one query loads every
+//! due delivery, one `batch()` records every attempt (bench/webhooks.mjs).
 
 use postguard_core::config::Config;
 use postguard_core::ids;
@@ -58,6 +61,7 @@ async fn send(
 /// What one attempt needs: the delivery, its event's body and the secrets.
 #[derive(Deserialize)]
 struct Target {
+    id: String,
     event_id: String,
     event_type: String,
     url: String,
@@ -78,41 +82,123 @@ pub async fn handle(
     env: &Env,
     cfg: &Config,
 ) -> Result<()> {
-    let dead_letters = batch.queue() == bindings::DELIVERIES_DLQ;
     let messages = batch.messages()?;
-    let work = messages.iter().map(|m| async move {
-        let job: std::result::Result<Job, _> = serde_json::from_value(m.body().clone());
-        let outcome = match job {
-            Ok(job) if dead_letters => give_up(env, &job).await,
-            Ok(job) => attempt(env, cfg, job).await,
+    let mut jobs = Vec::new();
+    for m in &messages {
+        match serde_json::from_value::<Job>(m.body().clone()) {
+            Ok(job) => jobs.push((m, job)),
             Err(e) => {
                 worker::console_error!("dropping a malformed delivery message: {}", e);
-                Ok(())
-            }
-        };
-        match outcome {
-            Ok(()) => m.ack(),
-            Err(e) => {
-                worker::console_error!("delivery message failed, the queue will retry it: {}", e);
-                m.retry();
+                m.ack();
             }
         }
+    }
+    if batch.queue() == bindings::DELIVERIES_DLQ {
+        let work = jobs
+            .iter()
+            .map(|(m, job)| async move { settle(m, give_up(env, job).await) });
+        futures_util::future::join_all(work).await;
+        return Ok(());
+    }
+
+    let now = now_ms();
+    let mut due: Vec<(&worker::Message<serde_json::Value>, Job)> = Vec::new();
+    let mut waiting = Vec::new();
+    for (m, job) in jobs {
+        match job.not_before {
+            // A long delay is chained: not yet time → wait another hop.
+            Some(nb) if nb > now + 1_000 => waiting.push((m, job, (nb - now).div_ceil(1000))),
+            _ if due.iter().any(|(_, d)| *d == job) => m.ack(), // the same message twice
+            // Another job for a delivery already in this batch (a manual retry
+            // next to its scheduled attempt): it runs once this one is recorded,
+            // so the two never number their attempts from the same snapshot.
+            _ if due.iter().any(|(_, d)| d.delivery_id == job.delivery_id) => m.retry(),
+            _ => due.push((m, job)),
+        }
+    }
+    let hops = waiting
+        .into_iter()
+        .map(|(m, job, remaining)| async move { settle(m, send_later(env, job, remaining).await) });
+    futures_util::future::join_all(hops).await;
+    if due.is_empty() {
+        return Ok(());
+    }
+
+    let ids: Vec<&str> = due.iter().map(|(_, j)| j.delivery_id.as_str()).collect();
+    let targets = match load_many(env, &ids).await {
+        Ok(t) => t,
+        Err(e) => {
+            worker::console_error!(
+                "loading {} deliveries failed, the queue will retry them: {}",
+                ids.len(),
+                e
+            );
+            due.iter().for_each(|(m, _)| m.retry());
+            return Ok(());
+        }
+    };
+    let work = due.iter().map(|(m, job)| {
+        let target = targets.iter().find(|t| t.id == job.delivery_id);
+        async move { (*m, attempt(env, cfg, job, target).await) }
     });
-    futures_util::future::join_all(work).await;
+    let mut records = Vec::new();
+    let mut recorded = Vec::new();
+    for (m, outcome) in futures_util::future::join_all(work).await {
+        match outcome {
+            Ok(Some(rec)) => {
+                records.push(rec);
+                recorded.push(m);
+            }
+            other => settle(m, other.map(|_| ())),
+        }
+    }
+    match record_all(env, &records).await {
+        Ok(()) => recorded.iter().for_each(|m| m.ack()),
+        Err(e) => {
+            // The requests were sent: retrying repeats them (at-least-once),
+            // which beats losing their outcome.
+            worker::console_error!(
+                "recording {} attempts failed, the queue will retry them: {}",
+                records.len(),
+                e
+            );
+            recorded.iter().for_each(|m| m.retry());
+        }
+    }
     Ok(())
 }
 
-async fn load(env: &Env, delivery_id: &str) -> Result<Option<Target>> {
+/// Acknowledges a message whose work is done, or hands it back to the queue.
+fn settle(m: &worker::Message<serde_json::Value>, outcome: Result<()>) {
+    match outcome {
+        Ok(()) => m.ack(),
+        Err(e) => {
+            worker::console_error!("delivery message failed, the queue will retry it: {}", e);
+            m.retry();
+        }
+    }
+}
+
+const TARGET_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
+            s.secret, s.previous_secret, s.previous_secret_until \
+     FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
+     LEFT JOIN subscriptions s ON s.id = d.subscription_id";
+
+/// The deliveries of one batch, in one query (a batch holds at most 100
+/// messages, within D1's limit on bound parameters).
+async fn load_many(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
+    let marks = vec!["?"; ids.len()].join(", ");
+    let binds: Vec<JsValue> = ids.iter().map(|id| text(id)).collect();
     env.d1(bindings::DB)?
-        .prepare(
-            "SELECT d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
-                    s.secret, s.previous_secret, s.previous_secret_until \
-             FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
-             LEFT JOIN subscriptions s ON s.id = d.subscription_id WHERE d.id = ?",
-        )
-        .bind(&[text(delivery_id)])?
-        .first(None)
-        .await
+        .prepare(format!("{TARGET_COLUMNS} WHERE d.id IN ({marks})"))
+        .bind(&binds)?
+        .all()
+        .await?
+        .results()
+}
+
+async fn load(env: &Env, delivery_id: &str) -> Result<Option<Target>> {
+    Ok(load_many(env, &[delivery_id]).await?.into_iter().next())
 }
 
 async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
@@ -134,18 +220,17 @@ enum Kind {
     Redirect,
 }
 
-/// One attempt of one delivery.
-async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
+/// One attempt of one delivery (`target` is `None` once retention removed
+/// it). Returns what to record, or `None` when there is nothing to record.
+async fn attempt(
+    env: &Env,
+    cfg: &Config,
+    job: &Job,
+    target: Option<&Target>,
+) -> Result<Option<Recorded>> {
     let now = now_ms();
-    // A long delay is chained: not yet time → wait another hop.
-    if let Some(nb) = job.not_before {
-        if nb > now + 1_000 {
-            let remaining = (nb - now).div_ceil(1000);
-            return send_later(env, job, remaining).await;
-        }
-    }
-    let Some(t) = load(env, &job.delivery_id).await? else {
-        return Ok(()); // removed by retention
+    let Some(t) = target else {
+        return Ok(None); // removed by retention
     };
     let in_progress = t.status == "pending" || t.status == "failed";
     let kind = if job.redirect_url.is_some() {
@@ -159,26 +244,29 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
     } else if in_progress && job.not_before == t.next_attempt_at {
         Kind::Scheduled
     } else {
-        return Ok(()); // superseded or duplicate (queues deliver at least once)
+        return Ok(None); // superseded or duplicate (queues deliver at least once)
     };
     let number = t.attempts_made + 1;
     let request_id = ids_now();
     let Some(secret) = t.secret.clone() else {
-        if matches!(kind, Kind::Scheduled) {
-            let rec = Attempt {
+        if !matches!(kind, Kind::Scheduled) {
+            return Ok(None);
+        }
+        return Ok(Some(Recorded {
+            delivery_id: job.delivery_id.clone(),
+            status: Some("dead_letter".into()),
+            attempt: Attempt {
                 number,
-                url: &t.url,
+                url: t.url.clone(),
                 status_code: None,
-                error: Some("the subscription was deleted"),
+                error: Some("the subscription was deleted".into()),
                 excerpt: None,
                 duration_ms: 0,
-                request_id: &request_id,
+                request_id,
                 at: now,
                 next_at: None,
-            };
-            record(env, &job.delivery_id, &rec, Some("dead_letter")).await?;
-        }
-        return Ok(());
+            },
+        }));
     };
     let url = job.redirect_url.clone().unwrap_or_else(|| t.url.clone());
     let timestamp = now / 1000;
@@ -244,30 +332,34 @@ async fn attempt(env: &Env, cfg: &Config, job: Job) -> Result<()> {
     let outcome = retry::classify(&result, number, &cfg.settings.webhooks.schedule_s, done);
     let mut rec = Attempt {
         number,
-        url: &url,
+        url,
         status_code,
-        error: error.as_deref(),
-        excerpt: excerpt_text.as_deref(),
+        error,
+        excerpt: excerpt_text,
         duration_ms: done - now,
-        request_id: &request_id,
+        request_id,
         at: now,
         next_at: None,
     };
     let new_status = match (kind, outcome) {
         (Kind::Redirect, _) => None,
-        (_, Outcome::Delivered) => Some("delivered"),
-        (Kind::ManualFinal, _) => Some(t.status.as_str()),
-        (Kind::Scheduled, Outcome::DeadLetter) => Some("dead_letter"),
+        (_, Outcome::Delivered) => Some("delivered".to_string()),
+        (Kind::ManualFinal, _) => Some(t.status.clone()),
+        (Kind::Scheduled, Outcome::DeadLetter) => Some("dead_letter".to_string()),
         (Kind::Scheduled, Outcome::Retry { delay_s }) => {
             // The next attempt is queued before this one is recorded: a crash
             // in between repeats an attempt rather than losing the delivery.
             let at = done + delay_s * 1000;
             send_later(env, Job::scheduled(job.delivery_id.clone(), at), delay_s).await?;
             rec.next_at = Some(at);
-            Some("failed")
+            Some("failed".to_string())
         }
     };
-    record(env, &job.delivery_id, &rec, new_status).await
+    Ok(Some(Recorded {
+        delivery_id: job.delivery_id.clone(),
+        attempt: rec,
+        status: new_status,
+    }))
 }
 
 fn ids_now() -> String {
@@ -276,51 +368,66 @@ fn ids_now() -> String {
 }
 
 /// One attempt as recorded in the delivery log.
-struct Attempt<'a> {
+struct Attempt {
     number: u32,
-    url: &'a str,
+    url: String,
     status_code: Option<u16>,
-    error: Option<&'a str>,
-    excerpt: Option<&'a str>,
+    error: Option<String>,
+    excerpt: Option<String>,
     duration_ms: u64,
-    request_id: &'a str,
+    request_id: String,
     at: u64,
     next_at: Option<u64>,
 }
 
-/// Writes the attempt row, counts it, and (for `Some(status)`) sets the
-/// delivery's status and next planned attempt — in one D1 batch.
-async fn record(env: &Env, delivery_id: &str, a: &Attempt<'_>, status: Option<&str>) -> Result<()> {
+/// An attempt to record, and (for `Some(status)`) the delivery's new status
+/// and next planned attempt.
+struct Recorded {
+    delivery_id: String,
+    attempt: Attempt,
+    status: Option<String>,
+}
+
+/// Writes each attempt row, counts it and updates its delivery: every
+/// attempt of a batch in one D1 `batch()` (one round trip, one transaction).
+async fn record_all(env: &Env, records: &[Recorded]) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
     let db = env.d1(bindings::DB)?;
     let opt_num = |v: Option<u64>| v.map_or(JsValue::NULL, num);
-    let insert = db
-        .prepare(
-            "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&[
-            text(delivery_id),
-            text(a.request_id),
-            num(u64::from(a.number)),
-            text(a.url),
-            opt_num(a.status_code.map(u64::from)),
-            opt_text(a.error),
-            opt_text(a.excerpt),
-            num(a.duration_ms),
-            num(a.at),
-            opt_num(a.next_at),
-        ])?;
-    let update = match status {
-        Some(status) => db
+    let mut statements = Vec::with_capacity(records.len() * 2);
+    for r in records {
+        let a = &r.attempt;
+        statements.push(db
             .prepare(
-                "UPDATE deliveries SET status = ?, attempts_made = MAX(attempts_made, ?), next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
-            .bind(&[text(status), num(u64::from(a.number)), opt_num(a.next_at), num(now_ms()), text(delivery_id)])?,
-        None => db
-            .prepare("UPDATE deliveries SET attempts_made = MAX(attempts_made, ?), updated_at = ? WHERE id = ?")
-            .bind(&[num(u64::from(a.number)), num(now_ms()), text(delivery_id)])?,
-    };
-    db.batch(vec![insert, update]).await?;
+            .bind(&[
+                text(&r.delivery_id),
+                text(&a.request_id),
+                num(u64::from(a.number)),
+                text(&a.url),
+                opt_num(a.status_code.map(u64::from)),
+                opt_text(a.error.as_deref()),
+                opt_text(a.excerpt.as_deref()),
+                num(a.duration_ms),
+                num(a.at),
+                opt_num(a.next_at),
+            ])?);
+        statements.push(match &r.status {
+            Some(status) => db
+                .prepare(
+                    "UPDATE deliveries SET status = ?, attempts_made = MAX(attempts_made, ?), next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                )
+                .bind(&[text(status), num(u64::from(a.number)), opt_num(a.next_at), num(now_ms()), text(&r.delivery_id)])?,
+            None => db
+                .prepare("UPDATE deliveries SET attempts_made = MAX(attempts_made, ?), updated_at = ? WHERE id = ?")
+                .bind(&[num(u64::from(a.number)), num(now_ms()), text(&r.delivery_id)])?,
+        });
+    }
+    db.batch(statements).await?;
     Ok(())
 }
 
@@ -336,18 +443,24 @@ async fn give_up(env: &Env, job: &Job) -> Result<()> {
     if t.status == "delivered" {
         return Ok(());
     }
-    let rec = Attempt {
-        number: t.attempts_made + 1,
-        url: &t.url,
-        status_code: None,
-        error: Some("the delivery job failed repeatedly inside the gateway (dead-letter queue)"),
-        excerpt: None,
-        duration_ms: 0,
-        request_id: &ids_now(),
-        at: now_ms(),
-        next_at: None,
+    let rec = Recorded {
+        delivery_id: job.delivery_id.clone(),
+        status: Some("dead_letter".into()),
+        attempt: Attempt {
+            number: t.attempts_made + 1,
+            url: t.url.clone(),
+            status_code: None,
+            error: Some(
+                "the delivery job failed repeatedly inside the gateway (dead-letter queue)".into(),
+            ),
+            excerpt: None,
+            duration_ms: 0,
+            request_id: ids_now(),
+            at: now_ms(),
+            next_at: None,
+        },
     };
-    record(env, &job.delivery_id, &rec, Some("dead_letter")).await
+    record_all(env, std::slice::from_ref(&rec)).await
 }
 
 /// Cron safety net: deliveries whose next attempt is overdue by 15 minutes

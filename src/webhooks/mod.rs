@@ -26,7 +26,7 @@ use crate::runtime::RequestCtx;
 /// One delivery attempt to make. Attempts are numbered when they run
 /// (`attempts_made + 1` in D1), so manual retries and redirects continue the
 /// count without colliding with scheduled ones.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub delivery_id: String,
     /// The planned time of a scheduled attempt (epoch ms). It is the job's

@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, ROOT, loadWranglerToml } from '../tests/support/gateway.mjs';
-import { writeSection } from './results.mjs';
+import { ORIGIN_TOKEN, ROOT, loadWranglerToml } from '../tests/support/gateway.mjs';
+import { benchGateway, writeSection } from './results.mjs';
 
 const N = Number(process.argv[2] ?? 50);
 
@@ -87,28 +87,19 @@ fs.writeFileSync(
 process.env.POSTGUARD_ROOT = dir;
 
 const origin = await startOrigin({ token: ORIGIN_TOKEN });
-const gw = await startGateway({
-  originUrl: origin.url,
-  vars: { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 10_000_000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
-});
+const { gw, tiny, auth, body } = await benchGateway(origin.url);
 try {
-  const key = (await gw.createKey({ project: 'bench', plan: 'bench' })).key;
-  const tiny = (await gw.createKey({ project: 'bench', plan: 'tiny' })).key;
-  const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  const body = '{"amount":100}';
   const stamp = Date.now();
   // Each kind: what one request does, averaged over N sequential requests after a warm-up.
   const kinds = {
     'GET (no idempotency)': (i) => gw.fetch('/bench/items', { headers: auth }),
     'fresh POST': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': `c-${stamp}-${i}` }, body }),
-    'replayed POST': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'c-replay' }, body }),
-    'reused key, other body (422)': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'c-replay' }, body: '{"amount":1}' }),
+    'replayed POST': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body }),
+    'reused key, other body (422)': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body: '{"amount":1}' }),
     'origin 5xx under a key (claim released)': (i) => gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'x-demo-status': '503', 'idempotency-key': `c5-${stamp}-${i}` }, body }),
     '429 rejection': (i) => gw.fetch('/bench/items', { headers: { authorization: `Bearer ${tiny}` } }),
     'unknown key (401)': (i) => gw.fetch('/bench/items', { headers: { authorization: `Bearer pgk_${'A'.repeat(43)}` } }),
   };
-  await gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'c-replay' }, body });
-  await gw.fetch('/bench/items', { headers: { authorization: `Bearer ${tiny}` } });
   const audit = await gw.admin('GET', '/_postguard/v1/audit?limit=1');
   if (audit.status !== 200) throw new Error(`the wrapped gateway's audit log does not answer: ${audit.status} ${audit.text}`);
   const rows = [];

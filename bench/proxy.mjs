@@ -1,7 +1,9 @@
-// Benchmark: postguard against a bare pass-through worker (a few lines of JS forwarding
-// to the same origin, on the same runtime) and against the origin hit directly.
-// Everything runs locally under Miniflare (workerd); figures are ratios measured side by
-// side in one run, each scenario repeated `rounds` times in alternation.
+// Benchmark: postguard against (a) a bare pass-through worker, the ceiling for any proxy
+// on this runtime, (b) a minimal JS gateway making the same Durable Object round trips,
+// the floor for any design with central per-key state (bench/passthrough.mjs), and (c)
+// the origin hit directly. Everything runs locally under Miniflare (workerd); figures are
+// ratios measured side by side in one run, the three loaded in alternation, each scenario
+// repeated `rounds` times.
 // Usage: node bench/proxy.mjs [rounds] [seconds]
 import fs from 'node:fs';
 import path from 'node:path';
@@ -9,13 +11,14 @@ import zlib from 'node:zlib';
 import { execFileSync } from 'node:child_process';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { load as cannon, median, spread, writeSection } from './results.mjs';
+import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
+import { PASS_THROUGH, REFERENCE } from './passthrough.mjs';
+import { benchGateway, load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const SECONDS = Number(process.argv[3] ?? 4);
 const CONNECTIONS = 16;
-// Another build can be measured against the same pass-through (before/after a change):
+// Another build can be measured against the same baselines (before/after a change):
 // POSTGUARD_ROOT=<checkout with a build> BENCH_SECTION=proxy-before node bench/proxy.mjs
 const BUILD_ROOT = process.env.POSTGUARD_ROOT ?? ROOT;
 const SECTION = process.env.BENCH_SECTION ?? 'proxy';
@@ -24,16 +27,9 @@ try {
   commit = execFileSync('git', ['-C', BUILD_ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
 } catch { /* not a checkout */ }
 
-const PASS_THROUGH = `export default {
-  async fetch(req, env) {
-    const u = new URL(req.url);
-    return fetch(env.ORIGIN_URL + u.pathname + u.search, { method: req.method, headers: req.headers, body: req.body });
-  },
-};`;
-
 function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
   let n = 0;
-  const stamp = Date.now();
+  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
   return cannon({
     url,
     method,
@@ -52,66 +48,79 @@ const bare = new Miniflare(convertV4MiniflareOptions({
   compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: origin.url }, log: new Log(LogLevel.WARN),
 }));
 const bareUrl = new URL(await bare.ready).origin;
-const gw = await startGateway({
-  originUrl: origin.url,
-  vars: { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 10_000_000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
-});
+const ref = new Miniflare(convertV4MiniflareOptions({
+  host: '127.0.0.1', port: 0, modules: true, script: REFERENCE,
+  compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: origin.url }, log: new Log(LogLevel.WARN),
+  durableObjects: { REF: { className: 'Ref', useSQLite: true } },
+}));
+const refUrl = new URL(await ref.ready).origin;
+const { gw, tiny, auth, body } = await benchGateway(origin.url);
 try {
-  const key = (await gw.createKey({ project: 'bench', plan: 'bench' })).key;
-  const tiny = (await gw.createKey({ project: 'bench', plan: 'tiny' })).key;
-  const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  const body = '{"amount":100}';
-  await gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body });
-  await gw.fetch('/bench/items', { headers: { authorization: `Bearer ${tiny}` } }); // uses the only admission
+  await load(`${refUrl}/bench/pay`, { method: 'POST', headers: { 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
+  const json = { 'content-type': 'application/json' };
   const scenarios = {
     'GET (no idempotency)': {
       pg: () => load(`${gw.url}/bench/items`, { headers: auth }),
+      ref: () => load(`${refUrl}/bench/items`),
       bare: () => load(`${bareUrl}/bench/items`),
     },
     'fresh POST (auth + limit + claim + forward + store)': {
       pg: () => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth, body, fresh: true }),
-      bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }),
+      ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: json, body, fresh: true }),
+      bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     'replayed POST': {
       pg: () => load(`${gw.url}/bench/pay`, { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body }),
-      bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }),
+      ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: { ...json, 'idempotency-key': 'bench-replay' }, body }),
+      bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     '429 rejection': {
       pg: () => load(`${gw.url}/bench/items`, { headers: { authorization: `Bearer ${tiny}` } }),
+      ref: () => load(`${refUrl}/limited/bench/items`),
       bare: () => load(`${bareUrl}/bench/items`),
     },
   };
   const origRuns = [];
   for (let i = 0; i < ROUNDS; i++) origRuns.push(await load(`${origin.url}/bench/items`));
   const rows = [];
+  const codes = (res) => Object.entries(res.statusCodeStats ?? {}).filter(([, c]) => c.count).map(([code]) => code);
   for (const [name, s] of Object.entries(scenarios)) {
     await s.pg(); // warm-up
-    const r = { rps: [], p50: [], p99: [], pgRps: [], bareRps: [], pgP50: [], pgP99: [], status: new Set() };
+    await s.ref();
+    const r = { rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set() };
     for (let i = 0; i < ROUNDS; i++) {
       const b = await s.bare();
+      const f = await s.ref();
       const p = await s.pg();
-      for (const [code, count] of Object.entries(p.statusCodeStats ?? {})) if (count.count) r.status.add(code);
+      codes(p).forEach((c) => r.status.add(c));
+      codes(f).forEach((c) => r.refStatus.add(c));
       r.rps.push(p.requests.average / b.requests.average);
+      r.refRps.push(f.requests.average / b.requests.average);
+      r.pgRef.push(p.requests.average / f.requests.average);
       r.p50.push(p.latency.p50 / Math.max(b.latency.p50, 0.5));
       r.p99.push(p.latency.p99 / Math.max(b.latency.p99, 0.5));
       r.pgRps.push(p.requests.average);
       r.bareRps.push(b.requests.average);
+      r.refAbs.push(f.requests.average);
       r.pgP50.push(p.latency.p50);
       r.pgP99.push(p.latency.p99);
     }
     rows.push({ name, ...r });
-    console.log(name, JSON.stringify({ rps: r.rps, p50: r.p50, p99: r.p99, status: [...r.status] }));
+    console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, status: [...r.status], refStatus: [...r.refStatus] }));
   }
   const wasm = fs.readFileSync(path.join(BUILD_ROOT, 'build', 'index_bg.wasm'));
-  const table = rows.map((r) => `| ${r.name} | ${median(r.rps).toFixed(2)} (${spread(r.rps)}) | ${median(r.p50).toFixed(2)} (${spread(r.p50)}) | ${median(r.p99).toFixed(2)} (${spread(r.p99)}) | ${median(r.pgRps).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} |`).join('\n');
+  const m = (xs) => `${median(xs).toFixed(2)} (${spread(xs)})`;
+  const table = rows.map((r) => `| ${r.name} | ${m(r.rps)} | ${m(r.p50)} | ${m(r.p99)} | ${m(r.refRps)} | ${m(r.pgRef)} | ${median(r.pgRps).toFixed(0)} / ${median(r.refAbs).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} (reference ${[...r.refStatus].join(', ')}) |`).join('\n');
   const section = `## postguard vs a bare pass-through worker${SECTION === 'proxy' ? '' : ` (${SECTION})`}
 
 \`${process.env.POSTGUARD_ROOT ? `POSTGUARD_ROOT=<checkout of ${commit}> BENCH_SECTION=${SECTION} ` : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
-${ROUNDS} alternating rounds per scenario, all on Miniflare (workerd) on this machine, same local origin.
-Ratios are postguard ÷ pass-through (requests/s: higher is better; latency: lower is better).
+${ROUNDS} rounds per scenario alternating bare, reference and postguard, all on Miniflare (workerd) on this
+machine, same local origin. Medians with the spread over the rounds. "bare": the JS pass-through; "reference":
+the minimal JS gateway with postguard's Durable Object round trips (bench/passthrough.mjs). Requests/s: higher
+is better; latency: lower is better.
 
-| scenario | req/s ratio (spread) | p50 ratio | p99 ratio | postguard / bare req/s | postguard p50 / p99 ms | postguard statuses |
-|---|---|---|---|---|---|---|
+| scenario | postguard ÷ bare, req/s | p50 ratio | p99 ratio | reference ÷ bare, req/s | postguard ÷ reference, req/s | req/s postguard / reference / bare | postguard p50 / p99 ms | statuses |
+|---|---|---|---|---|---|---|---|---|
 ${table}
 
 Origin hit directly (no worker): ${median(origRuns.map((r) => r.requests.average)).toFixed(0)} req/s, p50 ${median(origRuns.map((r) => r.latency.p50))} ms, p99 ${median(origRuns.map((r) => r.latency.p99))} ms.
@@ -122,5 +131,6 @@ wasm: ${wasm.length.toLocaleString('en')} B raw, ${zlib.gzipSync(wasm, { level: 
 } finally {
   await gw.dispose();
   await bare.dispose();
+  await ref.dispose();
   await origin.kill();
 }

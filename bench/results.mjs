@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import { ROOT } from '../tests/support/gateway.mjs';
+import { ROOT, startGateway, cfg } from '../tests/support/gateway.mjs';
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 export const spread = (xs, digits = 2) => `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
@@ -24,4 +24,25 @@ export function writeSection(name, section) {
     : `${old.trimEnd()}\n\n${block}\n`;
   fs.writeFileSync(file, next);
   console.log(section);
+}
+
+/**
+ * The gateway the request-path benchmarks load: plan "bench" (no practical limit) and plan
+ * "tiny" (one request a day). Returns the gateway, a bench key's headers, a tiny key whose
+ * only admission is used up, and the POST body, with one response stored under
+ * Idempotency-Key "bench-replay".
+ */
+export async function benchGateway(originUrl, options = {}) {
+  const gw = await startGateway({
+    originUrl,
+    ...options,
+    vars: { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 10_000_000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
+  });
+  const key = (await gw.createKey({ project: 'bench', plan: 'bench' })).key;
+  const tiny = (await gw.createKey({ project: 'bench', plan: 'tiny' })).key;
+  const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  const body = '{"amount":100}';
+  await gw.fetch('/bench/pay', { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body });
+  await gw.fetch('/bench/items', { headers: { authorization: `Bearer ${tiny}` } }); // uses the only admission
+  return { gw, key, tiny, auth, body };
 }

@@ -166,6 +166,7 @@ export async function startGateway({
   migrate = true,
   verbose = !!process.env.POSTGUARD_TEST_VERBOSE,
   inspectorPort,
+  patchOptions,
 } = {}) {
   const toml = loadWranglerToml();
   const { modules, modulesRoot } = buildModules(toml);
@@ -174,6 +175,7 @@ export async function startGateway({
   const v4 = miniflareOptionsFromToml(toml, { vars: v, secrets, persistDir, modules, modulesRoot });
   v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
   if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
+  patchOptions?.(v4); // benchmarks vary one setting, e.g. the queue consumer's batch size
   const mf = new Miniflare(convertV4MiniflareOptions(v4));
   const readyUrl = await mf.ready;
   if (migrate) await applyD1Migrations(mf, toml);

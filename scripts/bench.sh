@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every benchmark, one after another (never in parallel: they share the machine),
+# each writing its section of bench/RESULTS.md. Installs what is missing and builds
+# first. About 20 minutes. One benchmark: `bash scripts/bench.sh proxy` (or profile,
+# counters, coldstart, audit, webhooks, scaling).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+bash scripts/setup.sh
+bash scripts/build.sh
+
+declare -A ARGS=(
+  [proxy]="3 4"        # rounds, seconds per run
+  [profile]="all 4"    # scenarios, seconds
+  [counters]="50"      # requests per kind
+  [coldstart]="5"      # trials
+  [audit]="3 5"        # rounds, seconds
+  [webhooks]="1000 3"  # events per round, rounds
+  [scaling]="3 4 100000" # rounds, seconds, largest record count
+)
+ORDER=(proxy profile counters coldstart audit webhooks scaling)
+[ $# -gt 0 ] && ORDER=("$@")
+for b in "${ORDER[@]}"; do
+  [ -n "${ARGS[$b]+x}" ] || { echo "unknown benchmark: $b (one of ${!ARGS[*]})" >&2; exit 2; }
+  printf '\033[1m==> node bench/%s.mjs %s\033[0m\n' "$b" "${ARGS[$b]}"
+  # shellcheck disable=SC2086
+  node "bench/$b.mjs" ${ARGS[$b]}
+done
+echo "results: bench/RESULTS.md"

@@ -111,7 +111,7 @@ try {
   const wasm = fs.readFileSync(path.join(BUILD_ROOT, 'build', 'index_bg.wasm'));
   const m = (xs) => `${median(xs).toFixed(2)} (${spread(xs)})`;
   const table = rows.map((r) => `| ${r.name} | ${m(r.rps)} | ${m(r.p50)} | ${m(r.p99)} | ${m(r.refRps)} | ${m(r.pgRef)} | ${median(r.pgRps).toFixed(0)} / ${median(r.refAbs).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} (reference ${[...r.refStatus].join(', ')}) |`).join('\n');
-  const section = `## postguard vs a bare pass-through worker${SECTION === 'proxy' ? '' : ` (${SECTION})`}
+  const section = `## postguard against a pass-through and a minimal gateway${SECTION === 'proxy' ? '' : ` (${SECTION})`}
 
 \`${process.env.POSTGUARD_ROOT ? `POSTGUARD_ROOT=<checkout of ${commit}> BENCH_SECTION=${SECTION} ` : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
 ${ROUNDS} rounds per scenario alternating bare, reference and postguard, all on Miniflare (workerd) on this

@@ -110,9 +110,13 @@ pub async fn handle(
             Some(nb) if nb > now + 1_000 => waiting.push((m, job, (nb - now).div_ceil(1000))),
             _ if due.iter().any(|(_, d)| *d == job) => m.ack(), // the same message twice
             // Another job for a delivery already in this batch (a manual retry
-            // next to its scheduled attempt): it runs once this one is recorded,
-            // so the two never number their attempts from the same snapshot.
-            _ if due.iter().any(|(_, d)| d.delivery_id == job.delivery_id) => m.retry(),
+            // next to its scheduled attempt): sent again to run a second later,
+            // after this one is recorded, so the two never number their
+            // attempts from the same snapshot. (Not `retry()`: that would count
+            // towards the dead-letter queue.)
+            _ if due.iter().any(|(_, d)| d.delivery_id == job.delivery_id) => {
+                waiting.push((m, job, 1))
+            }
             _ => due.push((m, job)),
         }
     }

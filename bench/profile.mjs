@@ -1,22 +1,22 @@
 // Where postguard's CPU time goes: a V8 CPU profile of the worker isolate (through the
 // inspector Miniflare exposes) while autocannon drives one scenario, aggregated by function
 // self time. The wasm keeps its name section, so Rust functions appear by name.
-// With scenario "all" it profiles each in turn and writes a summary into bench/RESULTS.md
-// (section "profile", or $BENCH_SECTION; POSTGUARD_ROOT selects another build, as in proxy.mjs).
-// Usage: node bench/profile.mjs [scenario: all|get|fresh|replay|limited] [seconds] [top]
-// (INCLUSIVE=1 also lists the product's own functions by inclusive time.)
-import { execFileSync } from 'node:child_process';
+//
+// Each scenario is profiled `rounds` times; the busy time of the isolate per request is
+// reported as median (spread). With BEFORE_ROOT=<checkout with its own build>, that build
+// runs as a second gateway and is profiled in alternation with this one (before/after,
+// side by side). With scenario "all" the summary is written into bench/RESULTS.md.
+// Usage: node bench/profile.mjs [all|get|fresh|replay|limited] [seconds] [rounds] [top]
+// (INCLUSIVE=1 also prints the product's own functions by inclusive time.)
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { benchGateway, load, writeSection } from './results.mjs';
+import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
 
 const SCENARIO = process.argv[2] ?? 'all';
 const SECONDS = Number(process.argv[3] ?? 4);
-const TOP = Number(process.argv[4] ?? 30);
-const INSPECTOR_PORT = 9239;
-
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
-const { gw, tiny, auth, body } = await benchGateway(origin.url, { inspectorPort: INSPECTOR_PORT });
+const ROUNDS = Number(process.argv[4] ?? 3);
+const TOP = Number(process.argv[5] ?? 12);
+const BEFORE_ROOT = process.env.BEFORE_ROOT;
 
 function cdp(wsUrl) {
   const ws = new WebSocket(wsUrl);
@@ -46,10 +46,11 @@ function cdp(wsUrl) {
   };
 }
 
-try {
+/** The load of each scenario against one gateway. */
+function scenariosFor({ gw, auth, tiny, body }) {
   let n = 0;
-  const stamp = Date.now();
-  const scenarios = {
+  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  return {
     get: { url: `${gw.url}/bench/items`, headers: auth },
     fresh: {
       url: `${gw.url}/bench/pay`, method: 'POST', headers: auth, body,
@@ -58,113 +59,141 @@ try {
     replay: { url: `${gw.url}/bench/pay`, method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body },
     limited: { url: `${gw.url}/bench/items`, headers: { authorization: `Bearer ${tiny}` } },
   };
-  const names = SCENARIO === 'all' ? Object.keys(scenarios) : [SCENARIO];
-  for (const name of names) if (!scenarios[name]) throw new Error(`unknown scenario ${name}; one of all, ${Object.keys(scenarios).join(', ')}`);
-  const summary = [];
-  for (const name of names) {
-  const opts = scenarios[name];
-  const run = () => load({ ...opts, connections: 16, duration: SECONDS });
-  await run(); // warm-up
+}
 
-  const targets = await (await fetch(`http://127.0.0.1:${INSPECTOR_PORT}/json/list`)).json();
+/** Profiles one run of `opts` on the gateway whose inspector listens on `port`. */
+async function profiled(port, opts) {
+  const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
   const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets[0];
   const c = cdp(target.webSocketDebuggerUrl);
   await c.open;
   await c.send('Profiler.enable');
   await c.send('Profiler.setSamplingInterval', { interval: 200 });
   await c.send('Profiler.start');
-  const res = await run();
+  const res = await load({ ...opts, connections: 16, duration: SECONDS });
   const { profile } = await c.send('Profiler.stop');
   c.close();
+  return { res, ...analyse(profile, res.requests.total) };
+}
 
-  const dt = profile.timeDeltas;
+/** Busy time per request, split by side, and self / inclusive time per function. */
+function analyse(profile, requests) {
   const byNode = new Map();
-  profile.samples.forEach((nodeId, i) => byNode.set(nodeId, (byNode.get(nodeId) ?? 0) + (dt[i] ?? 0)));
-  const self = new Map();
-  let total = 0;
-  for (const node of profile.nodes) {
-    const us = byNode.get(node.id) ?? 0;
-    total += us;
-    const f = node.callFrame;
-    const name = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').pop() : ''}`.trim();
-    self.set(name, (self.get(name) ?? 0) + us);
-  }
-  // Which side of the Durable Object boundary a sample belongs to: any frame of the
-  // KeyGuard object on its stack → the object (in production a different machine and
-  // thread); otherwise the stateless worker. Runtime-internal samples ((program), GC)
-  // have no stack and are counted apart.
+  profile.samples.forEach((nodeId, i) => byNode.set(nodeId, (byNode.get(nodeId) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const byId = new Map(profile.nodes.map((nd) => [nd.id, nd]));
   const parent = new Map();
   for (const node of profile.nodes) for (const ch of node.children ?? []) parent.set(ch, node.id);
-  const byId = new Map(profile.nodes.map((nd) => [nd.id, nd]));
+  // Which side of the Durable Object boundary a sample belongs to: any frame of the
+  // KeyGuard object on its stack → the object (in production another machine and
+  // thread); otherwise the stateless worker. Samples without a JS stack ((program), GC)
+  // are the runtime's own.
   const sideOf = new Map();
   const side = (id) => {
-    if (sideOf.has(id)) return sideOf.get(id);
-    const nd = byId.get(id);
-    const fn = nd.callFrame.functionName;
-    let s;
-    if (/key_guard|keyguard_/i.test(fn)) s = 'object';
-    else if (parent.has(id)) s = side(parent.get(id));
-    else s = 'worker';
-    sideOf.set(id, s);
-    return s;
+    if (!sideOf.has(id)) {
+      const fn = byId.get(id).callFrame.functionName;
+      sideOf.set(id, /key_guard|keyguard_/i.test(fn) ? 'object' : parent.has(id) ? side(parent.get(id)) : 'worker');
+    }
+    return sideOf.get(id);
   };
+  const self = new Map();
   const sides = { object: 0, worker: 0, runtime: 0 };
   for (const node of profile.nodes) {
     const us = byNode.get(node.id) ?? 0;
-    const fn = node.callFrame.functionName;
-    if (fn === '(idle)') continue;
-    if (/^\((program|garbage collector|root)\)$/.test(fn)) sides.runtime += us;
+    const f = node.callFrame;
+    if (f.functionName === '(idle)') continue;
+    const name = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').pop() : ''}`.trim();
+    self.set(name, (self.get(name) ?? 0) + us);
+    if (/^\((program|garbage collector|root)\)$/.test(f.functionName)) sides.runtime += us;
     else sides[side(node.id)] += us;
   }
-  const idle = (self.get('(idle)') ?? 0);
-  const busy = total - idle;
-  console.log(`${name}: ${res.requests.average} req/s, p50 ${res.latency.p50} ms; profiled ${(total / 1e6).toFixed(2)} s, busy ${(busy / 1e6).toFixed(2)} s (${(busy / res.requests.total).toFixed(0)} µs per request)`);
-  console.log(`per request: worker ${(sides.worker / res.requests.total).toFixed(0)} µs, object ${(sides.object / res.requests.total).toFixed(0)} µs, runtime (no JS stack: program, GC) ${(sides.runtime / res.requests.total).toFixed(0)} µs`);
   // Inclusive time of the product's own functions (a function counted once per stack).
   const inclusive = new Map();
   const walk = (id, onStack) => {
     const nd = byId.get(id);
-    const name = nd.callFrame.functionName;
-    const mine = /^(<)?postguard/.test(name) || /^<?worker::/.test(name) ? name.replace(/::h[0-9a-f]{16}$/, '') : null;
-    const stack = mine && !onStack.has(mine) ? new Set([...onStack, mine]) : onStack;
+    const fn = nd.callFrame.functionName;
+    const mine = /^<?(postguard|worker::)/.test(fn) ? fn.replace(/::h[0-9a-f]{16}$/, '') : null;
+    const counted = mine && !onStack.has(mine);
+    const stack = counted ? new Set([...onStack, mine]) : onStack;
     let sum = byNode.get(id) ?? 0;
     for (const ch of nd.children ?? []) sum += walk(ch, stack);
-    if (mine && !onStack.has(mine)) inclusive.set(mine, (inclusive.get(mine) ?? 0) + sum);
+    if (counted) inclusive.set(mine, (inclusive.get(mine) ?? 0) + sum);
     return sum;
   };
   walk(profile.nodes[0].id, new Set());
-  if (process.env.INCLUSIVE) {
-    console.log('inclusive (own functions):');
-    for (const [name, us] of [...inclusive.entries()].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`${(us / res.requests.total).toFixed(1).padStart(7)} µs/req  ${name.slice(0, 130)}`);
-  }
-  const rows = [...self.entries()].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, TOP);
-  for (const [fn, us] of rows) console.log(`${((100 * us) / busy).toFixed(1).padStart(5)}%  ${(us / res.requests.total).toFixed(1).padStart(6)} µs/req  ${fn.slice(0, 110)}`);
-  const per = (us) => Math.round(us / res.requests.total);
-  summary.push({
-    name, rps: res.requests.average, busy: per(busy), worker: per(sides.worker), object: per(sides.object), runtime: per(sides.runtime),
-    top: rows.slice(0, 6).map(([fn, us]) => `${fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40)} ${per(us)}`).join(', '),
-  });
-  }
-  let commit = '?';
-  try {
-    commit = execFileSync('git', ['-C', process.env.POSTGUARD_ROOT ?? ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-  } catch { /* not a checkout */ }
-  if (SCENARIO === 'all') {
-    const section = process.env.BENCH_SECTION ?? 'profile';
-    writeSection(section, `## Where the time goes: CPU per request${section === 'profile' ? '' : ` (${section})`}
+  const per = (us) => us / requests;
+  const busy = sides.object + sides.worker + sides.runtime;
+  return {
+    busy: per(busy),
+    worker: per(sides.worker),
+    object: per(sides.object),
+    runtime: per(sides.runtime),
+    self: [...self.entries()].sort((a, b) => b[1] - a[1]).map(([k, us]) => [k, per(us)]),
+    inclusive: [...inclusive.entries()].sort((a, b) => b[1] - a[1]).map(([k, us]) => [k, per(us)]),
+  };
+}
 
-\`${process.env.POSTGUARD_ROOT ? `POSTGUARD_ROOT=<checkout of ${commit}> BENCH_SECTION=${section} ` : ''}node bench/profile.mjs all ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; a V8 CPU profile (200 µs sampling) of
-the postguard isolate through Miniflare's inspector while autocannon drives 16 connections for ${SECONDS} s. Locally the key's
-Durable Object runs in the same isolate and thread as the worker, so the thread's busy time per request is what
-limits throughput here. "object": samples with a KeyGuard frame on the stack (in production another machine);
-"runtime": samples with no JS stack (workerd's own work, GC). µs per request.
+const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40);
+
+const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const builds = [{ label: 'this build', commit: commitOf(ROOT), port: 9239, ctx: await benchGateway(origin.url, { inspectorPort: 9239 }) }];
+if (BEFORE_ROOT) {
+  process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here
+  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: 9240, ctx: await benchGateway(origin.url, { inspectorPort: 9240 }) });
+  delete process.env.POSTGUARD_ROOT;
+}
+try {
+  const sets = builds.map((b) => scenariosFor(b.ctx));
+  const names = SCENARIO === 'all' ? Object.keys(sets[0]) : [SCENARIO];
+  for (const name of names) if (!sets[0][name]) throw new Error(`unknown scenario ${name}; one of all, ${Object.keys(sets[0]).join(', ')}`);
+  const summary = [];
+  for (const name of names) {
+    for (const set of sets) await load({ ...set[name], connections: 16, duration: 2 }); // warm-up
+    const runs = builds.map(() => []);
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let b = 0; b < builds.length; b++) {
+        const out = await profiled(builds[b].port, sets[b][name]);
+        runs[b].push(out);
+        console.log(`${name} [${builds[b].label} ${builds[b].commit}] round ${r + 1}: ${out.res.requests.average} req/s, busy ${out.busy.toFixed(0)} µs/request (worker ${out.worker.toFixed(0)}, object ${out.object.toFixed(0)}, runtime ${out.runtime.toFixed(0)})`);
+      }
+    }
+    const last = runs[0][ROUNDS - 1];
+    for (const [fn, us] of last.self.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req self  ${fn.slice(0, 110)}`);
+    if (process.env.INCLUSIVE) for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req incl  ${fn.slice(0, 130)}`);
+    summary.push({ name, runs, top: last.self.slice(0, 6).map(([fn, us]) => `${shortName(fn)} ${us.toFixed(0)}`).join(', ') });
+  }
+  if (SCENARIO === 'all') {
+    const m = (xs, d = 0) => `${median(xs).toFixed(d)} (${spread(xs, d)})`;
+    const field = (runs, k) => runs.map((o) => o[k]);
+    const main = summary.map((s) => {
+      const [cur] = s.runs;
+      return `| ${s.name} | ${median(cur.map((o) => o.res.requests.average)).toFixed(0)} | ${m(field(cur, 'busy'))} | ${median(field(cur, 'worker')).toFixed(0)} | ${median(field(cur, 'object')).toFixed(0)} | ${median(field(cur, 'runtime')).toFixed(0)} | ${s.top} |`;
+    }).join('\n');
+    const compare = !BEFORE_ROOT ? '' : `
+Before and after, profiled in alternation in the same run (build ${builds[1].commit} from \`BEFORE_ROOT\`, build ${builds[0].commit}):
+
+| scenario | busy µs/request before | after | after ÷ before, per round |
+|---|---|---|---|
+${summary.map((s) => {
+    const [cur, old] = s.runs;
+    const ratio = cur.map((o, i) => o.busy / old[i].busy);
+    return `| ${s.name} | ${m(field(old, 'busy'))} | ${m(field(cur, 'busy'))} | ${m(ratio, 2)} |`;
+  }).join('\n')}
+`;
+    writeSection('profile', `## Where the time goes: CPU per request
+
+\`${BEFORE_ROOT ? 'BEFORE_ROOT=<checkout of an earlier build> ' : ''}node bench/profile.mjs all ${SECONDS} ${ROUNDS}\` — build ${builds[0].commit}, ${new Date().toISOString().slice(0, 10)}; a V8 CPU profile (200 µs sampling)
+of the postguard isolate through Miniflare's inspector while autocannon drives 16 connections for ${SECONDS} s, ${ROUNDS} rounds.
+Locally the key's Durable Object runs in the same isolate and thread as the worker, so the thread's busy time per
+request is what limits throughput here. "object": samples with a KeyGuard frame on the stack (in production another
+machine); "runtime": samples with no JS stack (workerd's own work, GC). µs per request, medians (spread); the
+largest self-time entries are from the last round.
 
 | scenario | req/s while profiled | busy µs/request | worker | object | runtime | largest self-time entries (µs/request) |
 |---|---|---|---|---|---|---|
-${summary.map((r) => `| ${r.name} | ${r.rps.toFixed(0)} | ${r.busy} | ${r.worker} | ${r.object} | ${r.runtime} | ${r.top} |`).join('\n')}
-`);
+${main}
+${compare}`);
   }
 } finally {
-  await gw.dispose();
+  for (const b of builds) await b.ctx.gw.dispose();
   await origin.kill();
 }

@@ -8,24 +8,19 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { execFileSync } from 'node:child_process';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { PASS_THROUGH, REFERENCE } from './passthrough.mjs';
-import { benchGateway, load as cannon, median, spread, writeSection } from './results.mjs';
+import { benchGateway, commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const SECONDS = Number(process.argv[3] ?? 4);
 const CONNECTIONS = 16;
-// Another build can be measured against the same baselines (before/after a change):
-// POSTGUARD_ROOT=<checkout with a build> BENCH_SECTION=proxy-before node bench/proxy.mjs
-const BUILD_ROOT = process.env.POSTGUARD_ROOT ?? ROOT;
-const SECTION = process.env.BENCH_SECTION ?? 'proxy';
-let commit = '?';
-try {
-  commit = execFileSync('git', ['-C', BUILD_ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-} catch { /* not a checkout */ }
+// BEFORE_ROOT=<checkout with its own build> adds that build as a fourth contender in the
+// same rounds (before/after a change, side by side).
+const BEFORE_ROOT = process.env.BEFORE_ROOT;
+const commit = commitOf(ROOT);
 
 function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
   let n = 0;
@@ -55,27 +50,34 @@ const ref = new Miniflare(convertV4MiniflareOptions({
 }));
 const refUrl = new URL(await ref.ready).origin;
 const { gw, tiny, auth, body } = await benchGateway(origin.url);
+let before = null;
+if (BEFORE_ROOT) {
+  process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here
+  before = await benchGateway(origin.url);
+  delete process.env.POSTGUARD_ROOT;
+}
 try {
   await load(`${refUrl}/bench/pay`, { method: 'POST', headers: { 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
   const json = { 'content-type': 'application/json' };
+  const current = { gw, tiny, auth };
   const scenarios = {
     'GET (no idempotency)': {
-      pg: () => load(`${gw.url}/bench/items`, { headers: auth }),
+      pg: (g) => load(`${g.gw.url}/bench/items`, { headers: g.auth }),
       ref: () => load(`${refUrl}/bench/items`),
       bare: () => load(`${bareUrl}/bench/items`),
     },
     'fresh POST (auth + limit + claim + forward + store)': {
-      pg: () => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth, body, fresh: true }),
+      pg: (g) => load(`${g.gw.url}/bench/pay`, { method: 'POST', headers: g.auth, body, fresh: true }),
       ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: json, body, fresh: true }),
       bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     'replayed POST': {
-      pg: () => load(`${gw.url}/bench/pay`, { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body }),
+      pg: (g) => load(`${g.gw.url}/bench/pay`, { method: 'POST', headers: { ...g.auth, 'idempotency-key': 'bench-replay' }, body }),
       ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: { ...json, 'idempotency-key': 'bench-replay' }, body }),
       bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     '429 rejection': {
-      pg: () => load(`${gw.url}/bench/items`, { headers: { authorization: `Bearer ${tiny}` } }),
+      pg: (g) => load(`${g.gw.url}/bench/items`, { headers: { authorization: `Bearer ${g.tiny}` } }),
       ref: () => load(`${refUrl}/limited/bench/items`),
       bare: () => load(`${bareUrl}/bench/items`),
     },
@@ -85,13 +87,19 @@ try {
   const rows = [];
   const codes = (res) => Object.entries(res.statusCodeStats ?? {}).filter(([, c]) => c.count).map(([code]) => code);
   for (const [name, s] of Object.entries(scenarios)) {
-    await s.pg(); // warm-up
+    await s.pg(current); // warm-up
+    if (before) await s.pg(before);
     await s.ref();
-    const r = { rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set() };
+    const r = { rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set(), beforeRps: [], afterBefore: [] };
     for (let i = 0; i < ROUNDS; i++) {
       const b = await s.bare();
       const f = await s.ref();
-      const p = await s.pg();
+      const p = await s.pg(current);
+      if (before) {
+        const o = await s.pg(before);
+        r.beforeRps.push(o.requests.average / b.requests.average);
+        r.afterBefore.push(p.requests.average / o.requests.average);
+      }
       codes(p).forEach((c) => r.status.add(c));
       codes(f).forEach((c) => r.refStatus.add(c));
       r.rps.push(p.requests.average / b.requests.average);
@@ -108,13 +116,20 @@ try {
     rows.push({ name, ...r });
     console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, status: [...r.status], refStatus: [...r.refStatus] }));
   }
-  const wasm = fs.readFileSync(path.join(BUILD_ROOT, 'build', 'index_bg.wasm'));
+  const wasm = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
   const m = (xs) => `${median(xs).toFixed(2)} (${spread(xs)})`;
   const table = rows.map((r) => `| ${r.name} | ${m(r.rps)} | ${m(r.p50)} | ${m(r.p99)} | ${m(r.refRps)} | ${m(r.pgRef)} | ${median(r.pgRps).toFixed(0)} / ${median(r.refAbs).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} (reference ${[...r.refStatus].join(', ')}) |`).join('\n');
-  const section = `## postguard against a pass-through and a minimal gateway${SECTION === 'proxy' ? '' : ` (${SECTION})`}
+  const beforeTable = !before ? '' : `
+Before and after, side by side in the same rounds: build ${commitOf(BEFORE_ROOT)} (\`BEFORE_ROOT\`) loaded right after build ${commit}.
 
-\`${process.env.POSTGUARD_ROOT ? `POSTGUARD_ROOT=<checkout of ${commit}> BENCH_SECTION=${SECTION} ` : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
-${ROUNDS} rounds per scenario alternating bare, reference and postguard, all on Miniflare (workerd) on this
+| scenario | before ÷ bare, req/s | after ÷ bare, req/s | after ÷ before, req/s |
+|---|---|---|---|
+${rows.map((r) => `| ${r.name} | ${m(r.beforeRps)} | ${m(r.rps)} | ${m(r.afterBefore)} |`).join('\n')}
+`;
+  const section = `## postguard against a pass-through and a minimal gateway
+
+\`${before ? 'BEFORE_ROOT=<checkout of an earlier build> ' : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
+${ROUNDS} rounds per scenario alternating bare, reference, postguard${before ? ' and the earlier build' : ''}, all on Miniflare (workerd) on this
 machine, same local origin. Medians with the spread over the rounds. "bare": the JS pass-through; "reference":
 the minimal JS gateway with postguard's Durable Object round trips (bench/passthrough.mjs). Requests/s: higher
 is better; latency: lower is better.
@@ -126,10 +141,11 @@ ${table}
 Origin hit directly (no worker): ${median(origRuns.map((r) => r.requests.average)).toFixed(0)} req/s, p50 ${median(origRuns.map((r) => r.latency.p50))} ms, p99 ${median(origRuns.map((r) => r.latency.p99))} ms.
 
 wasm: ${wasm.length.toLocaleString('en')} B raw, ${zlib.gzipSync(wasm, { level: 9 }).length.toLocaleString('en')} B gzip (wasm-opt off).
-`;
-  writeSection(SECTION, section);
+${beforeTable}`;
+  writeSection('proxy', section);
 } finally {
   await gw.dispose();
+  await before?.gw.dispose();
   await bare.dispose();
   await ref.dispose();
   await origin.kill();

@@ -2,9 +2,19 @@
 // writing a generated section into bench/RESULTS.md between that benchmark's markers
 // (notes outside the markers are kept).
 import fs from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { ROOT, startGateway, cfg } from '../tests/support/gateway.mjs';
+
+/** The short commit of the checkout at `dir` ('?' outside a checkout). */
+export function commitOf(dir) {
+  try {
+    return execFileSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  } catch {
+    return '?';
+  }
+}
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 export const spread = (xs, digits = 2) => `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;

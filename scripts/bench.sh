@@ -11,7 +11,7 @@ bash scripts/build.sh
 
 declare -A ARGS=(
   [proxy]="3 4"        # rounds, seconds per run
-  [profile]="all 4"    # scenarios, seconds
+  [profile]="all 4 3"  # scenarios, seconds, rounds
   [counters]="50"      # requests per kind
   [coldstart]="5"      # trials
   [audit]="3 5"        # rounds, seconds

@@ -1,0 +1,111 @@
+// What each kind of request costs in calls, counted around the unmodified build
+// (tests/support/counting.mjs): Durable Object round trips, SQL statements by kind, alarm
+// calls, KV reads and origin fetches. These are the design's invariants (ADR 0001, 0006):
+// one object call before the origin, one after only when a response is stored or a claim
+// released, the stored body riding in the admit reply, no object call for a bad key.
+// Counts, not timings; bench/counters.mjs prints the same table for RESULTS.md.
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startOrigin } from './support/origin.mjs';
+import { startGateway, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
+import { prepareCountingRoot } from './support/counting.mjs';
+
+const N = 10;
+let origin;
+let gw;
+let key;
+let tiny;
+
+before(async () => {
+  process.env.POSTGUARD_ROOT = prepareCountingRoot(); // this file's process only
+  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  gw = await startGateway({
+    originUrl: origin.url,
+    vars: { POSTGUARD_CONFIG: cfg({ plans: { big: { requests_per_window: 100000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
+  });
+  key = (await gw.createKey({ project: 'rt', plan: 'big' })).key;
+  tiny = (await gw.createKey({ project: 'rt', plan: 'tiny' })).key;
+  const first = await gw.fetch('/rt/items', { headers: { authorization: `Bearer ${tiny}` } });
+  assert.equal(first.status, 200, 'the tiny key\'s only admission');
+});
+after(async () => {
+  await gw?.dispose();
+  await origin?.kill();
+});
+
+const body = '{"amount":1}';
+const post = (idem, extra = {}) => gw.fetch('/rt/pay', {
+  method: 'POST',
+  headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': idem, ...extra },
+  body,
+});
+
+/** Sends `send(i)` N times after one warm-up; returns the counts per request. */
+async function perRequest(send, status) {
+  assert.equal((await send(-1)).status, status, 'warm-up');
+  await gw.fetch('/__counters/reset');
+  for (let i = 0; i < N; i++) {
+    const res = await send(i);
+    assert.equal(res.status, status, res.text);
+  }
+  const counts = (await gw.fetch('/__counters')).json;
+  return Object.fromEntries(Object.entries(counts).map(([k, v]) => [k, v / N]));
+}
+
+/** Exactly these counts (others absent), per request. */
+function expectCounts(got, want) {
+  assert.deepEqual(got, want, `per-request counts ${JSON.stringify(got)}`);
+}
+
+describe('calls per request', () => {
+  it('GET: one object round trip (rate check + window write), one origin fetch', async () => {
+    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${key}` } }), 200), {
+      'object round trip /admit': 1, 'SQL INSERT': 1, 'fetch (origin or receiver)': 1,
+    });
+  });
+
+  it('fresh POST: admit (window, lookup, claim) before the origin, complete (lookup, record, body) after', async () => {
+    const stamp = Date.now();
+    expectCounts(await perRequest((i) => post(`rt-fresh-${stamp}-${i}`), 201), {
+      'object round trip /admit': 1, 'object round trip /complete': 1,
+      'SQL SELECT': 2, 'SQL INSERT': 4, 'fetch (origin or receiver)': 1,
+    });
+  });
+
+  it('replay: one round trip carrying the stored body, no origin fetch', async () => {
+    expectCounts(await perRequest(() => post('rt-replay'), 201), {
+      'object round trip /admit': 1, 'SQL SELECT': 2, 'SQL INSERT': 1,
+    });
+  });
+
+  it('reused key with another body (422): one round trip, no origin fetch', async () => {
+    await post('rt-conflict');
+    expectCounts(await perRequest(() => gw.fetch('/rt/pay', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': 'rt-conflict' },
+      body: '{"amount":2}',
+    }), 422), {
+      'object round trip /admit': 1, 'SQL SELECT': 1, 'SQL INSERT': 1,
+    });
+  });
+
+  it('origin 5xx under a key: the claim is released in a second round trip', async () => {
+    const stamp = Date.now();
+    expectCounts(await perRequest((i) => post(`rt-5xx-${stamp}-${i}`, { 'x-demo-status': '503' }), 503), {
+      'object round trip /admit': 1, 'object round trip /release': 1,
+      'SQL SELECT': 2, 'SQL INSERT': 2, 'SQL DELETE': 1, 'fetch (origin or receiver)': 1,
+    });
+  });
+
+  it('429: one round trip, nothing written', async () => {
+    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${tiny}` } }), 429), {
+      'object round trip /admit': 1,
+    });
+  });
+
+  it('unknown key (401): one KV read, no object call', async () => {
+    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer pgk_${'B'.repeat(43)}` } }), 401), {
+      'KV.get': 1,
+    });
+  });
+});

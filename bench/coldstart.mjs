@@ -10,11 +10,10 @@ import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { performance } from 'node:perf_hooks';
-import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { median, spread, writeSection } from './results.mjs';
-import { PASS_THROUGH } from './passthrough.mjs';
+import { PASS_THROUGH, startBaseline } from './passthrough.mjs';
 
 const TRIALS = Number(process.argv[2] ?? 5);
 const extra = process.argv.slice(3);
@@ -59,11 +58,8 @@ try {
     await gw.dispose();
 
     t = performance.now();
-    const bare = new Miniflare(convertV4MiniflareOptions({
-      host: '127.0.0.1', port: 0, modules: true, script: PASS_THROUGH,
-      compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: origin.url }, log: new Log(LogLevel.WARN),
-    }));
-    const url = new URL(await bare.ready).origin;
+    const bare = await startBaseline(PASS_THROUGH, origin.url);
+    const { url } = bare;
     trials.bare.ready.push(performance.now() - t);
     trials.bare.first.push(await timed(`${url}/bench/items`));
     trials.bare.second.push(await timed(`${url}/bench/items`));

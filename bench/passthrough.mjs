@@ -1,3 +1,5 @@
+import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
+
 // Baselines postguard is measured against, run on the same Miniflare/workerd.
 //
 // PASS_THROUGH: the ceiling for any proxy on this runtime, a few lines of JS forwarding
@@ -60,3 +62,16 @@ export default {
     return new Response(body, res);
   },
 };`;
+
+/**
+ * Starts one baseline script (PASS_THROUGH or REFERENCE) in front of `originUrl`.
+ * Resolves with `{ url, dispose }`.
+ */
+export async function startBaseline(script, originUrl) {
+  const mf = new Miniflare(convertV4MiniflareOptions({
+    host: '127.0.0.1', port: 0, modules: true, script,
+    compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN),
+    durableObjects: script === REFERENCE ? { REF: { className: 'Ref', useSQLite: true } } : {},
+  }));
+  return { url: new URL(await mf.ready).origin, dispose: () => mf.dispose() };
+}

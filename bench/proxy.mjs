@@ -8,10 +8,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { PASS_THROUGH, REFERENCE } from './passthrough.mjs';
+import { PASS_THROUGH, REFERENCE, startBaseline } from './passthrough.mjs';
 import { benchGateway, commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
@@ -38,17 +37,10 @@ function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
 }
 
 const origin = await startOrigin({ token: ORIGIN_TOKEN });
-const bare = new Miniflare(convertV4MiniflareOptions({
-  host: '127.0.0.1', port: 0, modules: true, script: PASS_THROUGH,
-  compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: origin.url }, log: new Log(LogLevel.WARN),
-}));
-const bareUrl = new URL(await bare.ready).origin;
-const ref = new Miniflare(convertV4MiniflareOptions({
-  host: '127.0.0.1', port: 0, modules: true, script: REFERENCE,
-  compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: origin.url }, log: new Log(LogLevel.WARN),
-  durableObjects: { REF: { className: 'Ref', useSQLite: true } },
-}));
-const refUrl = new URL(await ref.ready).origin;
+const bare = await startBaseline(PASS_THROUGH, origin.url);
+const bareUrl = bare.url;
+const ref = await startBaseline(REFERENCE, origin.url);
+const refUrl = ref.url;
 const { gw, tiny, auth, body } = await benchGateway(origin.url);
 let before = null;
 if (BEFORE_ROOT) {

@@ -76,12 +76,12 @@ fn int(v: u64) -> SqlStorageValue {
 }
 
 impl KeyGuard {
-    fn sql(&self) -> Result<SqlStorage> {
+    fn sql(&self) -> Result<&SqlStorage> {
         if !self.schema_ready.get() {
             self.sql.exec(SCHEMA, None)?;
             self.schema_ready.set(true);
         }
-        Ok(self.sql.clone())
+        Ok(&self.sql)
     }
 
     fn limiter(&self, sql: &SqlStorage) -> Result<LimiterState> {
@@ -200,14 +200,14 @@ impl KeyGuard {
         let now = now_ms();
         // ---- synchronous section: read, decide, write ----
         let sql = self.sql()?;
-        let LimiterState { revoked, window } = self.limiter(&sql)?;
+        let LimiterState { revoked, window } = self.limiter(sql)?;
         let record = match &req.claim {
-            Some(c) => Self::record(&sql, &c.key)?,
+            Some(c) => Self::record(sql, &c.key)?,
             None => None,
         };
         let plan = guard::admit(revoked, window, record.as_ref(), &req, now);
         if let Some(w) = plan.window {
-            Self::meta_put(&sql, "window", &serde_json::to_string(&w).map_err(err)?)?;
+            Self::meta_put(sql, "window", &serde_json::to_string(&w).map_err(err)?)?;
             self.limiter.set(Some(LimiterState {
                 revoked,
                 window: Some(w),
@@ -215,10 +215,10 @@ impl KeyGuard {
         }
         let mut payload = Vec::new();
         if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
-            Self::put_record(&sql, &c.key, new_claim)?;
+            Self::put_record(sql, &c.key, new_claim)?;
             // A claim that replaces an expired record drops its old body.
             if record.is_some() {
-                Self::delete_body(&sql, &c.key)?;
+                Self::delete_body(sql, &c.key)?;
             }
         }
         if let (
@@ -231,7 +231,7 @@ impl KeyGuard {
         ) = (&req.claim, &plan.response)
         {
             if !r.body_omitted {
-                payload = Self::body(&sql, &c.key)?;
+                payload = Self::body(sql, &c.key)?;
             }
         }
         // ---- end of synchronous section ----
@@ -245,14 +245,14 @@ impl KeyGuard {
         let (req, body): (CompleteRequest, Vec<u8>) = frame::decode(frame_bytes).map_err(err)?;
         let now = now_ms();
         let sql = self.sql()?;
-        let current = Self::record(&sql, &req.key)?;
+        let current = Self::record(sql, &req.key)?;
         let stored = guard::complete(current.as_ref(), &req, now);
         if let Some(rec) = &stored {
-            Self::put_record(&sql, &req.key, rec)?;
+            Self::put_record(sql, &req.key, rec)?;
             // Only an in-progress claim completes, and claiming removed any
             // older body, so there is nothing to delete first.
             if !req.response.body_omitted {
-                Self::put_body(&sql, &req.key, &body)?;
+                Self::put_body(sql, &req.key, &body)?;
             }
         }
         if let Some(rec) = &stored {
@@ -269,7 +269,7 @@ impl KeyGuard {
     fn release(&self, frame_bytes: Vec<u8>) -> Result<Response> {
         let (req, _): (ReleaseRequest, Vec<u8>) = frame::decode(frame_bytes).map_err(err)?;
         let sql = self.sql()?;
-        let current = Self::record(&sql, &req.key)?;
+        let current = Self::record(sql, &req.key)?;
         let applied = guard::should_release(current.as_ref(), &req);
         if applied {
             // Only an in-flight claim is released, and it has no body.
@@ -283,8 +283,8 @@ impl KeyGuard {
 
     fn revoke(&self) -> Result<Response> {
         let sql = self.sql()?;
-        let current = self.limiter(&sql)?;
-        Self::meta_put(&sql, "revoked", &now_ms().to_string())?;
+        let current = self.limiter(sql)?;
+        Self::meta_put(sql, "revoked", &now_ms().to_string())?;
         self.limiter.set(Some(LimiterState {
             revoked: true,
             ..current
@@ -309,7 +309,7 @@ impl KeyGuard {
             .collect();
         for k in &expired {
             sql.exec("DELETE FROM idem WHERE k = ?", vec![k.as_str().into()])?;
-            Self::delete_body(&sql, k)?;
+            Self::delete_body(sql, k)?;
         }
         if expired.len() as i64 == SWEEP_BATCH {
             return Ok(Some(now));

@@ -166,6 +166,18 @@ pub async fn get(
     }
 }
 
+/// Runs one UPDATE/DELETE on a subscription; whether it matched a row (one
+/// round trip: no separate existence check before the write).
+async fn write_one(env: &Env, sql: &str, binds: &[worker::wasm_bindgen::JsValue]) -> Result<bool> {
+    let res = env
+        .d1(bindings::DB)?
+        .prepare(sql)
+        .bind(binds)?
+        .run()
+        .await?;
+    Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
+}
+
 pub async fn delete(
     req: &Request,
     env: &Env,
@@ -174,14 +186,10 @@ pub async fn delete(
     id: &str,
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
-    if load(env, &project, id).await?.is_none() {
+    let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
+    if !write_one(env, sql, &[text(id), text(&project)]).await? {
         return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
     }
-    env.d1(bindings::DB)?
-        .prepare("DELETE FROM subscriptions WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
-        .run()
-        .await?;
     http::respond(rc, 204, &[], &[], None)
 }
 
@@ -198,14 +206,16 @@ pub async fn rotate(
     id: &str,
 ) -> Result<Response> {
     let project = project_or_answer!(req, env, cfg, rc);
-    if load(env, &project, id).await?.is_none() {
+    let secret = new_secret()?;
+    let sql = "UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?";
+    let binds = [
+        num(now_ms() + ROTATION_OVERLAP_MS),
+        text(&secret),
+        text(id),
+        text(&project),
+    ];
+    if !write_one(env, sql, &binds).await? {
         return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
     }
-    let secret = new_secret()?;
-    env.d1(bindings::DB)?
-        .prepare("UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?")
-        .bind(&[num(now_ms() + ROTATION_OVERLAP_MS), text(&secret), text(id), text(&project)])?
-        .run()
-        .await?;
     http::json(rc, 200, &Rotated { secret }, &[])
 }

@@ -1,0 +1,77 @@
+"""postguard — a Python client for the postguard gateway.
+
+* :class:`Client` (sync, thread-safe) and :class:`AsyncClient` (asyncio): one
+  Idempotency-Key per logical operation, polite retries (``Retry-After`` as a floor),
+  proactive throttling from the rate-limit headers with one limiter per instance.
+* :func:`verify` for webhook deliveries (Standard Webhooks), with a dedupe hook.
+* Typed errors under :class:`PostguardError`.
+"""
+
+from ._core import RateLimitInfo, RetryPolicy, Throttle, backoff_delay, decide, parse_rate_limit
+from ._http import AttemptInfo, Response
+from ._version import __version__
+from .async_client import AsyncClient
+from .client import Client
+from .errors import (
+    ApiError,
+    ConfigInvalid,
+    ConfigurationError,
+    Forbidden,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyRequired,
+    IdempotencyKeyReuseConflict,
+    InvalidApiKey,
+    NetworkError,
+    NotFound,
+    OriginTimeout,
+    OriginUnreachable,
+    PayloadTooLarge,
+    PostguardError,
+    RateLimitExceeded,
+    ServerError,
+    Unauthorized,
+    ValidationError,
+    WebhookVerificationError,
+)
+from .types import Page
+from .webhooks import DedupeHook, MemoryDedupe, WebhookEvent, verify
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "AttemptInfo",
+    "Client",
+    "ConfigInvalid",
+    "ConfigurationError",
+    "DedupeHook",
+    "Forbidden",
+    "IdempotencyKeyInProgress",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyRequired",
+    "IdempotencyKeyReuseConflict",
+    "InvalidApiKey",
+    "MemoryDedupe",
+    "NetworkError",
+    "NotFound",
+    "OriginTimeout",
+    "OriginUnreachable",
+    "Page",
+    "PayloadTooLarge",
+    "PostguardError",
+    "RateLimitExceeded",
+    "RateLimitInfo",
+    "Response",
+    "RetryPolicy",
+    "ServerError",
+    "Throttle",
+    "Unauthorized",
+    "ValidationError",
+    "WebhookEvent",
+    "WebhookVerificationError",
+    "__version__",
+    "backoff_delay",
+    "decide",
+    "parse_rate_limit",
+    "verify",
+]

@@ -1,0 +1,240 @@
+"""The asynchronous client (``httpx.AsyncClient``); safe to share between the tasks
+of one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, cast
+
+import httpx
+
+from . import _endpoints as ep
+from ._base import BaseClient
+from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call
+from ._limiter import AsyncLimiter
+from .types import (
+    ApiKey,
+    AuditRow,
+    Delivery,
+    Event,
+    Me,
+    Page,
+    PortalLink,
+    PublishedEvent,
+    SecretRotation,
+    Stats,
+    Subscription,
+    Task,
+    WebhookTestResult,
+)
+
+
+class AsyncClient(BaseClient):
+    """The async twin of :class:`postguard.Client`: the same settings, methods and
+    semantics, every call awaited; ``iter_*`` are async iterators. Its limiter is
+    shared by all the tasks that use the instance."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        _sleep: Callable[[float], Awaitable[None]] | None = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__(base_url, **settings)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(transport=transport, timeout=self.timeout)
+        self._limiter = AsyncLimiter(self.throttle, self._monotonic)
+        self._sleep = _sleep or asyncio.sleep
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the retry loop ------------------------------------------------------------------
+
+    async def _attempt(self, call: Call) -> tuple[httpx.Response | None, Exception | None]:
+        throttled = self._throttled(call)
+        request = self._request(self._http, call)
+        if throttled:
+            await self._limiter.acquire()
+        raw: httpx.Response | None = None
+        try:
+            raw = await self._http.send(request)
+            return raw, None
+        except RETRYABLE_TRANSPORT_ERRORS as err:
+            return None, err
+        finally:
+            if throttled:
+                self._limiter.release(self._rate_info(raw))
+
+    async def _send(self, call: Call) -> Response:
+        attempt = 0
+        while True:
+            attempt += 1
+            raw, err = await self._attempt(call)
+            decision = self._decide(call, attempt, raw, err)
+            if not decision.retry:
+                return self._result(call, raw, err, attempt)
+            await self._sleep(decision.delay_s)
+
+    async def _json(self, call: Call) -> Any:
+        return (await self._send(call)).json()
+
+    async def _page(self, call: Call) -> Page[Any]:
+        body = await self._json(call) or {}
+        return Page(list(body.get("data", [])), body.get("next_cursor"))
+
+    async def _iterate(self, call: Call) -> AsyncIterator[Any]:
+        page = await self._page(call)
+        while True:
+            for item in page.data:
+                yield item
+            if not page.next_cursor:
+                return
+            page = await self._page(ep.with_cursor(call, page.next_cursor))
+
+    # -- the generic call ------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+    ) -> Response:
+        """Any call through the gateway, e.g. the origin's own API. A mutating method
+        gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
+        attempts. Raises a :class:`postguard.PostguardError` subclass for status ≥ 400."""
+        call = make_call(
+            method,
+            path,
+            auth=auth,
+            json=json,
+            content=content,
+            headers=headers,
+            params=params,
+            idempotency_key=idempotency_key,
+            timeout=timeout,
+        )
+        return await self._send(call)
+
+    # -- the key's own endpoints -------------------------------------------------------------
+
+    async def me(self) -> Me:
+        return cast(Me, await self._json(ep.me()))
+
+    async def create_webhook(
+        self,
+        url: str,
+        events: list[str],
+        *,
+        description: str | None = None,
+        rate_limit_per_s: int | None = None,
+    ) -> Subscription:
+        return cast(Subscription, await self._json(ep.create_webhook(url, events, description, rate_limit_per_s)))
+
+    async def list_webhooks(self, *, limit: int | None = None, cursor: str | None = None) -> Page[Subscription]:
+        return await self._page(ep.list_webhooks(limit, cursor))
+
+    async def get_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, await self._json(ep.get_webhook(subscription_id)))
+
+    async def update_webhook(self, subscription_id: str, **fields: Any) -> Subscription:
+        """PATCH ``url``, ``events``, ``description`` or ``rate_limit_per_s``."""
+        return cast(Subscription, await self._json(ep.update_webhook(subscription_id, fields)))
+
+    async def delete_webhook(self, subscription_id: str) -> None:
+        await self._send(ep.delete_webhook(subscription_id))
+
+    async def rotate_webhook_secret(self, subscription_id: str) -> SecretRotation:
+        return cast(SecretRotation, await self._json(ep.webhook_action(subscription_id, "rotate-secret")))
+
+    async def pause_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, await self._json(ep.webhook_action(subscription_id, "pause")))
+
+    async def resume_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, await self._json(ep.webhook_action(subscription_id, "resume")))
+
+    async def test_webhook(self, subscription_id: str) -> WebhookTestResult:
+        return cast(WebhookTestResult, await self._json(ep.webhook_action(subscription_id, "test")))
+
+    async def recover_webhook(self, subscription_id: str, *, since: int | str, until: int | str | None = None) -> Task:
+        body = {"since": since, **({"until": until} if until is not None else {})}
+        return cast(Task, await self._json(ep.webhook_action(subscription_id, "recover", body)))
+
+    async def get_task(self, task_id: str) -> Task:
+        return cast(Task, await self._json(ep.get_task(task_id)))
+
+    async def list_deliveries(self, **filters: str | int | None) -> Page[Delivery]:
+        """Filters: ``status``, ``event_type``, ``since``, ``limit``, ``cursor``."""
+        return await self._page(ep.list_deliveries(filters))
+
+    def iter_deliveries(self, **filters: str | int | None) -> AsyncIterator[Delivery]:
+        return self._iterate(ep.list_deliveries(filters))
+
+    async def get_delivery(self, delivery_id: str) -> Delivery:
+        return cast(Delivery, await self._json(ep.get_delivery(delivery_id)))
+
+    async def retry_delivery(self, delivery_id: str) -> Any:
+        return await self._json(ep.retry_delivery(delivery_id))
+
+    async def redirect_delivery(self, delivery_id: str, url: str) -> Any:
+        return await self._json(ep.redirect_delivery(delivery_id, url))
+
+    async def list_events(self, **filters: str | int | None) -> Page[Event]:
+        """Filters: ``since``, ``until``, ``type``, ``order``, ``limit``, ``cursor``."""
+        return await self._page(ep.list_events(filters))
+
+    async def audit(self, **filters: str | int | None) -> Page[AuditRow]:
+        """One page of the audit log. Filters: ``request_id``, ``method``, ``status``
+        (``200``, ``4xx``…), ``path`` (``*`` wildcard), ``idempotency_key``,
+        ``since``/``until``, ``limit``, ``cursor``."""
+        return await self._page(ep.audit(filters))
+
+    def iter_audit(self, **filters: str | int | None) -> AsyncIterator[AuditRow]:
+        """Every matching audit row, newest first, following the cursor."""
+        return self._iterate(ep.audit(filters))
+
+    async def stats(self, *, days: int | None = None) -> Stats:
+        return cast(Stats, await self._json(ep.stats(days)))
+
+    # -- the origin ----------------------------------------------------------------------------
+
+    async def publish_event(
+        self, project: str, type: str, data: Any = None, *, event_id: str | None = None
+    ) -> PublishedEvent:
+        """Publish as the origin (``origin_token``); the gateway fans it out."""
+        return cast(PublishedEvent, await self._json(ep.publish_event(project, type, data, event_id)))
+
+    # -- the operator ----------------------------------------------------------------------------
+
+    async def create_key(self, project: str, plan: str, *, name: str | None = None) -> ApiKey:
+        return cast(ApiKey, await self._json(ep.create_key(project, plan, name)))
+
+    async def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
+        return await self._page(ep.list_keys(project))
+
+    async def get_key(self, key_id: str) -> ApiKey:
+        return cast(ApiKey, await self._json(ep.get_key(key_id)))
+
+    async def revoke_key(self, key_id: str) -> None:
+        await self._send(ep.revoke_key(key_id))
+
+    async def create_portal_link(self, project: str, *, ttl_s: int | None = None) -> PortalLink:
+        return cast(PortalLink, await self._json(ep.create_portal_link(project, ttl_s)))

@@ -1,0 +1,241 @@
+"""The synchronous client (``httpx.Client``); safe to share between threads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
+
+import httpx
+
+from . import _endpoints as ep
+from ._base import BaseClient
+from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call
+from ._limiter import SyncLimiter
+from .types import (
+    ApiKey,
+    AuditRow,
+    Delivery,
+    Event,
+    Me,
+    Page,
+    PortalLink,
+    PublishedEvent,
+    SecretRotation,
+    Stats,
+    Subscription,
+    Task,
+    WebhookTestResult,
+)
+
+
+class Client(BaseClient):
+    """A postguard client. One instance per process (or per API key) is the
+    intended use: its limiter is the one budget all its threads share.
+
+    Takes every keyword of :class:`postguard._base.BaseClient`, plus ``transport``
+    (an ``httpx.BaseTransport``, e.g. for tests) or a ready ``http_client``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        http_client: httpx.Client | None = None,
+        _sleep: Callable[[float], None] | None = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__(base_url, **settings)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(transport=transport, timeout=self.timeout)
+        self._limiter = SyncLimiter(self.throttle, self._monotonic)
+        self._sleep = _sleep or time.sleep
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the retry loop ------------------------------------------------------------------
+
+    def _attempt(self, call: Call) -> tuple[httpx.Response | None, Exception | None]:
+        throttled = self._throttled(call)
+        request = self._request(self._http, call)
+        if throttled:
+            self._limiter.acquire()
+        raw: httpx.Response | None = None
+        try:
+            raw = self._http.send(request)
+            return raw, None
+        except RETRYABLE_TRANSPORT_ERRORS as err:
+            return None, err
+        finally:
+            if throttled:
+                self._limiter.release(self._rate_info(raw))
+
+    def _send(self, call: Call) -> Response:
+        attempt = 0
+        while True:
+            attempt += 1
+            raw, err = self._attempt(call)
+            decision = self._decide(call, attempt, raw, err)
+            if not decision.retry:
+                return self._result(call, raw, err, attempt)
+            self._sleep(decision.delay_s)
+
+    def _json(self, call: Call) -> Any:
+        return self._send(call).json()
+
+    def _page(self, call: Call) -> Page[Any]:
+        body = self._json(call) or {}
+        return Page(list(body.get("data", [])), body.get("next_cursor"))
+
+    def _iterate(self, call: Call) -> Iterator[Any]:
+        page = self._page(call)
+        while True:
+            yield from page.data
+            if not page.next_cursor:
+                return
+            page = self._page(ep.with_cursor(call, page.next_cursor))
+
+    # -- the generic call ------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+    ) -> Response:
+        """Any call through the gateway, e.g. the origin's own API. A mutating method
+        gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
+        attempts. Raises a :class:`postguard.PostguardError` subclass for status ≥ 400."""
+        call = make_call(
+            method,
+            path,
+            auth=auth,
+            json=json,
+            content=content,
+            headers=headers,
+            params=params,
+            idempotency_key=idempotency_key,
+            timeout=timeout,
+        )
+        return self._send(call)
+
+    # -- the key's own endpoints -------------------------------------------------------------
+
+    def me(self) -> Me:
+        return cast(Me, self._json(ep.me()))
+
+    def create_webhook(
+        self,
+        url: str,
+        events: list[str],
+        *,
+        description: str | None = None,
+        rate_limit_per_s: int | None = None,
+    ) -> Subscription:
+        return cast(Subscription, self._json(ep.create_webhook(url, events, description, rate_limit_per_s)))
+
+    def list_webhooks(self, *, limit: int | None = None, cursor: str | None = None) -> Page[Subscription]:
+        return self._page(ep.list_webhooks(limit, cursor))
+
+    def get_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, self._json(ep.get_webhook(subscription_id)))
+
+    def update_webhook(self, subscription_id: str, **fields: Any) -> Subscription:
+        """PATCH ``url``, ``events``, ``description`` or ``rate_limit_per_s``."""
+        return cast(Subscription, self._json(ep.update_webhook(subscription_id, fields)))
+
+    def delete_webhook(self, subscription_id: str) -> None:
+        self._send(ep.delete_webhook(subscription_id))
+
+    def rotate_webhook_secret(self, subscription_id: str) -> SecretRotation:
+        return cast(SecretRotation, self._json(ep.webhook_action(subscription_id, "rotate-secret")))
+
+    def pause_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, self._json(ep.webhook_action(subscription_id, "pause")))
+
+    def resume_webhook(self, subscription_id: str) -> Subscription:
+        return cast(Subscription, self._json(ep.webhook_action(subscription_id, "resume")))
+
+    def test_webhook(self, subscription_id: str) -> WebhookTestResult:
+        return cast(WebhookTestResult, self._json(ep.webhook_action(subscription_id, "test")))
+
+    def recover_webhook(self, subscription_id: str, *, since: int | str, until: int | str | None = None) -> Task:
+        body = {"since": since, **({"until": until} if until is not None else {})}
+        return cast(Task, self._json(ep.webhook_action(subscription_id, "recover", body)))
+
+    def get_task(self, task_id: str) -> Task:
+        return cast(Task, self._json(ep.get_task(task_id)))
+
+    def list_deliveries(self, **filters: str | int | None) -> Page[Delivery]:
+        """Filters: ``status``, ``event_type``, ``since``, ``limit``, ``cursor``."""
+        return self._page(ep.list_deliveries(filters))
+
+    def iter_deliveries(self, **filters: str | int | None) -> Iterator[Delivery]:
+        return self._iterate(ep.list_deliveries(filters))
+
+    def get_delivery(self, delivery_id: str) -> Delivery:
+        return cast(Delivery, self._json(ep.get_delivery(delivery_id)))
+
+    def retry_delivery(self, delivery_id: str) -> Any:
+        return self._json(ep.retry_delivery(delivery_id))
+
+    def redirect_delivery(self, delivery_id: str, url: str) -> Any:
+        return self._json(ep.redirect_delivery(delivery_id, url))
+
+    def list_events(self, **filters: str | int | None) -> Page[Event]:
+        """Filters: ``since``, ``until``, ``type``, ``order``, ``limit``, ``cursor``."""
+        return self._page(ep.list_events(filters))
+
+    def audit(self, **filters: str | int | None) -> Page[AuditRow]:
+        """One page of the audit log. Filters: ``request_id``, ``method``, ``status``
+        (``200``, ``4xx``…), ``path`` (``*`` wildcard), ``idempotency_key``,
+        ``since``/``until``, ``limit``, ``cursor``."""
+        return self._page(ep.audit(filters))
+
+    def iter_audit(self, **filters: str | int | None) -> Iterator[AuditRow]:
+        """Every matching audit row, newest first, following the cursor."""
+        return self._iterate(ep.audit(filters))
+
+    def stats(self, *, days: int | None = None) -> Stats:
+        return cast(Stats, self._json(ep.stats(days)))
+
+    # -- the origin ----------------------------------------------------------------------------
+
+    def publish_event(
+        self, project: str, type: str, data: Any = None, *, event_id: str | None = None
+    ) -> PublishedEvent:
+        """Publish as the origin (``origin_token``); the gateway fans it out."""
+        return cast(PublishedEvent, self._json(ep.publish_event(project, type, data, event_id)))
+
+    # -- the operator ----------------------------------------------------------------------------
+
+    def create_key(self, project: str, plan: str, *, name: str | None = None) -> ApiKey:
+        return cast(ApiKey, self._json(ep.create_key(project, plan, name)))
+
+    def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
+        return self._page(ep.list_keys(project))
+
+    def get_key(self, key_id: str) -> ApiKey:
+        return cast(ApiKey, self._json(ep.get_key(key_id)))
+
+    def revoke_key(self, key_id: str) -> None:
+        self._send(ep.revoke_key(key_id))
+
+    def create_portal_link(self, project: str, *, ttl_s: int | None = None) -> PortalLink:
+        return cast(PortalLink, self._json(ep.create_portal_link(project, ttl_s)))

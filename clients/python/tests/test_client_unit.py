@@ -1,0 +1,194 @@
+"""Unit tests of the clients' retry loop: httpx's MockTransport plays the network,
+a fake sleep records the delays (no real waiting), a fixed random fixes the jitter.
+The real gateway is exercised by test_integration.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+import postguard
+from postguard import AsyncClient, Client, RetryPolicy
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def problem(status: int, code: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    body = {"type": f"urn:postguard:problem:{code.lower()}", "title": code, "status": status,
+            "detail": f"detail of {code}", "code": code, "request_id": "req_test"}
+    return httpx.Response(status, json=body, headers={"content-type": "application/problem+json", **(headers or {})})
+
+
+def scripted(answers: list[httpx.Response | Exception]) -> tuple[list[httpx.Request], Handler]:
+    seen: list[httpx.Request] = []
+    it: Iterator[httpx.Response | Exception] = iter(answers)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        a = next(it)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    return seen, handler
+
+
+def client(handler: Handler, sleeps: list[float], **kw: object) -> Client:
+    return Client(
+        "http://gw.test",
+        api_key="pgk_test",
+        admin_token="adm",
+        transport=httpx.MockTransport(handler),
+        retry=kw.pop("retry", RetryPolicy(max_attempts=4)),  # type: ignore[arg-type]
+        _sleep=sleeps.append,
+        _random=lambda: 0.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_one_key_for_every_attempt_of_a_call() -> None:
+    seen, handler = scripted([
+        httpx.ReadError("reset"),
+        httpx.Response(503),
+        problem(409, "IDEMPOTENCY_KEY_IN_PROGRESS", {"retry-after": "2"}),
+        httpx.Response(201, json={"ok": True}, headers={"idempotent-replayed": "true"}),
+    ])
+    sleeps: list[float] = []
+    r = client(handler, sleeps).request("POST", "/orders", {"amount": 1})
+    assert r.status == 201 and r.replayed and r.attempts == 4
+    keys = {req.headers["idempotency-key"] for req in seen}
+    assert len(keys) == 1 and r.idempotency_key in keys
+    uuid.UUID(r.idempotency_key or "", version=4)
+    assert {req.content for req in seen} == {b'{"amount":1}'}  # identical bytes: one fingerprint
+    assert sleeps == [0.5, 1.0, 2.0 * 2**2]  # Retry-After 2 s is the base at attempt 3
+
+
+def test_two_calls_get_two_keys_and_the_callers_key_is_kept() -> None:
+    seen, handler = scripted([httpx.Response(201), httpx.Response(201), httpx.Response(201)])
+    c = client(handler, [])
+    c.request("POST", "/a")
+    c.request("POST", "/a")
+    c.request("PUT", "/a", idempotency_key="mine-1")
+    keys = [req.headers["idempotency-key"] for req in seen]
+    assert keys[0] != keys[1] and keys[2] == "mine-1"
+
+
+def test_get_has_no_key_and_is_retried() -> None:
+    seen, handler = scripted([httpx.ConnectError("refused"), httpx.Response(200, json={})])
+    r = client(handler, []).request("GET", "/things", params={"q": "x"})
+    assert r.attempts == 2 and r.idempotency_key is None
+    assert all("idempotency-key" not in req.headers for req in seen)
+    assert seen[0].url.params["q"] == "x"
+
+
+def test_reuse_conflict_is_typed_and_not_retried() -> None:
+    seen, handler = scripted([problem(422, "IDEMPOTENCY_KEY_REUSE_CONFLICT")])
+    with pytest.raises(postguard.IdempotencyKeyReuseConflict) as e:
+        client(handler, []).request("POST", "/a", {"x": 1}, idempotency_key="k1")
+    assert len(seen) == 1
+    err = e.value
+    assert (err.code, err.status, err.request_id, err.idempotency_key) == ("IDEMPOTENCY_KEY_REUSE_CONFLICT", 422, "req_test", "k1")
+    assert err.detail == "detail of IDEMPOTENCY_KEY_REUSE_CONFLICT"
+    assert isinstance(err, postguard.PostguardError)
+
+
+@pytest.mark.parametrize(("status", "code", "cls"), [
+    (400, "IDEMPOTENCY_KEY_REQUIRED", postguard.IdempotencyKeyRequired),
+    (401, "INVALID_API_KEY", postguard.InvalidApiKey),
+    (403, "FORBIDDEN", postguard.Forbidden),
+    (404, "NOT_FOUND", postguard.NotFound),
+    (422, "VALIDATION_ERROR", postguard.ValidationError),
+    (413, "PAYLOAD_TOO_LARGE", postguard.PayloadTooLarge),
+    (500, "CONFIG_INVALID", postguard.ConfigInvalid),
+])
+def test_client_errors_are_never_retried(status: int, code: str, cls: type[Exception]) -> None:
+    seen, handler = scripted([problem(status, code)])
+    with pytest.raises(cls):
+        client(handler, []).request("POST", "/a")
+    assert len(seen) == 1
+
+
+def test_origin_error_without_problem_body() -> None:
+    _, handler = scripted([httpx.Response(404, text="no such thing")])
+    with pytest.raises(postguard.ApiError) as e:
+        client(handler, []).request("GET", "/nothing")
+    assert e.value.code == "HTTP_ERROR" and e.value.status == 404
+    assert e.value.response is not None and e.value.response.text == "no such thing"
+
+
+def test_429_is_retried_after_retry_after_then_typed() -> None:
+    answers: list[httpx.Response | Exception] = [problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "3"}) for _ in range(4)]
+    seen, handler = scripted(answers)
+    sleeps: list[float] = []
+    with pytest.raises(postguard.RateLimitExceeded) as e:
+        client(handler, sleeps, proactive=False).request("POST", "/a")
+    assert len(seen) == 4 and e.value.attempts == 4
+    assert sleeps == [3.0, 6.0, 12.0]
+    assert e.value.retry_after_s == 3.0
+
+
+def test_network_errors_exhausted() -> None:
+    seen, handler = scripted([httpx.ReadTimeout("slow")] * 4)
+    with pytest.raises(postguard.NetworkError) as e:
+        client(handler, []).request("POST", "/a")
+    assert len(seen) == 4 and e.value.status is None and e.value.idempotency_key
+    assert isinstance(e.value.__cause__, httpx.ReadTimeout)
+
+
+def test_headers_auth_and_user_agent() -> None:
+    seen, handler = scripted([httpx.Response(200, json={"prefix": "pgk_x"}), httpx.Response(201, json={"key": "k"})])
+    c = client(handler, [])
+    c.me()
+    c.create_key("p", "trial")
+    assert seen[0].headers["authorization"] == "Bearer pgk_test"
+    assert seen[0].headers["user-agent"].startswith(f"postguard-python/{postguard.__version__} ")
+    assert seen[1].headers["authorization"] == "Bearer adm"
+    assert json.loads(seen[1].content) == {"project": "p", "plan": "trial"}
+
+
+def test_missing_credential_is_a_configuration_error() -> None:
+    _, handler = scripted([])
+    with pytest.raises(postguard.ConfigurationError):
+        client(handler, []).publish_event("p", "t", {})
+
+
+def test_audit_iterator_follows_the_cursor() -> None:
+    pages = [
+        httpx.Response(200, json={"data": [{"request_id": "a"}, {"request_id": "b"}], "next_cursor": "c1"}),
+        httpx.Response(200, json={"data": [{"request_id": "c"}], "next_cursor": None}),
+    ]
+    seen, handler = scripted(list(pages))
+    rows = list(client(handler, []).iter_audit(status="2xx", limit=2))
+    assert [r["request_id"] for r in rows] == ["a", "b", "c"]
+    assert "cursor" not in seen[0].url.params and seen[1].url.params["cursor"] == "c1"
+    assert seen[1].url.params["status"] == "2xx"
+
+
+def test_on_attempt_hook_sees_every_attempt() -> None:
+    _, handler = scripted([httpx.ReadError("x"), problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "1"}), httpx.Response(201)])
+    seen: list[postguard.AttemptInfo] = []
+    client(handler, [], on_attempt=seen.append, proactive=False).request("POST", "/a")
+    assert [(a.attempt, a.status) for a in seen] == [(1, None), (2, 429), (3, 201)]
+    assert isinstance(seen[0].error, httpx.ReadError)
+
+
+@pytest.mark.anyio
+async def test_async_client_same_semantics() -> None:
+    seen, handler = scripted([httpx.Response(502), problem(422, "IDEMPOTENCY_KEY_REUSE_CONFLICT")])
+    sleeps: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        sleeps.append(s)
+
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)
+
+    c = AsyncClient("http://gw.test", api_key="k", transport=httpx.MockTransport(ahandler), _sleep=fake_sleep, _random=lambda: 0.0)
+    with pytest.raises(postguard.IdempotencyKeyReuseConflict):
+        await c.request("POST", "/a", {"x": 1})
+    assert sleeps == [0.5] and len({r.headers["idempotency-key"] for r in seen}) == 1
+    await c.aclose()

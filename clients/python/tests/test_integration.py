@@ -1,0 +1,313 @@
+"""Integration tests against the real gateway (Miniflare), the real demo origin, the
+TCP fault proxy and a real webhook receiver — all started by tests/sdk-python.test.mjs.
+No mocks: every answer here comes from the built worker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+import postguard
+from postguard import AsyncClient, AttemptInfo, Client, RetryPolicy
+
+pytestmark = pytest.mark.integration
+
+FAST = RetryPolicy(max_attempts=5, base_delay_s=0.05)
+
+
+def poll(fn: Any, *, timeout: float = 15.0, interval: float = 0.1, what: str = "condition") -> Any:
+    """Poll with a deadline (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Counter:
+    """An ``on_attempt`` hook counting what the SDK saw (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.statuses: list[int | None] = []
+
+    def __call__(self, a: AttemptInfo) -> None:
+        with self.lock:
+            self.statuses.append(a.status)
+
+    def count(self, status: int) -> int:
+        with self.lock:
+            return self.statuses.count(status)
+
+
+# --- 1. responses lost after the gateway executed the request ---------------------------
+
+
+def test_fault_proxy_cuts_are_retried_with_the_same_key_and_replayed(env: Any, new_key: Any, origin_stats: Any, report: Any) -> None:
+    k = new_key()
+    httpx.post(f"{env.proxy_control}/reset").raise_for_status()
+    httpx.post(f"{env.proxy_control}/cut-rate", params={"value": "0.3"}).raise_for_status()
+    # 10 attempts: with 30 % of responses cut, 5 would fail some operation of 50 about
+    # one run in eight (0.3^5 × 50); 10 makes that one in thousands.
+    policy = RetryPolicy(max_attempts=10, base_delay_s=0.05)
+    try:
+        with Client(env.proxy, api_key=k.key, retry=policy) as c:
+            results = [c.request("POST", "/py/fault/orders", {"n": i}) for i in range(50)]
+    finally:
+        cuts = httpx.get(f"{env.proxy_control}/stats").json()
+        httpx.post(f"{env.proxy_control}/cut-rate", params={"value": "0"})
+    by_key = origin_stats()["byKey"]
+    executions = [by_key.get(r.idempotency_key or "", 0) for r in results]
+    retried = [r for r in results if r.attempts > 1]
+    report(
+        "fault_proxy",
+        operations=len(results),
+        cuts=cuts["cuts"],
+        connections=cuts["connections"],
+        attempts=sum(r.attempts for r in results),
+        retried_operations=len(retried),
+        replayed=sum(r.replayed for r in results),
+        origin_executions=sum(executions),
+    )
+    assert all(r.status == 201 for r in results)
+    assert len({r.idempotency_key for r in results}) == 50, "one key per operation"
+    assert executions == [1] * 50, "the origin executed every operation exactly once"
+    assert cuts["cuts"] > 0 and retried, "the proxy did cut responses"
+    assert sum(r.attempts - 1 for r in results) >= cuts["cuts"], "every cut was retried"
+    # A cut happens after the gateway answered: the retry always finds the stored response.
+    assert all(r.replayed for r in retried)
+    assert not any(r.replayed for r in results if r.attempts == 1)
+    assert all(r.json()["execution"] == 1 for r in results), "the caller sees the first execution's answer"
+
+
+# --- 2. origin failures are not stored; an in-progress key waits ------------------------
+
+
+def test_origin_503_twice_then_201(env: Any, new_key: Any, origin_stats: Any) -> None:
+    k = new_key()
+    key = f"py-503-{uuid.uuid4()}"
+    httpx.post(f"{env.origin}/__demo/script", json={"key": key, "statuses": [503, 503]}).raise_for_status()
+    seen = Counter()
+    with Client(env.gateway, api_key=k.key, retry=FAST, on_attempt=seen) as c:
+        r = c.request("POST", "/py/orders", {"sku": "a"}, idempotency_key=key)
+        assert (r.status, r.attempts, r.replayed) == (201, 3, False)
+        assert seen.statuses == [503, 503, 201]
+        assert origin_stats()["byKey"][key] == 3
+        assert r.json()["execution"] == 3, "the failed executions were not stored"
+        again = c.request("POST", "/py/orders", {"sku": "a"}, idempotency_key=key)
+    assert again.replayed and again.json()["execution"] == 3
+    assert origin_stats()["byKey"][key] == 3, "the replay did not reach the origin"
+
+
+def test_in_progress_key_waits_and_returns_the_first_result(env: Any, new_key: Any, origin_stats: Any) -> None:
+    k = new_key()
+    key = f"py-slow-{uuid.uuid4()}"
+    second_seen = Counter()
+    body = {"sku": "slow"}
+    with Client(env.gateway, api_key=k.key, retry=FAST) as first, Client(
+        env.gateway, api_key=k.key, on_attempt=second_seen
+    ) as second, ThreadPoolExecutor(2) as pool:
+        f1 = pool.submit(first.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1500"})
+        poll(lambda: origin_stats()["byKey"].get(key) == 1, what="the first request at the origin")
+        f2 = pool.submit(second.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1500"})
+        r1, r2 = f1.result(timeout=30), f2.result(timeout=30)
+    assert second_seen.statuses[0] == 409, f"the second call met the first in progress: {second_seen.statuses}"
+    assert second_seen.statuses[-1] == 201
+    assert not r1.replayed and r2.replayed
+    assert r2.json() == r1.json()
+    assert origin_stats()["byKey"][key] == 1
+
+
+def test_reuse_conflict_is_a_typed_error_and_never_reaches_the_origin(env: Any, new_key: Any, origin_stats: Any) -> None:
+    k = new_key()
+    key = f"py-conflict-{uuid.uuid4()}"
+    with Client(env.gateway, api_key=k.key) as c:
+        c.request("POST", "/py/pay", {"amount": 1}, idempotency_key=key)
+        with pytest.raises(postguard.IdempotencyKeyReuseConflict) as e:
+            c.request("POST", "/py/pay", {"amount": 2}, idempotency_key=key)
+    err = e.value
+    assert (err.code, err.status, err.attempts) == ("IDEMPOTENCY_KEY_REUSE_CONFLICT", 422, 1)
+    assert err.request_id and err.request_id.startswith("req_") and err.detail
+    assert origin_stats()["byKey"][key] == 1
+
+
+# --- 3. proactive throttling: 8 concurrent tasks, 40 calls, 10 requests per 5 s -----------
+
+CALLS, TASKS, IDEAL_S = 40, 8, 15.0
+
+
+def test_proactive_default_threshold_sees_no_429(env: Any, new_key: Any, report: Any) -> None:
+    """Sync client shared by 8 threads."""
+    k = new_key(env.plan_small)
+    seen = Counter()
+    todo = iter(range(CALLS))
+    lock = threading.Lock()
+    with Client(env.gateway, api_key=k.key, on_attempt=seen) as c:
+
+        def worker() -> int:
+            done = 0
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return done
+                c.request("POST", "/py/proactive", {"i": i})
+                done += 1
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(TASKS) as pool:
+            done = sum(pool.map(lambda _: worker(), range(TASKS)))
+        elapsed = time.monotonic() - t0
+    report("proactive_default_threshold", calls=done, tasks=TASKS, responses_429=seen.count(429), elapsed_s=round(elapsed, 2))
+    assert done == CALLS
+    assert seen.count(429) == 0, f"429s seen: {seen.count(429)}"
+
+
+async def _run_async(client: AsyncClient) -> tuple[int, float]:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(CALLS):
+        queue.put_nowait(i)
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while not queue.empty():
+            i = queue.get_nowait()
+            r = await client.request("POST", "/py/proactive", {"i": i})
+            assert r.status == 201
+            done += 1
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(TASKS)))
+    return done, time.monotonic() - t0
+
+
+@pytest.mark.anyio
+async def test_proactive_threshold_zero_uses_the_whole_budget(env: Any, new_key: Any, report: Any) -> None:
+    """Async client shared by 8 tasks; the limiter counts calls in flight."""
+    k = new_key(env.plan_small)
+    seen = Counter()
+    async with AsyncClient(env.gateway, api_key=k.key, threshold=0, on_attempt=seen) as c:
+        done, elapsed = await _run_async(c)
+    report(
+        "proactive_threshold_0",
+        calls=done,
+        tasks=TASKS,
+        responses_429=seen.count(429),
+        elapsed_s=round(elapsed, 2),
+        ideal_s=IDEAL_S,
+        deviation=round(elapsed / IDEAL_S - 1, 3),
+    )
+    assert done == CALLS
+    assert seen.count(429) == 0
+    # The issue's bound: within 25 % of the ideal 15 s (4 windows of 10, 3 waits of 5 s).
+    assert elapsed <= IDEAL_S * 1.25, f"elapsed {elapsed:.2f} s"
+
+
+@pytest.mark.anyio
+async def test_proactive_off_absorbs_429s_with_retry_after(env: Any, new_key: Any, report: Any) -> None:
+    k = new_key(env.plan_small)
+    seen = Counter()
+    async with AsyncClient(env.gateway, api_key=k.key, proactive=False, on_attempt=seen) as c:
+        done, elapsed = await _run_async(c)
+    report("proactive_off", calls=done, tasks=TASKS, responses_429=seen.count(429), elapsed_s=round(elapsed, 2))
+    assert done == CALLS
+    assert seen.count(429) > 0, "without the limiter, 8 tasks do run into the limit"
+
+
+# --- 4. webhooks: a real delivery verified, a tampered one refused, rotated secrets -------
+
+
+def captured(env: Any, event_id: str) -> dict[str, Any]:
+    def find() -> dict[str, Any] | None:
+        for r in httpx.get(env.captures).json():
+            if r["headers"].get("webhook-id") == event_id:
+                return dict(r)
+        return None
+
+    return dict(poll(find, what=f"the delivery of {event_id}"))
+
+
+def test_webhook_delivery_verifies_tampered_is_refused_rotation(env: Any, new_key: Any, admin: Client) -> None:
+    k = new_key()
+    with Client(env.gateway, api_key=k.key) as c:
+        sub = c.create_webhook(f"{env.receiver}/py/{k.project}", ["py.*"], description="python sdk")
+        old = sub["secret"]
+        first = admin.publish_event(k.project, "py.created", {"n": 1})["id"]
+        d1 = captured(env, first)
+        ev = postguard.verify(d1["body"], d1["headers"], old)
+        assert (ev.id, ev.type, ev.data, ev.duplicate) == (first, "py.created", {"n": 1}, False)
+
+        tampered = d1["body"].replace('"n":1', '"n":2')
+        assert tampered != d1["body"]
+        with pytest.raises(postguard.WebhookVerificationError):
+            postguard.verify(tampered, d1["headers"], old)
+        with pytest.raises(postguard.WebhookVerificationError):
+            postguard.verify(d1["body"], {**d1["headers"], "webhook-id": "evt_other"}, old)
+        with pytest.raises(postguard.WebhookVerificationError):
+            postguard.verify(d1["body"], d1["headers"], old, tolerance_s=1, now=int(d1["headers"]["webhook-timestamp"]) + 5)
+
+        new = c.rotate_webhook_secret(sub["id"])["secret"]
+        assert new != old
+        second = admin.publish_event(k.project, "py.updated", {"n": 2})["id"]
+        d2 = captured(env, second)
+        assert len(d2["headers"]["webhook-signature"].split(" ")) == 2, "old and new secret both sign for 24 h"
+        for secrets in ([new], [old], [old, new]):
+            assert postguard.verify(d2["body"], d2["headers"], secrets).id == second
+        with pytest.raises(postguard.WebhookVerificationError):
+            postguard.verify(d1["body"], d1["headers"], [new])  # signed before the rotation
+
+        dedupe = postguard.MemoryDedupe()
+        assert not postguard.verify(d2["body"], d2["headers"], new, dedupe=dedupe).duplicate
+        assert postguard.verify(d2["body"], d2["headers"], new, dedupe=dedupe).duplicate
+
+        deliveries = poll(lambda: [d for d in c.iter_deliveries(event_type="py.updated") if d["event_id"] == second], what="the delivery log")
+        detail = c.get_delivery(deliveries[0]["id"])
+        assert detail["subscription_id"] == sub["id"] and detail["attempts"]
+
+
+# --- typed endpoints, errors, audit pages --------------------------------------------------
+
+
+def test_typed_endpoints_and_audit_pages(env: Any, new_key: Any, admin: Client) -> None:
+    k = new_key()
+    keys = [f"py-audit-{uuid.uuid4()}" for _ in range(3)]
+    with Client(env.gateway, api_key=k.key) as c:
+        me = c.me()
+        assert me["project"] == k.project and me["plan"] == env.plan_big and k.key.startswith(me["prefix"])
+        for key in keys:
+            c.request("POST", "/py/audited", {"k": key}, idempotency_key=key)
+
+        def three_rows() -> list[Any] | None:
+            rows = [r for r in c.iter_audit(path="/py/audited", limit=2) if r["idempotency_key"] in keys]
+            return rows if len(rows) == 3 else None
+
+        rows = poll(three_rows, what="three audit rows (written after the response)")
+        assert len({r["request_id"] for r in rows}) == 3
+        page = c.audit(path="/py/audited", limit=2)
+        assert len(page.data) == 2 and page.next_cursor, "two pages: the iterator followed the cursor"
+        assert isinstance(c.stats(days=1)["days"], list)
+    listed = admin.list_keys(project=k.project).data
+    assert [x["prefix"] for x in listed] == [me["prefix"]]
+    admin.revoke_key(listed[0]["id"])
+
+    def refused() -> postguard.InvalidApiKey | None:
+        with Client(env.gateway, api_key=k.key) as c:
+            try:
+                c.me()
+            except postguard.InvalidApiKey as err:
+                return err
+        return None
+
+    err = poll(refused, what="the revoked key refused")
+    assert err.status == 401 and err.code == "INVALID_API_KEY" and err.request_id and err.attempts == 1

@@ -44,3 +44,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   npm ci --no-audit --no-fund --loglevel=error
   echo "$want" > "$stamp"
 fi
+bash "$ROOT/scripts/setup-clients-rs.sh"

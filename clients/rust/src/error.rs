@@ -1,0 +1,153 @@
+//! Errors. Every error from an HTTP answer carries the status and, when the body was
+//! `application/problem+json`, the problem's `code`, `detail` and `request_id`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The problem+json body of an error answer (RFC 9457), and what the client knows about
+/// the call that got it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub status: u16,
+    /// The stable error code (`RATE_LIMIT_EXCEEDED`, …); `None` if the answer was not
+    /// problem+json (e.g. an error of the origin's own).
+    pub code: Option<String>,
+    pub title: Option<String>,
+    pub detail: Option<String>,
+    /// From the body, else from `X-Request-Id`.
+    pub request_id: Option<String>,
+    pub retry_after: Option<Duration>,
+    /// The Idempotency-Key the call was sent with.
+    pub idempotency_key: Option<String>,
+    /// Attempts made, the first included.
+    pub attempts: u32,
+    /// The start of the body when it was not problem+json (at most 1 KiB).
+    pub body_excerpt: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ProblemBody {
+    code: Option<String>,
+    title: Option<String>,
+    detail: Option<String>,
+    request_id: Option<String>,
+}
+
+const EXCERPT: usize = 1024;
+
+impl Problem {
+    /// Builds the problem of an error answer.
+    pub(crate) fn from_answer(
+        status: u16,
+        content_type: Option<&str>,
+        request_id_header: Option<&str>,
+        body: &[u8],
+    ) -> Self {
+        let is_problem = content_type.is_some_and(|ct| {
+            let ct = ct.to_ascii_lowercase();
+            ct.starts_with("application/problem+json") || ct.starts_with("application/json")
+        });
+        let parsed = is_problem
+            .then(|| serde_json::from_slice::<ProblemBody>(body).ok())
+            .flatten();
+        let excerpt = || {
+            let end = body.len().min(EXCERPT);
+            String::from_utf8_lossy(&body[..end]).into_owned()
+        };
+        let (code, title, detail, request_id, body_excerpt) = match parsed {
+            Some(p) => (p.code, p.title, p.detail, p.request_id, None),
+            None => (None, None, None, None, Some(excerpt())),
+        };
+        Problem {
+            status,
+            code,
+            title,
+            detail,
+            request_id: request_id.or_else(|| request_id_header.map(str::to_owned)),
+            retry_after: None,
+            idempotency_key: None,
+            attempts: 1,
+            body_excerpt,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}", self.status)?;
+        if let Some(code) = &self.code {
+            write!(f, " {code}")?;
+        }
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        if let Some(id) = &self.request_id {
+            write!(f, " (request_id {id})")?;
+        }
+        write!(f, " after {} attempt(s)", self.attempts)
+    }
+}
+
+/// Everything a call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error answer (4xx/5xx), after the retries the rule allows.
+    #[error("{0}")]
+    Api(Box<Problem>),
+    /// 422 `IDEMPOTENCY_KEY_REUSE_CONFLICT`: the Idempotency-Key was used before for a
+    /// different request (method, path or body). Use a new key for a new operation.
+    #[error("Idempotency-Key reused for a different request: {0}")]
+    IdempotencyKeyReuseConflict(Box<Problem>),
+    /// No answer: connection refused or reset, timeout, a response cut short.
+    #[error("transport error after {attempts} attempt(s): {source}")]
+    Transport {
+        #[source]
+        source: reqwest::Error,
+        attempts: u32,
+        idempotency_key: Option<String>,
+    },
+    /// An answer larger than the client's `max_response_bytes`.
+    #[error("response body over {limit} bytes")]
+    ResponseTooLarge { limit: usize },
+    /// A success answer whose body is not the expected JSON.
+    #[error("unexpected response body: {0}")]
+    Decode(#[from] serde_json::Error),
+    /// A bad argument or configuration (URL, header, secret…).
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// The problem of an error answer, whatever its kind.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Error::Api(p) | Error::IdempotencyKeyReuseConflict(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The problem's stable `code`, if any.
+    pub fn code(&self) -> Option<&str> {
+        self.problem().and_then(|p| p.code.as_deref())
+    }
+
+    /// The HTTP status of an error answer.
+    pub fn status(&self) -> Option<u16> {
+        self.problem().map(|p| p.status)
+    }
+
+    /// The `request_id` to quote to the API's operator.
+    pub fn request_id(&self) -> Option<&str> {
+        self.problem().and_then(|p| p.request_id.as_deref())
+    }
+
+    pub(crate) fn from_problem(p: Problem) -> Self {
+        if p.status == 422 && p.code.as_deref() == Some("IDEMPOTENCY_KEY_REUSE_CONFLICT") {
+            Error::IdempotencyKeyReuseConflict(Box::new(p))
+        } else {
+            Error::Api(Box::new(p))
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! Integration tests against the real gateway (the built worker under Miniflare), the real
+//! demo origin, the TCP fault proxy and a webhook receiver, all started by
+//! `tests/sdk-rust.test.mjs`, which passes their URLs in the environment and runs
+//! `cargo test -- --include-ignored`. A plain `cargo test` skips them (`#[ignore]`).
+//!
+//! Lines starting with `FIGURE` are the measured figures the driver reports.
+
+// Test code: a failed step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use postguard_client::api::NewSubscription;
+use postguard_client::webhook::{self, VerifyError};
+use postguard_client::{
+    AttemptEvent, Body, Client, Error, HeaderMap, MemoryDedupe, Method, RequestOptions,
+    RetryPolicy, ThrottleConfig, Verifier,
+};
+use serde_json::{json, Value};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: these tests run from tests/sdk-rust.test.mjs (node --test), which starts the gateway")
+    })
+}
+
+/// A client without throttling or retries, for the test harness's control endpoints.
+fn plain(url: &str) -> Client {
+    Client::builder(url)
+        .retry(RetryPolicy::none())
+        .throttle(ThrottleConfig {
+            enabled: false,
+            ..ThrottleConfig::default()
+        })
+        .build()
+        .unwrap()
+}
+
+fn admin() -> Client {
+    Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(env("POSTGUARD_ADMIN_TOKEN"))
+        .build()
+        .unwrap()
+}
+
+/// A new API key on `plan` (created with the SDK's operator method).
+async fn new_key(plan: &str) -> String {
+    let key = admin()
+        .create_key(&env("POSTGUARD_PROJECT"), plan, Some("rust-sdk-test"))
+        .await
+        .unwrap();
+    assert!(key.prefix.starts_with("pgk_"));
+    key.key.expect("the key is shown on create")
+}
+
+async fn origin_executions(key: &str) -> u64 {
+    let stats: Value = plain(&env("POSTGUARD_ORIGIN_URL"))
+        .request(
+            Method::GET,
+            "/__demo/stats",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    stats["byKey"][key].as_u64().unwrap_or(0)
+}
+
+/// Collects every attempt a client reports through its response hook.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<AttemptEvent>>>);
+impl Events {
+    fn hook(&self) -> impl Fn(&AttemptEvent) + Send + Sync + 'static {
+        let me = self.clone();
+        move |e| me.0.lock().unwrap().push(e.clone())
+    }
+    fn all(&self) -> Vec<AttemptEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// 1. A fault proxy loses answers after the gateway executed the request.
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn fault_proxy_every_operation_succeeds_and_runs_once() {
+    const OPS: usize = 50;
+    let control = plain(&env("POSTGUARD_PROXY_CONTROL_URL"));
+    let key = new_key("big").await;
+    let client = Client::builder(env("POSTGUARD_PROXY_URL"))
+        .token(&key)
+        .retry(RetryPolicy {
+            // 0.3^10: an operation cut ten times in a row is not a realistic concern.
+            max_attempts: 10,
+            base_delay: Duration::from_millis(50),
+            ..RetryPolicy::default()
+        })
+        .build()
+        .unwrap();
+    control
+        .request(
+            Method::POST,
+            "/reset",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    control
+        .request(
+            Method::POST,
+            "/cut-rate?value=0.3",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut results = Vec::new();
+    for i in 0..OPS {
+        let body = Body::from(json!({ "order": i, "amount": 100 + i }));
+        let res = client
+            .request(
+                Method::POST,
+                &format!("/orders/{i}"),
+                body,
+                RequestOptions::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("operation {i} failed: {e}"));
+        assert_eq!(res.status, 201, "operation {i}");
+        results.push(res);
+    }
+    control
+        .request(
+            Method::POST,
+            "/cut-rate?value=0",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let stats: Value = control
+        .request(
+            Method::GET,
+            "/stats",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    let cuts = stats["cuts"].as_u64().unwrap();
+    let retries: u32 = results.iter().map(|r| r.attempts - 1).sum();
+    let replays = results.iter().filter(|r| r.replayed()).count();
+    let mut executions = 0;
+    for (i, r) in results.iter().enumerate() {
+        let k = r.idempotency_key.as_deref().unwrap();
+        let n = origin_executions(k).await;
+        assert_eq!(n, 1, "operation {i} (key {k}) executed {n} times");
+        executions += n;
+        // A retried operation got the stored answer; a first-time answer is not a replay.
+        assert_eq!(
+            r.replayed(),
+            r.attempts > 1,
+            "operation {i}: attempts {}",
+            r.attempts
+        );
+        let execution = r.json::<Value>().unwrap()["execution"].clone();
+        assert_eq!(
+            execution,
+            json!(1),
+            "operation {i}: the answer of the one execution"
+        );
+    }
+    assert!(cuts > 0, "the proxy cut nothing: the test proves nothing");
+    assert!(
+        retries as u64 >= cuts,
+        "every cut answer was retried ({retries} retries, {cuts} cuts)"
+    );
+    // The gateway saw the same Idempotency-Key on every attempt of a retried operation.
+    let retried = results
+        .iter()
+        .find(|r| r.attempts > 2)
+        .or_else(|| results.iter().find(|r| r.attempts > 1));
+    if let Some(r) = retried {
+        let k = r.idempotency_key.clone().unwrap();
+        let rows = poll(
+            "the audit rows of a retried operation",
+            Duration::from_secs(20),
+            || {
+                let (client, k) = (client.clone(), k.clone());
+                async move {
+                    let rows: Vec<_> = client
+                        .audit(&[("idempotency_key", k.as_str())])
+                        .try_collect()
+                        .await
+                        .ok()?;
+                    (rows.len() as u32 >= r.attempts).then_some(rows)
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            rows.len() as u32,
+            r.attempts,
+            "one audit row per attempt, all with key {k}"
+        );
+        assert_eq!(rows.iter().filter(|row| !row.replayed).count(), 1);
+    }
+    println!(
+        "FIGURE fault-proxy: operations={OPS} cuts={cuts} retries={retries} replays={replays} origin_executions={executions} connections={}",
+        stats["connections"]
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// 2. Retries of failed executions; a second call while the first runs.
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn origin_503_twice_then_201_is_one_successful_call() {
+    let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(new_key("big").await)
+        .retry(RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        })
+        .build()
+        .unwrap();
+    let key = format!("rs-503-{}", uuid_like());
+    plain(&env("POSTGUARD_ORIGIN_URL"))
+        .request(
+            Method::POST,
+            "/__demo/script",
+            Body::from(json!({ "key": key, "statuses": [503, 503] })),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let body = json!({ "amount": 100 });
+    let opts = RequestOptions::default().idempotency_key(&key);
+    let res = client
+        .request(
+            Method::POST,
+            "/payments",
+            Body::from(body.clone()),
+            opts.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((res.status, res.attempts, res.replayed()), (201, 3, false));
+    assert_eq!(res.json::<Value>().unwrap()["execution"], 3);
+    assert_eq!(
+        origin_executions(&key).await,
+        3,
+        "two failed executions, then the third"
+    );
+    // The failures were not stored, the 201 was: the same call again is its replay.
+    let again = client
+        .request(Method::POST, "/payments", Body::from(body), opts)
+        .await
+        .unwrap();
+    assert_eq!((again.status, again.replayed()), (201, true));
+    assert_eq!(again.body, res.body);
+    assert_eq!(origin_executions(&key).await, 3);
+    println!(
+        "FIGURE 503-503-201: attempts={} origin_executions=3",
+        res.attempts
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn a_call_while_the_first_is_in_progress_waits_for_its_result() {
+    let token = new_key("big").await;
+    let events = Events::default();
+    let first_client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(&token)
+        .build()
+        .unwrap();
+    let second_client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(&token)
+        .on_response(events.hook())
+        .build()
+        .unwrap();
+    let key = format!("rs-409-{}", uuid_like());
+    let opts = RequestOptions::default()
+        .idempotency_key(&key)
+        .header("x-demo-delay-ms", "1500");
+    let body = json!({ "amount": 7 });
+    let first = tokio::spawn({
+        let (c, b, o) = (first_client.clone(), body.clone(), opts.clone());
+        async move { c.request(Method::POST, "/slow", Body::from(b), o).await }
+    });
+    poll(
+        "the origin to start the first execution",
+        Duration::from_secs(10),
+        || {
+            let k = key.clone();
+            async move { (origin_executions(&k).await == 1).then_some(()) }
+        },
+    )
+    .await;
+    let second = second_client
+        .request(Method::POST, "/slow", Body::from(body), opts)
+        .await
+        .unwrap();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!((first.status, first.replayed()), (201, false));
+    assert_eq!((second.status, second.replayed()), (201, true));
+    assert_eq!(
+        second.body, first.body,
+        "the second call returns the first result"
+    );
+    assert_eq!(origin_executions(&key).await, 1);
+    let seen = events.all();
+    assert_eq!(seen[0].status, Some(409));
+    assert_eq!(seen[0].code.as_deref(), Some("IDEMPOTENCY_KEY_IN_PROGRESS"));
+    assert!(
+        seen[0].retry_in.unwrap() >= Duration::from_secs(1),
+        "Retry-After (≥ 1 s) is the floor"
+    );
+    println!(
+        "FIGURE in-progress: second call attempts={} (409 then replay) origin_executions=1",
+        second.attempts
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// 3. Proactive throttling: 8 tasks, 40 calls, a plan of 10 per 5 s.
+
+async fn forty_calls(throttle: ThrottleConfig, retry: RetryPolicy) -> (Duration, u64, Client) {
+    let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(new_key("small").await)
+        .throttle(throttle)
+        .retry(retry)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let c = client.clone();
+            tokio::spawn(async move {
+                for i in 0..5 {
+                    let body = Body::from(json!({ "task": t, "call": i }));
+                    let res = c
+                        .request(Method::POST, "/items", body, RequestOptions::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("task {t} call {i}: {e}"));
+                    assert_eq!(res.status, 201);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let m = client.metrics();
+    (elapsed, m.rejected_429, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn proactive_default_threshold_receives_no_429() {
+    let (elapsed, rejected, client) =
+        forty_calls(ThrottleConfig::default(), RetryPolicy::default()).await;
+    let m = client.metrics();
+    println!(
+        "FIGURE proactive threshold=5: calls=40 429s={rejected} elapsed={:.2}s throttle_waits={}",
+        elapsed.as_secs_f64(),
+        m.throttle_waits
+    );
+    assert_eq!(rejected, 0);
+    assert_eq!(m.attempts, 40, "no retries were needed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn proactive_threshold_zero_uses_the_whole_budget_without_a_429() {
+    let throttle = ThrottleConfig {
+        threshold: 0,
+        ..ThrottleConfig::default()
+    };
+    let (elapsed, rejected, client) = forty_calls(throttle, RetryPolicy::default()).await;
+    let secs = elapsed.as_secs_f64();
+    println!(
+        "FIGURE proactive threshold=0: calls=40 429s={rejected} elapsed={secs:.2}s ideal=15s deviation={:+.1}%",
+        (secs / 15.0 - 1.0) * 100.0
+    );
+    assert_eq!(rejected, 0);
+    assert_eq!(client.metrics().attempts, 40);
+    // 40 calls at 10 per 5 s need four windows: 15 s is the least possible; the issue
+    // asks for no more than 25 % above it.
+    assert!(
+        (11.25..=18.75).contains(&secs),
+        "elapsed {secs:.2}s, ideal 15 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn proactive_off_absorbs_429s_through_retry_after() {
+    let off = ThrottleConfig {
+        enabled: false,
+        ..ThrottleConfig::default()
+    };
+    // Eight tasks racing for ten slots: a call may lose several rounds.
+    let retry = RetryPolicy {
+        max_attempts: 12,
+        ..RetryPolicy::default()
+    };
+    let (elapsed, rejected, client) = forty_calls(off, retry).await;
+    let m = client.metrics();
+    println!(
+        "FIGURE proactive off: calls=40 429s={rejected} retries={} elapsed={:.2}s",
+        m.retries,
+        elapsed.as_secs_f64()
+    );
+    assert!(
+        rejected > 0,
+        "without throttling the plan must have pushed back"
+    );
+    assert_eq!(m.retries, rejected, "every retry was a 429 absorbed");
+}
+
+// -------------------------------------------------------------------------------------------
+// 4. Webhooks: a real delivery verified, a tampered one refused, rotated secrets.
+
+async fn captured(id: &str, min_signatures: usize) -> (Vec<u8>, HeaderMap) {
+    let capture = plain(&env("POSTGUARD_CAPTURE_URL"));
+    poll(
+        &format!("the delivery of {id}"),
+        Duration::from_secs(30),
+        || {
+            let capture = capture.clone();
+            async move {
+                let list: Vec<Value> = capture
+                    .request(Method::GET, "/", Body::Empty, RequestOptions::default())
+                    .await
+                    .ok()?
+                    .json()
+                    .ok()?;
+                let r = list.into_iter().find(|r| {
+                    r["headers"]["webhook-id"] == id
+                        && r["headers"]["webhook-signature"]
+                            .as_str()
+                            .is_some_and(|s| s.split(' ').count() >= min_signatures)
+                })?;
+                let mut headers = HeaderMap::new();
+                for (k, v) in r["headers"].as_object()? {
+                    let name: postguard_client::HeaderName = k.parse().ok()?;
+                    headers.insert(name, v.as_str()?.parse().ok()?);
+                }
+                Some((r["body"].as_str()?.as_bytes().to_vec(), headers))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn webhook_deliveries_verify_and_tampering_is_refused() {
+    let project = env("POSTGUARD_PROJECT");
+    let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(new_key("big").await)
+        .build()
+        .unwrap();
+    let publisher = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(env("POSTGUARD_ORIGIN_TOKEN"))
+        .build()
+        .unwrap();
+    let sub = client
+        .create_webhook(&NewSubscription {
+            url: format!("{}/rust-sdk", env("POSTGUARD_RECEIVER_URL")),
+            events: vec!["rust.*".into()],
+            description: Some("rust sdk test".into()),
+        })
+        .await
+        .unwrap();
+    let old = sub.secret.clone().unwrap();
+    let id = publisher
+        .publish_event(&project, "rust.paid", &json!({ "amount": 100 }), None)
+        .await
+        .unwrap();
+    let (body, headers) = captured(&id, 1).await;
+    let event = webhook::verify(&body, &headers, &[&old]).unwrap();
+    assert_eq!(
+        (event.id.as_str(), event.event_type.as_str()),
+        (id.as_str(), "rust.paid")
+    );
+    assert_eq!(event.data["amount"], 100);
+    let tampered = String::from_utf8(body.clone())
+        .unwrap()
+        .replace("100", "1000");
+    assert!(matches!(
+        webhook::verify(tampered.as_bytes(), &headers, &[&old]),
+        Err(VerifyError::InvalidSignature)
+    ));
+    let wrong = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    assert!(webhook::verify(&body, &headers, &[wrong]).is_err());
+    // At-least-once: the dedupe hook lets the handler run once per event id.
+    let verifier = Verifier::new([&old]).unwrap();
+    let seen = MemoryDedupe::new(1000);
+    assert!(verifier
+        .verify_once(&body, &headers, &seen)
+        .unwrap()
+        .is_some());
+    assert!(verifier
+        .verify_once(&body, &headers, &seen)
+        .unwrap()
+        .is_none());
+
+    // Rotation: for a while both secrets sign; a receiver holding either one verifies.
+    let new = client.rotate_webhook_secret(&sub.id).await.unwrap();
+    assert_ne!(new, old);
+    let id2 = publisher
+        .publish_event(&project, "rust.paid", &json!({ "amount": 5 }), None)
+        .await
+        .unwrap();
+    let (body2, headers2) = captured(&id2, 2).await;
+    for secrets in [
+        vec![new.as_str()],
+        vec![old.as_str()],
+        vec![wrong, new.as_str()],
+    ] {
+        assert!(
+            webhook::verify(&body2, &headers2, &secrets).is_ok(),
+            "{secrets:?}"
+        );
+    }
+    assert!(webhook::verify(&body2, &headers2, &[wrong]).is_err());
+    let deliveries: Vec<_> = client
+        .deliveries(&[("event_type", "rust.paid")])
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(deliveries.iter().any(|d| d.event_id == id));
+    println!("FIGURE webhooks: delivery verified, tampered refused, rotated secrets verified");
+}
+
+// -------------------------------------------------------------------------------------------
+// Errors and the typed endpoints.
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn errors_carry_the_problem_and_are_not_retried() {
+    let url = env("POSTGUARD_GATEWAY_URL");
+    let bad = Client::builder(&url)
+        .token("pgk_not-a-key")
+        .build()
+        .unwrap();
+    let e = bad.me().await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (Some(401), Some("INVALID_API_KEY")));
+    assert!(e.request_id().unwrap().starts_with("req_"));
+    assert_eq!(e.problem().unwrap().attempts, 1, "401 is not retried");
+
+    let client = Client::builder(&url)
+        .token(new_key("big").await)
+        .build()
+        .unwrap();
+    let key = format!("rs-422-{}", uuid_like());
+    let opts = RequestOptions::default().idempotency_key(&key);
+    client
+        .request(
+            Method::POST,
+            "/orders",
+            Body::from(json!({ "a": 1 })),
+            opts.clone(),
+        )
+        .await
+        .unwrap();
+    let e = client
+        .request(Method::POST, "/orders", Body::from(json!({ "a": 2 })), opts)
+        .await
+        .unwrap_err();
+    let Error::IdempotencyKeyReuseConflict(p) = &e else {
+        panic!("expected IdempotencyKeyReuseConflict, got {e:?}");
+    };
+    assert_eq!((p.status, p.attempts), (422, 1));
+    assert_eq!(p.idempotency_key.as_deref(), Some(key.as_str()));
+    assert!(p.request_id.as_deref().unwrap().starts_with("req_"));
+
+    let me = client.me().await.unwrap();
+    assert_eq!(
+        (me.plan.as_str(), me.project),
+        ("big", env("POSTGUARD_PROJECT"))
+    );
+    let stats = client.stats(1).await.unwrap();
+    assert!(stats.days.iter().map(|d| d.requests).sum::<u64>() >= 1);
+    let keys = admin()
+        .list_keys(&[("project", &env("POSTGUARD_PROJECT"))], None)
+        .await
+        .unwrap();
+    assert!(keys.data.iter().any(|k| k.prefix == me.prefix));
+    assert!(
+        keys.data.iter().all(|k| k.key.is_none()),
+        "full keys are never listed"
+    );
+}
+
+fn uuid_like() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

@@ -135,6 +135,18 @@ struct Counters {
     throttle_waits: AtomicU64,
 }
 
+impl Counters {
+    fn count(&self, waited: bool, attempt: u32) {
+        if waited {
+            self.throttle_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if attempt > 0 {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A snapshot of a client's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Metrics {
@@ -302,6 +314,63 @@ enum AttemptError {
     Fatal(Error),
 }
 
+/// Everything that stays the same across the attempts of one call.
+struct Call<'a> {
+    method: Method,
+    path: &'a str,
+    url: Url,
+    headers: HeaderMap,
+    body: Body,
+    key: Option<String>,
+    timeout: Duration,
+}
+
+enum Attempt {
+    Done(Box<Response>),
+    /// Retryable or not, the retry rule decides.
+    Failed(Failure, AttemptEvent),
+    /// Not an answer to retry (too large, a bad request that could not be built).
+    Fatal(Error),
+}
+
+enum Failure {
+    Transport(reqwest::Error),
+    Answer(Box<Problem>),
+}
+
+impl Failure {
+    fn outcome(&self) -> Outcome<'_> {
+        match self {
+            Failure::Transport(_) => Outcome::Transport,
+            Failure::Answer(p) => Outcome::Status {
+                status: p.status,
+                code: p.code.as_deref(),
+            },
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Failure::Transport(_) => None,
+            Failure::Answer(p) => p.retry_after,
+        }
+    }
+
+    fn into_error(self, attempts: u32, idempotency_key: Option<String>) -> Error {
+        match self {
+            Failure::Answer(mut p) => {
+                p.attempts = attempts;
+                Error::from_problem(*p)
+            }
+            Failure::Transport(source) => Error::Transport {
+                source,
+                attempts,
+                idempotency_key,
+            },
+        }
+    }
+}
+
 fn is_mutating(m: &Method) -> bool {
     matches!(
         *m,
@@ -362,122 +431,108 @@ impl Client {
         body: Body,
         opts: RequestOptions,
     ) -> Result<Response, Error> {
-        let url = self.url(path)?;
         let key = is_mutating(&method).then(|| {
             opts.idempotency_key
                 .clone()
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
         });
-        let headers = self.headers(&body, key.as_deref(), &opts)?;
+        let call = Call {
+            url: self.url(path)?,
+            headers: self.headers(&body, key.as_deref(), &opts)?,
+            timeout: opts.timeout.unwrap_or(self.inner.timeout),
+            method,
+            path,
+            body,
+            key,
+        };
         let policy = opts.retry.as_ref().unwrap_or(&self.inner.retry);
-        let timeout = opts.timeout.unwrap_or(self.inner.timeout);
-        let inner = &self.inner;
         let mut attempt: u32 = 0;
         loop {
-            let (permit, waited) = inner.limiter.acquire(&*inner.clock).await;
-            if waited {
-                inner
-                    .counters
-                    .throttle_waits
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            inner.counters.attempts.fetch_add(1, Ordering::Relaxed);
-            if attempt > 0 {
-                inner.counters.retries.fetch_add(1, Ordering::Relaxed);
-            }
-            let sent = self
-                .send_once(&method, &url, &headers, &body, timeout)
-                .await;
-            let now = inner.clock.now();
-            let mut event = AttemptEvent {
-                method: method.clone(),
-                path: path.to_owned(),
-                attempt: attempt + 1,
-                status: None,
-                code: None,
-                replayed: false,
-                idempotency_key: key.clone(),
-                retry_in: None,
+            let (failure, mut event) = match self.attempt(&call, attempt).await {
+                Attempt::Done(response) => return Ok(*response),
+                Attempt::Fatal(e) => return Err(e),
+                Attempt::Failed(failure, event) => (failure, event),
             };
-            let (failure, retry_after, outcome_status) = match sent {
-                Ok(answer) => {
-                    let info = RateInfo::from_headers(
-                        &answer.headers,
-                        answer.status,
-                        inner.clock.unix_now(),
-                    );
-                    permit.answered(now, &info);
-                    if answer.status == 429 {
-                        inner.counters.rejected_429.fetch_add(1, Ordering::Relaxed);
-                    }
-                    event.status = Some(answer.status);
-                    if answer.status < 400 {
-                        let response = Response {
-                            status: answer.status,
-                            headers: answer.headers,
-                            body: answer.body,
-                            attempts: attempt + 1,
-                            idempotency_key: key,
-                        };
-                        event.replayed = response.replayed();
-                        self.emit(&event);
-                        return Ok(response);
-                    }
-                    let mut p = Problem::from_answer(
-                        answer.status,
-                        answer
-                            .headers
-                            .get("content-type")
-                            .and_then(|v| v.to_str().ok()),
-                        answer
-                            .headers
-                            .get("x-request-id")
-                            .and_then(|v| v.to_str().ok()),
-                        &answer.body,
-                    );
-                    p.retry_after = info.retry_after;
-                    p.idempotency_key = key.clone();
-                    p.attempts = attempt + 1;
-                    event.code = p.code.clone();
-                    (Err(p), info.retry_after, Some(answer.status))
-                }
-                Err(AttemptError::Transport(e)) => {
-                    drop(permit);
-                    (Ok(e), None, None)
-                }
-                Err(AttemptError::Fatal(e)) => {
-                    drop(permit);
-                    self.emit(&event);
-                    return Err(e);
-                }
+            let decision = decide(
+                policy,
+                attempt,
+                failure.outcome(),
+                failure.retry_after(),
+                &*self.inner.random,
+            );
+            let Decision::RetryAfter(wait) = decision else {
+                self.emit(&event);
+                return Err(failure.into_error(attempt + 1, call.key));
             };
-            let outcome = match (&failure, outcome_status) {
-                (Err(p), Some(status)) => Outcome::Status {
-                    status,
-                    code: p.code.as_deref(),
-                },
-                _ => Outcome::Transport,
-            };
-            let decision = decide(policy, attempt, outcome, retry_after, &*inner.random);
-            if let Decision::RetryAfter(d) = decision {
-                event.retry_in = Some(d);
-            }
+            event.retry_in = Some(wait);
             self.emit(&event);
-            match decision {
-                Decision::RetryAfter(d) => inner.clock.sleep(d).await,
-                Decision::GiveUp => {
-                    return Err(match failure {
-                        Err(p) => Error::from_problem(p),
-                        Ok(source) => Error::Transport {
-                            source,
-                            attempts: attempt + 1,
-                            idempotency_key: key,
-                        },
-                    })
-                }
-            }
+            self.inner.clock.sleep(wait).await;
             attempt += 1;
         }
+    }
+
+    /// One attempt: wait for the limiter, send, feed the answer's rate-limit headers back.
+    async fn attempt(&self, call: &Call<'_>, attempt: u32) -> Attempt {
+        let inner = &self.inner;
+        let (permit, waited) = inner.limiter.acquire(&*inner.clock).await;
+        inner.counters.count(waited, attempt);
+        let sent = self.send_once(call).await;
+        let mut event = AttemptEvent {
+            method: call.method.clone(),
+            path: call.path.to_owned(),
+            attempt: attempt + 1,
+            status: None,
+            code: None,
+            replayed: false,
+            idempotency_key: call.key.clone(),
+            retry_in: None,
+        };
+        let answer = match sent {
+            Ok(answer) => answer,
+            Err(AttemptError::Transport(e)) => {
+                drop(permit); // lost: the limiter assumes it was counted
+                return Attempt::Failed(Failure::Transport(e), event);
+            }
+            Err(AttemptError::Fatal(e)) => {
+                drop(permit);
+                self.emit(&event);
+                return Attempt::Fatal(e);
+            }
+        };
+        let info = RateInfo::from_headers(&answer.headers, answer.status, inner.clock.unix_now());
+        permit.answered(inner.clock.now(), &info);
+        if answer.status == 429 {
+            inner.counters.rejected_429.fetch_add(1, Ordering::Relaxed);
+        }
+        event.status = Some(answer.status);
+        if answer.status < 400 {
+            let response = Response {
+                status: answer.status,
+                headers: answer.headers,
+                body: answer.body,
+                attempts: attempt + 1,
+                idempotency_key: call.key.clone(),
+            };
+            event.replayed = response.replayed();
+            self.emit(&event);
+            return Attempt::Done(Box::new(response));
+        }
+        let mut problem = Problem::from_answer(
+            answer.status,
+            answer
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            answer
+                .headers
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok()),
+            &answer.body,
+        );
+        problem.retry_after = info.retry_after;
+        problem.idempotency_key = call.key.clone();
+        event.code = problem.code.clone();
+        Attempt::Failed(Failure::Answer(Box::new(problem)), event)
     }
 
     fn emit(&self, event: &AttemptEvent) {
@@ -518,21 +573,14 @@ impl Client {
         Ok(h)
     }
 
-    async fn send_once(
-        &self,
-        method: &Method,
-        url: &Url,
-        headers: &HeaderMap,
-        body: &Body,
-        timeout: Duration,
-    ) -> Result<Answer, AttemptError> {
+    async fn send_once(&self, call: &Call<'_>) -> Result<Answer, AttemptError> {
         let mut req = self
             .inner
             .http
-            .request(method.clone(), url.clone())
-            .headers(headers.clone())
-            .timeout(timeout);
-        if let Body::Bytes { data, .. } = body {
+            .request(call.method.clone(), call.url.clone())
+            .headers(call.headers.clone())
+            .timeout(call.timeout);
+        if let Body::Bytes { data, .. } = &call.body {
             req = req.body(data.clone());
         }
         let mut res = req.send().await.map_err(classify)?;

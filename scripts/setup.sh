@@ -45,3 +45,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 bash "$ROOT/scripts/setup-clients-rs.sh"
+bash "$ROOT/scripts/setup-clients-py.sh"

@@ -43,7 +43,7 @@ def client(handler: Handler, sleeps: list[float], **kw: object) -> Client:
         api_key="pgk_test",
         admin_token="adm",
         transport=httpx.MockTransport(handler),
-        retry=kw.pop("retry", RetryPolicy(max_attempts=4)),  # type: ignore[arg-type]
+        retry=kw.pop("retry", RetryPolicy(max_attempts=4)),
         _sleep=sleeps.append,
         _random=lambda: 0.0,
         **kw,  # type: ignore[arg-type]

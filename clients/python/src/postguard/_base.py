@@ -6,12 +6,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import httpx
 
 from . import errors
-from ._core import Decision, RetryPolicy, Throttle, decide, parse_rate_limit
+from ._core import Decision, RateLimitInfo, RetryPolicy, Throttle, decide, parse_rate_limit
 from ._http import (
     USER_AGENT,
     AttemptHook,
@@ -104,7 +103,7 @@ class BaseClient:
         # The budget belongs to the API key: operator and origin calls do not count.
         return self.proactive and call.auth == "api_key"
 
-    def _rate_info(self, raw: httpx.Response | None) -> Any:
+    def _rate_info(self, raw: httpx.Response | None) -> RateLimitInfo | None:
         return None if raw is None else parse_rate_limit(raw.headers, self._epoch())
 
     # -- after an attempt -------------------------------------------------------------

@@ -103,11 +103,12 @@ class Response:
 
     @property
     def request_id(self) -> str | None:
-        return self.headers.get("x-request-id")
+        value: str | None = self.headers.get("x-request-id")
+        return value
 
     @property
     def replayed(self) -> bool:
-        return self.headers.get("idempotent-replayed", "").lower() == "true"
+        return str(self.headers.get("idempotent-replayed", "")).lower() == "true"
 
     @property
     def text(self) -> str:

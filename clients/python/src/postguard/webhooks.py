@@ -122,7 +122,7 @@ def verify(
     hooks = _secrets(secrets)
     h = {k.lower(): v for k, v in headers.items()}
     _check_timestamp(h, tolerance_s, time.time() if now is None else now)
-    signed = {k: h[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature") if k in h}
+    signed: dict[str, str] = {k: h[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature") if k in h}
     for hook in hooks:
         try:
             hook.verify(body, signed, json_parse=False)

@@ -105,7 +105,7 @@ describe('Python SDK (clients/python)', () => {
   it('pytest: unit tests and integration tests against the real gateway pass, none skipped', async () => {
     const junit = path.join(tmp, 'junit.xml');
     const reportFile = path.join(tmp, 'figures.jsonl');
-    const r = await run(PY, ['-m', 'pytest', '-p', 'no:cacheprovider', '-q', '-rA', `--junitxml=${junit}`, 'tests'], {
+    const r = await run(PY, ['-m', 'pytest', '-p', 'no:cacheprovider', '-q', '-rfEs', '--durations=8', `--junitxml=${junit}`, 'tests'], {
       cwd: PKG,
       env: {
         PG_REQUIRE_INTEGRATION: '1',

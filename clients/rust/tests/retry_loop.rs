@@ -1,0 +1,277 @@
+//! The client's real retry loop on a fake clock, against a scripted local HTTP server:
+//! the waits follow the rule (Retry-After as the floor), the Idempotency-Key is the same on
+//! every attempt, final answers are not retried. Runs with a plain `cargo test`.
+
+// Test code: a failed step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postguard_client::clock::{Clock, Random, Sleep};
+use postguard_client::{Body, Client, Error, Method, RequestOptions, RetryPolicy};
+use serde_json::json;
+
+/// Time moves only when the client sleeps; every sleep is recorded and returns at once.
+#[derive(Default)]
+struct FakeClock {
+    now: Mutex<Duration>,
+    sleeps: Mutex<Vec<Duration>>,
+}
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        *self.now.lock().unwrap()
+    }
+    fn unix_now(&self) -> Duration {
+        Duration::from_secs(1_800_000_000) + self.now()
+    }
+    fn sleep(&self, d: Duration) -> Sleep {
+        *self.now.lock().unwrap() += d;
+        self.sleeps.lock().unwrap().push(d);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+struct NoJitter;
+impl Random for NoJitter {
+    fn unit(&self) -> f64 {
+        0.0
+    }
+}
+
+/// One scripted answer: status (0 = close without answering), extra headers, body.
+type Reply = (u16, Vec<(&'static str, String)>, String);
+
+fn problem(status: u16, code: &str, retry_after: Option<u64>) -> Reply {
+    let mut headers = vec![("content-type", "application/problem+json".to_owned())];
+    if let Some(ra) = retry_after {
+        headers.push(("retry-after", ra.to_string()));
+    }
+    let body = json!({"type": "about:blank", "title": code, "status": status, "detail": format!("{code} detail"),
+                      "code": code, "request_id": "req_01JD0000000000000000000000"});
+    (status, headers, body.to_string())
+}
+
+fn ok(status: u16) -> Reply {
+    (
+        status,
+        vec![("content-type", "application/json".to_owned())],
+        "{\"ok\":true}".to_owned(),
+    )
+}
+
+/// A server answering each request with the next reply; returns its URL and the request
+/// heads it saw (lower-cased header lines).
+fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for (stream, (status, headers, body)) in listener.incoming().zip(replies) {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let line = line.trim_end().to_ascii_lowercase();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                head.push(line);
+            }
+            let mut req_body = vec![0; length];
+            reader.read_exact(&mut req_body).unwrap();
+            log.lock().unwrap().push(head);
+            if status == 0 {
+                continue; // the answer is lost: the connection closes without one
+            }
+            let mut out = format!(
+                "HTTP/1.1 {status} X\r\nconnection: close\r\ncontent-length: {}\r\n",
+                body.len()
+            );
+            for (k, v) in headers {
+                out.push_str(&format!("{k}: {v}\r\n"));
+            }
+            out.push_str("\r\n");
+            out.push_str(&body);
+            stream.write_all(out.as_bytes()).unwrap();
+        }
+    });
+    (url, seen)
+}
+
+fn client(url: &str, clock: &Arc<FakeClock>, max_attempts: u32) -> Client {
+    Client::builder(url)
+        .token("pgk_test")
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .random(Arc::new(NoJitter))
+        .retry(RetryPolicy {
+            max_attempts,
+            base_delay: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        })
+        .build()
+        .unwrap()
+}
+
+fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
+    head.iter()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")).map(str::trim))
+}
+
+#[tokio::test]
+async fn retries_keep_the_key_and_wait_at_least_retry_after() {
+    let (url, seen) = serve(vec![
+        (503, vec![], "busy".to_owned()),
+        problem(429, "RATE_LIMIT_EXCEEDED", Some(2)),
+        problem(409, "IDEMPOTENCY_KEY_IN_PROGRESS", Some(1)),
+        ok(201),
+    ]);
+    let clock = Arc::new(FakeClock::default());
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::POST,
+            "/payments",
+            Body::from(json!({"a": 1})),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((res.status, res.attempts), (201, 4));
+    let sleeps = clock.sleeps.lock().unwrap().clone();
+    // 100 ms · 2^0; max(2 s, 100 ms) · 2^1; max(1 s, 100 ms) · 2^2 (no jitter drawn).
+    assert_eq!(
+        sleeps,
+        [
+            Duration::from_millis(100),
+            Duration::from_secs(4),
+            Duration::from_secs(4)
+        ]
+    );
+    let seen = seen.lock().unwrap();
+    let keys: Vec<_> = seen
+        .iter()
+        .map(|h| header(h, "idempotency-key").unwrap())
+        .collect();
+    assert_eq!(keys.len(), 4);
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "one key for the whole call: {keys:?}"
+    );
+    assert_eq!(res.idempotency_key.as_deref(), Some(keys[0]));
+    assert!(uuid::Uuid::parse_str(keys[0]).is_ok_and(|u| u.get_version_num() == 4));
+    assert!(header(&seen[0], "user-agent")
+        .unwrap()
+        .starts_with("postguard-client-rust/"));
+    assert_eq!(header(&seen[0], "authorization"), Some("bearer pgk_test"));
+}
+
+#[tokio::test]
+async fn final_answers_are_not_retried_and_carry_the_problem() {
+    let (url, _) = serve(vec![problem(400, "VALIDATION_ERROR", None)]);
+    let clock = Arc::new(FakeClock::default());
+    let e = client(&url, &clock, 5)
+        .request(Method::POST, "/x", Body::Empty, RequestOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(400), Some("VALIDATION_ERROR"))
+    );
+    assert_eq!(e.request_id(), Some("req_01JD0000000000000000000000"));
+    assert_eq!(
+        e.problem().unwrap().detail.as_deref(),
+        Some("VALIDATION_ERROR detail")
+    );
+    assert!(clock.sleeps.lock().unwrap().is_empty());
+
+    let (url, _) = serve(vec![problem(422, "IDEMPOTENCY_KEY_REUSE_CONFLICT", None)]);
+    let e = client(&url, &clock, 5)
+        .request(
+            Method::POST,
+            "/x",
+            Body::Empty,
+            RequestOptions::default().idempotency_key("k-1"),
+        )
+        .await
+        .unwrap_err();
+    let Error::IdempotencyKeyReuseConflict(p) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (p.status, p.attempts, p.idempotency_key.as_deref()),
+        (422, 1, Some("k-1"))
+    );
+}
+
+#[tokio::test]
+async fn attempts_are_bounded_and_gets_carry_no_key() {
+    let (url, seen) = serve(vec![
+        (502, vec![], String::new()),
+        (504, vec![], String::new()),
+        (503, vec![], String::new()),
+    ]);
+    let clock = Arc::new(FakeClock::default());
+    let e = client(&url, &clock, 3)
+        .request(
+            Method::GET,
+            "/things",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((e.status(), e.problem().unwrap().attempts), (Some(503), 3));
+    assert_eq!(clock.sleeps.lock().unwrap().len(), 2);
+    assert!(seen
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|h| header(h, "idempotency-key").is_none()));
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_the_cap_is_not_waited_for() {
+    let (url, _) = serve(vec![problem(429, "RATE_LIMIT_EXCEEDED", Some(120))]);
+    let clock = Arc::new(FakeClock::default());
+    let e = client(&url, &clock, 5)
+        .request(Method::POST, "/x", Body::Empty, RequestOptions::default())
+        .await
+        .unwrap_err();
+    let p = e.problem().unwrap();
+    assert_eq!(
+        (p.status, p.attempts, p.retry_after),
+        (429, 1, Some(Duration::from_secs(120)))
+    );
+    assert!(clock.sleeps.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_retried_with_the_same_key() {
+    let (url, seen) = serve(vec![(0, vec![], String::new()), ok(201)]);
+    let clock = Arc::new(FakeClock::default());
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::PUT,
+            "/things/1",
+            Body::from(json!({"a": 1})),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((res.status, res.attempts), (201, 2));
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        header(&seen[0], "idempotency-key"),
+        header(&seen[1], "idempotency-key")
+    );
+    assert_eq!(*clock.sleeps.lock().unwrap(), [Duration::from_millis(100)]);
+}

@@ -46,3 +46,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 bash "$ROOT/scripts/setup-clients-rs.sh"
 bash "$ROOT/scripts/setup-clients-py.sh"
+bash "$ROOT/scripts/setup-clients-ts.sh"

@@ -1,0 +1,129 @@
+import { PostguardClient, uuidv4, type ClientOptions, type QueryValue, type RequestOptions } from './client.js';
+import type {
+  ApiKey, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, Delivery, DeliveryDetail, DeliveryQuery,
+  EventQuery, EventRow, Inspector, InspectedRequest, Me, Page, PageQuery, PortalLink, PublishInput, Stats,
+  Subscription, SubscriptionInput, Task, TestResult,
+} from './types.js';
+
+/** Per-call options of the typed methods. */
+export type CallOptions = Pick<RequestOptions, 'signal' | 'timeoutMs' | 'maxAttempts' | 'idempotencyKey'>;
+
+const V1 = '/_postguard/v1';
+const seg = (id: string) => encodeURIComponent(id);
+const q = (o: object | undefined) => o as Record<string, QueryValue> | undefined;
+
+/**
+ * The gateway's own endpoints, typed, on top of `request()`. Creating calls the gateway does not
+ * deduplicate (a subscription, a key, a secret rotation, a portal link, an inspector) are not
+ * retried after a lost answer — a retry could create a second one; 429 is still retried.
+ */
+export class Postguard extends PostguardClient {
+  constructor(options: ClientOptions) {
+    super(options);
+  }
+
+  private async call<T>(method: string, path: string, o: RequestOptions & CallOptions = {}): Promise<T> {
+    return (await this.request<T>(method, path, o)).data;
+  }
+
+  /** `GET /me`: the key's prefix, project, plan and current limit state (costs no budget). */
+  me(o?: CallOptions): Promise<Me> {
+    return this.call('GET', `${V1}/me`, o);
+  }
+
+  /** `GET /stats?days=`: per-day requests and errors, top paths, error share, latency. */
+  stats(query: { days?: number } = {}, o?: CallOptions): Promise<Stats> {
+    return this.call('GET', `${V1}/stats`, { ...o, query: q(query) });
+  }
+
+  /** Every page of a list endpoint, following `next_cursor`. */
+  async *pages<T>(path: string, query: object = {}, o: RequestOptions = {}): AsyncGenerator<Page<T>> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.call<Page<T>>('GET', path, { ...o, query: { ...q(query), cursor } });
+      yield page;
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
+  }
+
+  /** Every item of a list endpoint, across pages. */
+  async *items<T>(path: string, query: object = {}, o: RequestOptions = {}): AsyncGenerator<T> {
+    for await (const page of this.pages<T>(path, query, o)) yield* page.data;
+  }
+
+  readonly audit = {
+    /** One page of audit rows (own project; the operator sees all with `auth: 'admin'`). */
+    list: (query: AuditQuery = {}, o?: CallOptions): Promise<Page<AuditRow>> => this.call('GET', `${V1}/audit`, { ...o, query: q(query) }),
+    /** `for await (const row of client.audit.iterate({ status: '5xx' }))` — every row, page after page. */
+    iterate: (query: AuditQuery = {}, o?: CallOptions): AsyncGenerator<AuditRow> => this.items<AuditRow>(`${V1}/audit`, query, o),
+    pages: (query: AuditQuery = {}, o?: CallOptions): AsyncGenerator<Page<AuditRow>> => this.pages<AuditRow>(`${V1}/audit`, query, o),
+  };
+
+  readonly webhooks = {
+    create: (input: SubscriptionInput, o?: CallOptions): Promise<CreatedSubscription> =>
+      this.call('POST', `${V1}/webhooks`, { ...o, body: input, retrySafe: false }),
+    list: (query: PageQuery = {}, o?: CallOptions): Promise<Page<Subscription>> => this.call('GET', `${V1}/webhooks`, { ...o, query: q(query) }),
+    get: (id: string, o?: CallOptions): Promise<Subscription> => this.call('GET', `${V1}/webhooks/${seg(id)}`, o),
+    update: (id: string, patch: Partial<SubscriptionInput>, o?: CallOptions): Promise<Subscription> =>
+      this.call('PATCH', `${V1}/webhooks/${seg(id)}`, { ...o, body: patch }),
+    delete: async (id: string, o?: CallOptions): Promise<void> => {
+      await this.call('DELETE', `${V1}/webhooks/${seg(id)}`, o);
+    },
+    /** A new secret; the old one keeps signing alongside it for 24 h. */
+    rotateSecret: (id: string, o?: CallOptions): Promise<{ secret: string }> =>
+      this.call('POST', `${V1}/webhooks/${seg(id)}/rotate-secret`, { ...o, retrySafe: false }),
+    pause: (id: string, o?: CallOptions): Promise<Subscription> => this.call('POST', `${V1}/webhooks/${seg(id)}/pause`, o),
+    resume: (id: string, o?: CallOptions): Promise<Subscription> => this.call('POST', `${V1}/webhooks/${seg(id)}/resume`, o),
+    /** Sends one signed `postguard.ping` and reports how the receiver answered. */
+    test: (id: string, o?: CallOptions): Promise<TestResult> => this.call('POST', `${V1}/webhooks/${seg(id)}/test`, o),
+    recover: (id: string, range: { since: number | string; until?: number | string }, o?: CallOptions): Promise<{ id: string }> =>
+      this.call('POST', `${V1}/webhooks/${seg(id)}/recover`, { ...o, body: range }),
+  };
+
+  readonly deliveries = {
+    list: (query: DeliveryQuery = {}, o?: CallOptions): Promise<Page<Delivery>> => this.call('GET', `${V1}/deliveries`, { ...o, query: q(query) }),
+    iterate: (query: DeliveryQuery = {}, o?: CallOptions): AsyncGenerator<Delivery> => this.items<Delivery>(`${V1}/deliveries`, query, o),
+    get: (id: string, o?: CallOptions): Promise<DeliveryDetail> => this.call('GET', `${V1}/deliveries/${seg(id)}`, o),
+    retry: (id: string, o?: CallOptions): Promise<unknown> => this.call('POST', `${V1}/deliveries/${seg(id)}/retry`, o),
+    redirect: (id: string, url: string, o?: CallOptions): Promise<unknown> =>
+      this.call('POST', `${V1}/deliveries/${seg(id)}/redirect`, { ...o, body: { url } }),
+  };
+
+  readonly events = {
+    /**
+     * Publish as the origin (`originToken`). The event id is generated here when absent, so a
+     * retried publish is a no-op at the gateway rather than a second event.
+     */
+    publish: (input: PublishInput, o?: CallOptions): Promise<{ id: string }> =>
+      this.call('POST', `${V1}/events`, { ...o, auth: 'origin', body: { ...input, id: input.id ?? `evt_${uuidv4().replace(/-/g, '')}` } }),
+    list: (query: EventQuery = {}, o?: CallOptions): Promise<Page<EventRow>> => this.call('GET', `${V1}/events`, { ...o, query: q(query) }),
+    iterate: (query: EventQuery = {}, o?: CallOptions): AsyncGenerator<EventRow> => this.items<EventRow>(`${V1}/events`, query, o),
+  };
+
+  readonly tasks = {
+    get: (id: string, o?: CallOptions): Promise<Task> => this.call('GET', `${V1}/tasks/${seg(id)}`, o),
+  };
+
+  readonly inspectors = {
+    create: (o?: CallOptions): Promise<Inspector> => this.call('POST', `${V1}/inspectors`, { ...o, retrySafe: false }),
+    requests: (id: string, query: PageQuery = {}, o?: CallOptions): Promise<Page<InspectedRequest>> =>
+      this.call('GET', `${V1}/inspectors/${seg(id)}/requests`, { ...o, query: q(query) }),
+  };
+
+  /** Operator endpoints (`adminToken`). */
+  readonly keys = {
+    create: (input: { project: string; plan?: string; name?: string }, o?: CallOptions): Promise<CreatedApiKey> =>
+      this.call('POST', `${V1}/keys`, { ...o, auth: 'admin', body: input, retrySafe: false }),
+    list: (query: { project?: string } & PageQuery = {}, o?: CallOptions): Promise<Page<ApiKey>> =>
+      this.call('GET', `${V1}/keys`, { ...o, auth: 'admin', query: q(query) }),
+    revoke: async (id: string, o?: CallOptions): Promise<void> => {
+      await this.call('DELETE', `${V1}/keys/${seg(id)}`, { ...o, auth: 'admin' });
+    },
+  };
+
+  /** Operator: a signed link opening the dashboard for one project (default 1 h, at most 24 h). */
+  readonly portalLinks = {
+    create: (input: { project: string; ttl_s?: number }, o?: CallOptions): Promise<PortalLink> =>
+      this.call('POST', `${V1}/portal-links`, { ...o, auth: 'admin', body: input, retrySafe: false }),
+  };
+}

@@ -1,0 +1,331 @@
+import { backoffDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
+import { systemClock, type Clock } from './clock.js';
+import { ApiError, IdempotencyKeyReuseError, NetworkError, PostguardError, RetriesExhaustedError, type Problem } from './errors.js';
+import { RateLimiter, type ThrottleOptions } from './limiter.js';
+import { readRateLimit } from './ratelimit-headers.js';
+import { VERSION } from './version.js';
+
+export type Credential = 'apiKey' | 'admin' | 'origin' | 'none';
+export type QueryValue = string | number | boolean | null | undefined;
+
+export interface ClientOptions {
+  /** The gateway, e.g. `https://api.example.com` (a path prefix is kept). */
+  baseUrl: string;
+  /** API key for proxied calls and the key-authenticated gateway endpoints. */
+  apiKey?: string;
+  /** `ADMIN_TOKEN`, for the operator endpoints (keys, portal links). */
+  adminToken?: string;
+  /** `ORIGIN_TOKEN`, for publishing events. */
+  originToken?: string;
+  /** Per-attempt timeout, response body included (default 30 000 ms). */
+  timeoutMs?: number;
+  /** Attempts per logical call, the first included (default 5). */
+  maxAttempts?: number;
+  backoff?: BackoffOptions;
+  /** Proactive throttling from the rate-limit headers (default on, threshold 5); `false` turns it off. */
+  throttle?: ThrottleOptions | false;
+  /** Sent as User-Agent (default `postguard-client-typescript/<version>`); `false` sends none. */
+  userAgent?: string | false;
+  /** Headers added to every request. */
+  headers?: Record<string, string>;
+  fetch?: typeof fetch;
+  clock?: Clock;
+  random?: () => number;
+  /** Idempotency-Key factory (default: a UUIDv4 from Web Crypto). */
+  generateIdempotencyKey?: () => string;
+  /** Called for every HTTP response, retried attempts included (e.g. to count 429s). */
+  onResponse?: (info: ResponseInfo) => void;
+  /** Called before each retry with the delay chosen. */
+  onRetry?: (info: RetryInfo) => void;
+}
+
+export interface RequestOptions {
+  /** JSON-serialised unless a string or bytes. */
+  body?: unknown;
+  query?: Record<string, QueryValue>;
+  headers?: Record<string, string>;
+  /** Your key for this operation; default: generated once per call (mutating methods only). */
+  idempotencyKey?: string;
+  /** Which configured credential to send (default `apiKey`), or `token` to give one. */
+  auth?: Credential;
+  token?: string;
+  timeoutMs?: number;
+  maxAttempts?: number;
+  signal?: AbortSignal;
+  /**
+   * Whether a lost answer may be retried: true for GET/HEAD and for calls carrying an
+   * Idempotency-Key (the gateway answers a retry with the stored result). Set false for
+   * routes where the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
+   */
+  retrySafe?: boolean;
+}
+
+export interface PostguardResponse<T = unknown> {
+  status: number;
+  headers: Headers;
+  /** Parsed JSON when the response is JSON, else its text (undefined when empty). */
+  data: T;
+  /** `Idempotent-Replayed: true`: the gateway answered from its store; the origin did not run again. */
+  replayed: boolean;
+  requestId: string | undefined;
+  idempotencyKey: string | undefined;
+  attempts: number;
+}
+
+export interface ResponseInfo {
+  method: string;
+  path: string;
+  status: number;
+  attempt: number;
+  requestId: string | undefined;
+  idempotencyKey: string | undefined;
+  replayed: boolean;
+  headers: Headers;
+}
+
+export interface RetryInfo {
+  method: string;
+  path: string;
+  attempt: number;
+  delayMs: number;
+  idempotencyKey: string | undefined;
+  /** The status that caused the retry, or undefined for a network error. */
+  status: number | undefined;
+  error: unknown;
+}
+
+const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+const RETRY_STATUSES = new Set([502, 503, 504]);
+
+/** A UUIDv4 from Web Crypto (randomUUID needs a secure context in browsers; getRandomValues does not). */
+export function uuidv4(): string {
+  const c = (globalThis as { crypto?: Crypto }).crypto;
+  if (c?.randomUUID) return c.randomUUID();
+  if (!c?.getRandomValues) throw new PostguardError('no Web Crypto: pass generateIdempotencyKey to the client');
+  const b = c.getRandomValues(new Uint8Array(16));
+  b[6] = ((b[6] ?? 0) & 0x0f) | 0x40;
+  b[8] = ((b[8] ?? 0) & 0x3f) | 0x80;
+  const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+function encodeBody(body: unknown): { payload?: BodyInit; contentType?: string } {
+  if (body === undefined) return {};
+  if (typeof body === 'string') return { payload: body, contentType: 'text/plain; charset=utf-8' };
+  if (body instanceof Uint8Array || body instanceof ArrayBuffer) {
+    return { payload: body as BodyInit, contentType: 'application/octet-stream' };
+  }
+  return { payload: JSON.stringify(body), contentType: 'application/json' };
+}
+
+async function readBody(res: Response): Promise<unknown> {
+  const text = await res.text();
+  if (text.length === 0) return undefined;
+  if (/\bjson\b/i.test(res.headers.get('content-type') ?? '')) {
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      return text;
+    }
+  }
+  return text;
+}
+
+function asProblem(body: unknown): Problem | undefined {
+  return body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Problem) : undefined;
+}
+
+/** One attempt's outcome: an answer, or a failure without one. */
+type Attempt =
+  | { kind: 'response'; res: Response; body: unknown }
+  | { kind: 'failure'; error: NetworkError };
+
+export class PostguardClient {
+  readonly baseUrl: string;
+  private readonly opts: ClientOptions;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly fetchImpl: typeof fetch;
+  private readonly limiter: RateLimiter;
+
+  constructor(options: ClientOptions) {
+    if (!options?.baseUrl) throw new TypeError('PostguardClient: baseUrl is required');
+    this.opts = options;
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.clock = options.clock ?? systemClock;
+    this.random = options.random ?? Math.random;
+    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.clock);
+  }
+
+  /** Calls of this client sent and not yet answered. */
+  get inFlight(): number {
+    return this.limiter.pending;
+  }
+
+  /**
+   * Any call through the gateway (the origin's own API, or a gateway endpoint). A mutating
+   * method gets one Idempotency-Key for the whole call, sent unchanged on every retry.
+   * Resolves for status < 400; throws ApiError (or IdempotencyKeyReuseError) for an error that
+   * is not retried, RetriesExhaustedError when every attempt failed.
+   */
+  async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
+    const m = method.toUpperCase();
+    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (this.opts.generateIdempotencyKey ?? uuidv4)()) : options.idempotencyKey;
+    const retrySafe = options.retrySafe ?? (key !== undefined || m === 'GET' || m === 'HEAD' || m === 'OPTIONS');
+    const maxAttempts = Math.max(1, options.maxAttempts ?? this.opts.maxAttempts ?? 5);
+    const url = this.url(path, options.query);
+    const headers = this.headers(options, key);
+    const { payload, contentType } = encodeBody(options.body);
+    if (contentType && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = contentType;
+    const init: RequestInit = { method: m, headers, body: payload };
+
+    for (let attempt = 0; ; attempt++) {
+      const outcome = await this.attempt(url, init, options);
+      const last = attempt + 1 >= maxAttempts;
+      if (outcome.kind === 'failure') {
+        if (!retrySafe) throw outcome.error;
+        if (last) throw this.exhausted(m, path, attempt + 1, key, outcome.error);
+        await this.pause(m, path, attempt, key, undefined, outcome.error, undefined, options.signal);
+        continue;
+      }
+      const { res, body } = outcome;
+      const info = this.report(m, path, attempt, key, res);
+      if (res.status < 400) {
+        return { status: res.status, headers: res.headers, data: body as T, replayed: info.replayed, requestId: info.requestId, idempotencyKey: key, attempts: attempt + 1 };
+      }
+      const err = this.apiError(m, path, res, body, attempt + 1, key);
+      if (!this.retryable(res.status, err.code, retrySafe)) throw err;
+      if (last) throw this.exhausted(m, path, attempt + 1, key, err);
+      const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.clock.now());
+      await this.pause(m, path, attempt, key, res.status, err, retryAfter, options.signal);
+    }
+  }
+
+  /** 429 and 409-in-progress were not executed: always safe. 502/503/504 only when a retry cannot duplicate. */
+  private retryable(status: number, code: string | undefined, retrySafe: boolean): boolean {
+    if (status === 429) return true;
+    if (status === 409) return code === 'IDEMPOTENCY_KEY_IN_PROGRESS';
+    return retrySafe && RETRY_STATUSES.has(status);
+  }
+
+  private async attempt(url: string, init: RequestInit, options: RequestOptions): Promise<Attempt> {
+    await this.limiter.acquire(options.signal);
+    const sentAt = this.clock.now();
+    const timeoutMs = options.timeoutMs ?? this.opts.timeoutMs ?? 30_000;
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new NetworkError(`no answer within ${timeoutMs} ms`, { timedOut: true })), timeoutMs);
+    const onAbort = () => ctl.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    let answered = false;
+    let res: Response | undefined;
+    try {
+      res = await this.fetchImpl(url, { ...init, signal: ctl.signal });
+      answered = true;
+      const body = await readBody(res);
+      this.limiter.release(readRateLimit(res.headers), sentAt, this.clock.now(), true);
+      return { kind: 'response', res, body };
+    } catch (e) {
+      this.limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.clock.now(), answered);
+      if (options.signal?.aborted) throw options.signal.reason;
+      const reason = ctl.signal.aborted ? ctl.signal.reason : e;
+      const error =
+        reason instanceof NetworkError
+          ? reason
+          : new NetworkError(`network error: ${reason instanceof Error ? reason.message : String(reason)}`, { cause: reason });
+      return { kind: 'failure', error };
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private async pause(
+    method: string,
+    path: string,
+    attempt: number,
+    key: string | undefined,
+    status: number | undefined,
+    error: unknown,
+    retryAfterMs: number | undefined,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const delayMs = backoffDelay(attempt, retryAfterMs, this.random, this.opts.backoff);
+    this.opts.onRetry?.({ method, path, attempt: attempt + 1, delayMs, idempotencyKey: key, status, error });
+    await this.clock.sleep(delayMs, signal);
+  }
+
+  private report(method: string, path: string, attempt: number, key: string | undefined, res: Response): ResponseInfo {
+    const info: ResponseInfo = {
+      method,
+      path,
+      status: res.status,
+      attempt: attempt + 1,
+      requestId: res.headers.get('x-request-id') ?? undefined,
+      idempotencyKey: key,
+      replayed: res.headers.get('idempotent-replayed') === 'true',
+      headers: res.headers,
+    };
+    this.opts.onResponse?.(info);
+    return info;
+  }
+
+  private apiError(method: string, path: string, res: Response, body: unknown, attempts: number, key: string | undefined): ApiError {
+    const p = asProblem(body);
+    const fields = {
+      status: res.status,
+      code: typeof p?.code === 'string' ? p.code : undefined,
+      detail: typeof p?.detail === 'string' ? p.detail : undefined,
+      requestId: (typeof p?.request_id === 'string' ? p.request_id : undefined) ?? res.headers.get('x-request-id') ?? undefined,
+      attempts,
+      idempotencyKey: key,
+      problem: p,
+      headers: res.headers,
+      body,
+    };
+    const msg = `${method} ${path} → ${res.status}${fields.code ? ` ${fields.code}` : ''}${fields.detail ? `: ${fields.detail}` : ''}`;
+    return fields.code === 'IDEMPOTENCY_KEY_REUSE_CONFLICT' ? new IdempotencyKeyReuseError(msg, fields) : new ApiError(msg, fields);
+  }
+
+  private exhausted(method: string, path: string, attempts: number, key: string | undefined, last: PostguardError): RetriesExhaustedError {
+    return new RetriesExhaustedError(`${method} ${path} failed after ${attempts} attempts: ${last.message}`, {
+      status: last.status,
+      code: last.code,
+      detail: last.detail,
+      requestId: last.requestId,
+      problem: last.problem,
+      attempts,
+      idempotencyKey: key,
+      cause: last,
+    });
+  }
+
+  private url(path: string, query?: Record<string, QueryValue>): string {
+    const p = path.startsWith('/') ? path : `/${path}`;
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== null) q.append(k, String(v));
+    const qs = q.toString();
+    return `${this.baseUrl}${p}${qs ? (p.includes('?') ? '&' : '?') + qs : ''}`;
+  }
+
+  private headers(options: RequestOptions, key: string | undefined): Record<string, string> {
+    const h: Record<string, string> = { accept: 'application/json, application/problem+json;q=0.9, */*;q=0.5' };
+    const ua = this.opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
+    if (ua !== false) h['user-agent'] = ua;
+    Object.assign(h, this.opts.headers, options.headers);
+    const token = options.token ?? this.credential(options.auth ?? 'apiKey');
+    if (token !== undefined) h.authorization = `Bearer ${token}`;
+    if (key !== undefined) h['idempotency-key'] = key;
+    return h;
+  }
+
+  private credential(kind: Credential): string | undefined {
+    if (kind === 'none') return undefined;
+    const token = kind === 'admin' ? this.opts.adminToken : kind === 'origin' ? this.opts.originToken : this.opts.apiKey;
+    if (token === undefined) {
+      const opt = kind === 'admin' ? 'adminToken' : kind === 'origin' ? 'originToken' : 'apiKey';
+      throw new PostguardError(`this call needs the client option ${opt}`);
+    }
+    return token;
+  }
+}

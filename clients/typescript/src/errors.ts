@@ -1,0 +1,78 @@
+/** An RFC 9457 problem as postguard sends it (`code` from its published list). */
+export interface Problem {
+  type?: string;
+  title?: string;
+  status?: number;
+  detail?: string;
+  code?: string;
+  request_id?: string;
+  [extra: string]: unknown;
+}
+
+export interface ErrorFields {
+  status?: number;
+  code?: string;
+  detail?: string;
+  requestId?: string;
+  /** Attempts made for this logical call (1 = no retry). */
+  attempts?: number;
+  idempotencyKey?: string;
+  problem?: Problem;
+  cause?: unknown;
+}
+
+/** Base class of every error the SDK throws. */
+export class PostguardError extends Error {
+  readonly status?: number;
+  readonly code?: string;
+  readonly detail?: string;
+  readonly requestId?: string;
+  readonly attempts?: number;
+  readonly idempotencyKey?: string;
+  readonly problem?: Problem;
+
+  constructor(message: string, fields: ErrorFields = {}) {
+    super(message, fields.cause === undefined ? undefined : { cause: fields.cause });
+    this.name = new.target.name;
+    this.status = fields.status;
+    this.code = fields.code;
+    this.detail = fields.detail;
+    this.requestId = fields.requestId;
+    this.attempts = fields.attempts;
+    this.idempotencyKey = fields.idempotencyKey;
+    this.problem = fields.problem;
+  }
+}
+
+/** An error response that is not retried (400, 401, 403, 404, 422, other 4xx…). */
+export class ApiError extends PostguardError {
+  /** The response headers. */
+  readonly headers?: Headers;
+  /** The parsed body: the problem, other JSON, or text. */
+  readonly body?: unknown;
+
+  constructor(message: string, fields: ErrorFields & { headers?: Headers; body?: unknown }) {
+    super(message, fields);
+    this.headers = fields.headers;
+    this.body = fields.body;
+  }
+}
+
+/** 422 `IDEMPOTENCY_KEY_REUSE_CONFLICT`: this key was used with another request. A bug, never retried. */
+export class IdempotencyKeyReuseError extends ApiError {}
+
+/** The call failed on every attempt (network errors, timeouts, 429, 409 in progress, 502/503/504). */
+export class RetriesExhaustedError extends PostguardError {}
+
+/** No response: connection refused or reset, DNS, or the per-attempt timeout (`timedOut`). */
+export class NetworkError extends PostguardError {
+  readonly timedOut: boolean;
+
+  constructor(message: string, fields: ErrorFields & { timedOut?: boolean }) {
+    super(message, fields);
+    this.timedOut = fields.timedOut ?? false;
+  }
+}
+
+/** A webhook whose signature, headers or timestamp do not verify. */
+export class WebhookVerificationError extends PostguardError {}

@@ -1,0 +1,19 @@
+export { Postguard, type CallOptions } from './api.js';
+export {
+  PostguardClient, uuidv4,
+  type ClientOptions, type RequestOptions, type PostguardResponse, type ResponseInfo, type RetryInfo, type Credential, type QueryValue,
+} from './client.js';
+export { backoffDelay, parseRetryAfter, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.js';
+export { RateLimiter, type ThrottleOptions } from './limiter.js';
+export { readRateLimit, type RateLimitInfo } from './ratelimit-headers.js';
+export { systemClock, type Clock } from './clock.js';
+export {
+  PostguardError, ApiError, IdempotencyKeyReuseError, RetriesExhaustedError, NetworkError, WebhookVerificationError,
+  type Problem, type ErrorFields,
+} from './errors.js';
+export {
+  verifyWebhook, WebhookReceiver, MemoryDedupeStore, MAX_TOLERANCE_S,
+  type DedupeStore, type VerifyOptions, type ReceiverOptions, type Received, type HeaderInput,
+} from './webhooks.js';
+export { VERSION } from './version.js';
+export type * from './types.js';

@@ -66,9 +66,11 @@ impl RateInfo {
         let policy = get("ratelimit-policy")
             .map(parse_params)
             .unwrap_or_default();
+        // `X-RateLimit-Reset` is whole seconds and may read up to 1 s before the real end
+        // (postguard sends floor(now) + t): one second more keeps the wait from ending early.
         let reset_in = ietf.t.map(Duration::from_secs).or_else(|| {
             num("x-ratelimit-reset")
-                .map(|at| Duration::from_secs(at.saturating_sub(unix_now.as_secs())))
+                .map(|at| Duration::from_secs(at.saturating_add(1)).saturating_sub(unix_now))
         });
         RateInfo {
             limit: num("x-ratelimit-limit").or(policy.q).and_then(to_u32),
@@ -439,13 +441,12 @@ mod tests {
         assert_eq!(i.window, Some(S(60)));
         assert_eq!(i.retry_after, Some(S(7)));
         assert!(i.rejected);
-        // Only the legacy fields: the reset comes from X-RateLimit-Reset.
+        // Only the legacy fields: the reset comes from X-RateLimit-Reset, plus its rounding.
         h.remove("ratelimit");
         h.insert("x-ratelimit-reset", "1000020".parse().unwrap());
-        assert_eq!(
-            RateInfo::from_headers(&h, 200, S(1_000_000)).reset_in,
-            Some(S(20))
-        );
+        let at = S(1_000_000) + MS(400);
+        let reset_in = RateInfo::from_headers(&h, 200, at).reset_in;
+        assert_eq!(reset_in, Some(MS(20_600)));
         // Only the IETF fields; several policies: the tightest wins.
         let mut ietf = HeaderMap::new();
         ietf.insert(

@@ -139,6 +139,13 @@ def test_network_errors_exhausted() -> None:
     assert isinstance(e.value.__cause__, httpx.ReadTimeout)
 
 
+def test_unrecoverable_transport_error_is_typed_and_not_retried() -> None:
+    seen, handler = scripted([httpx.UnsupportedProtocol("ftp://")])
+    with pytest.raises(postguard.NetworkError) as e:
+        client(handler, []).request("POST", "/a")
+    assert len(seen) == 1 and e.value.attempts == 1
+
+
 def test_headers_auth_and_user_agent() -> None:
     seen, handler = scripted([httpx.Response(200, json={"prefix": "pgk_x"}), httpx.Response(201, json={"key": "k"})])
     c = client(handler, [])

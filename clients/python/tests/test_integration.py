@@ -5,10 +5,14 @@ No mocks: every answer here comes from the built worker."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -315,3 +319,24 @@ def test_typed_endpoints_and_audit_pages(env: Any, new_key: Any, admin: Client) 
 
     err = poll(refused, what="the revoked key refused")
     assert err.status == 401 and err.code == "INVALID_API_KEY" and err.request_id and err.attempts == 1
+
+
+# --- the examples run as documented ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "expect"), [
+    ("quickstart.py", "refused as expected: IDEMPOTENCY_KEY_REUSE_CONFLICT"),
+    ("concurrent_async.py", "40 calls in"),
+])
+def test_examples_run(env: Any, new_key: Any, script: str, expect: str) -> None:
+    k = new_key()
+    path = Path(__file__).resolve().parent.parent / "examples" / script
+    out = subprocess.run(
+        [sys.executable, str(path)],
+        env={**os.environ, "POSTGUARD_URL": env.gateway, "POSTGUARD_API_KEY": k.key},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert expect in out.stdout, out.stdout

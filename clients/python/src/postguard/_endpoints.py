@@ -79,8 +79,7 @@ def redirect_delivery(delivery_id: str, url: str) -> Call:
 
 
 def publish_event(project: str, type: str, data: Any, event_id: str | None) -> Call:
-    body = _body(project=project, type=type, data=data, id=event_id)
-    body.setdefault("data", None)
+    body = _body(project=project, type=type, data={} if data is None else data, id=event_id)
     return make_call("POST", f"{V1}/events", auth="origin", json=body)
 
 

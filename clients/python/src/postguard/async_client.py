@@ -11,7 +11,7 @@ import httpx
 
 from . import _endpoints as ep
 from ._base import BaseClient
-from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call
+from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call, network_error
 from ._limiter import AsyncLimiter
 from .types import (
     ApiKey,
@@ -62,7 +62,7 @@ class AsyncClient(BaseClient):
 
     # -- the retry loop ------------------------------------------------------------------
 
-    async def _attempt(self, call: Call) -> tuple[httpx.Response | None, Exception | None]:
+    async def _attempt(self, call: Call, attempt: int) -> tuple[httpx.Response | None, Exception | None]:
         throttled = self._throttled(call)
         request = self._request(self._http, call)
         if throttled:
@@ -73,6 +73,8 @@ class AsyncClient(BaseClient):
             return raw, None
         except RETRYABLE_TRANSPORT_ERRORS as err:
             return None, err
+        except httpx.TransportError as err:  # e.g. an unsupported scheme: no retry can help
+            raise network_error(err, call, attempt) from err
         finally:
             if throttled:
                 self._limiter.release(self._rate_info(raw))
@@ -81,7 +83,7 @@ class AsyncClient(BaseClient):
         attempt = 0
         while True:
             attempt += 1
-            raw, err = await self._attempt(call)
+            raw, err = await self._attempt(call, attempt)
             decision = self._decide(call, attempt, raw, err)
             if not decision.retry:
                 return self._result(call, raw, err, attempt)

@@ -10,7 +10,7 @@ import httpx
 
 from . import _endpoints as ep
 from ._base import BaseClient
-from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call
+from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call, network_error
 from ._limiter import SyncLimiter
 from .types import (
     ApiKey,
@@ -64,7 +64,7 @@ class Client(BaseClient):
 
     # -- the retry loop ------------------------------------------------------------------
 
-    def _attempt(self, call: Call) -> tuple[httpx.Response | None, Exception | None]:
+    def _attempt(self, call: Call, attempt: int) -> tuple[httpx.Response | None, Exception | None]:
         throttled = self._throttled(call)
         request = self._request(self._http, call)
         if throttled:
@@ -75,6 +75,8 @@ class Client(BaseClient):
             return raw, None
         except RETRYABLE_TRANSPORT_ERRORS as err:
             return None, err
+        except httpx.TransportError as err:  # e.g. an unsupported scheme: no retry can help
+            raise network_error(err, call, attempt) from err
         finally:
             if throttled:
                 self._limiter.release(self._rate_info(raw))
@@ -83,7 +85,7 @@ class Client(BaseClient):
         attempt = 0
         while True:
             attempt += 1
-            raw, err = self._attempt(call)
+            raw, err = self._attempt(call, attempt)
             decision = self._decide(call, attempt, raw, err)
             if not decision.retry:
                 return self._result(call, raw, err, attempt)

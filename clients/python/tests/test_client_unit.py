@@ -199,3 +199,20 @@ async def test_async_client_same_semantics() -> None:
         await c.request("POST", "/a", {"x": 1})
     assert sleeps == [0.5] and len({r.headers["idempotency-key"] for r in seen}) == 1
     await c.aclose()
+
+
+@pytest.mark.anyio
+async def test_async_audit_iterator_follows_the_cursor() -> None:
+    pages = [
+        httpx.Response(200, json={"data": [{"request_id": "a"}], "next_cursor": "c1"}),
+        httpx.Response(200, json={"data": [{"request_id": "b"}], "next_cursor": None}),
+    ]
+    seen, handler = scripted(list(pages))
+
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)
+
+    async with AsyncClient("http://gw.test", api_key="k", transport=httpx.MockTransport(ahandler)) as c:
+        rows = [row["request_id"] async for row in c.iter_audit(method="POST")]
+    assert rows == ["a", "b"]
+    assert seen[1].url.params["cursor"] == "c1" and seen[1].url.params["method"] == "POST"

@@ -195,7 +195,8 @@ class Throttle:
     """One client's shared view of its API key's budget (the "central counter").
 
     Pure state: every method takes ``now`` (monotonic seconds). The clients wrap it in
-    a lock (sync) or an asyncio condition (async) and wake waiters on every response.
+    a condition (sync, threads) or an event (async, one loop) and wake the waiters on
+    every ended attempt.
 
     * ``remaining`` is the lowest budget any response of the current window reported;
       ``in_flight`` counts requests sent and not yet answered, which the server may

@@ -122,7 +122,7 @@ describe('retry-safe by construction', () => {
     await pg.request('GET', '/warm-up'); // the limiter learns the budget, so calls need not wait for a first answer
     const key = uniq('k409');
     const body = { amount: 9 };
-    const first = pg.request('POST', '/slow', { body, idempotencyKey: key, headers: { 'x-demo-delay-ms': '2500' } });
+    const first = pg.request('POST', '/slow', { body, idempotencyKey: key, headers: { 'x-demo-delay-ms': '1500' } });
     await poll(() => origin.stats.count(key) === 1, { message: 'the first call reached the origin' });
     const second = await pg.request('POST', '/slow', { body, idempotencyKey: key });
     const firstRes = await first;
@@ -336,6 +336,53 @@ describe('the package as published', () => {
     const manifest = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8'));
     assert.deepEqual(Object.keys(manifest.dependencies), ['standardwebhooks'], 'no runtime dependency besides standardwebhooks');
     assert.equal(manifest.exports['.'].types, './dist/index.d.ts');
+  });
+
+  it('bundled as a Worker (esbuild, as wrangler does) it runs under workerd: a call through the gateway, a webhook verified', async () => {
+    const { build } = await import('esbuild');
+    const entry = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'pg-sdk-ts-worker-')), 'worker.mjs');
+    closers.push(() => fs.rmSync(path.dirname(entry), { recursive: true, force: true }));
+    fs.writeFileSync(
+      entry,
+      `import { Postguard, verifyWebhook } from ${JSON.stringify(SDK_DIST)};
+export default {
+  async fetch(request, env) {
+    const hook = await request.json();
+    const pg = new Postguard({ baseUrl: env.GW, apiKey: env.KEY });
+    const res = await pg.request('POST', '/from-a-worker', { body: { n: 1 } });
+    const me = await pg.me();
+    const event = verifyWebhook(hook.body, hook.headers, env.SECRET);
+    return Response.json({ status: res.status, key: res.idempotencyKey, project: me.project, event: event.id });
+  },
+};
+`,
+    );
+    const out = await build({ entryPoints: [entry], bundle: true, format: 'esm', platform: 'neutral', mainFields: ['module', 'main'], conditions: ['workerd', 'worker', 'browser'], write: false, logLevel: 'silent' });
+    const { Miniflare, convertV4MiniflareOptions } = await import('miniflare');
+    const bundle = path.join(path.dirname(entry), 'bundle.mjs');
+    fs.writeFileSync(bundle, out.outputFiles[0].text);
+    const project = uniq('sdk-ts-worker');
+    const key = (await gw.createKey({ project, plan: 'big' })).key;
+    const secret = `whsec_${crypto.randomBytes(24).toString('base64')}`;
+    const { Webhook } = await import('standardwebhooks');
+    const body = JSON.stringify({ id: 'evt_worker1', type: 't', timestamp: new Date().toISOString(), data: {} });
+    const headers = { 'webhook-id': 'evt_worker1', 'webhook-timestamp': String(Math.floor(Date.now() / 1000)) };
+    headers['webhook-signature'] = new Webhook(secret).sign('evt_worker1', new Date(Number(headers['webhook-timestamp']) * 1000), body);
+    const mf = new Miniflare(convertV4MiniflareOptions({
+      modules: [{ type: 'ESModule', path: bundle }],
+      modulesRoot: path.dirname(bundle),
+      compatibilityDate: '2025-01-01',
+      bindings: { GW: gw.url, KEY: key, SECRET: secret },
+    }));
+    closers.push(() => mf.dispose());
+    const res = await mf.dispatchFetch('http://worker.test/', { method: 'POST', body: JSON.stringify({ body, headers }) });
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+    const got = JSON.parse(text);
+    assert.equal(got.status, 201);
+    assert.equal(got.project, project);
+    assert.equal(got.event, 'evt_worker1');
+    assert.equal(origin.stats.count(got.key), 1, 'the Worker-made call reached the origin with its generated key');
   });
 
   it('the unit tests of clients/typescript (backoff, limiter; fake clock and random) pass', () => {

@@ -76,6 +76,7 @@ export interface ResponseInfo {
   method: string;
   path: string;
   status: number;
+  /** Which attempt of the call this answer belongs to (1 = the first). */
   attempt: number;
   requestId: string | undefined;
   idempotencyKey: string | undefined;
@@ -86,6 +87,7 @@ export interface ResponseInfo {
 export interface RetryInfo {
   method: string;
   path: string;
+  /** Attempts made so far (1 before the first retry). */
   attempt: number;
   delayMs: number;
   idempotencyKey: string | undefined;

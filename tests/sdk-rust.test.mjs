@@ -88,7 +88,7 @@ describe('Rust SDK (clients/rust)', () => {
     // The integration tests mostly wait (on windows, retries, deliveries): run them all at once.
     const r = await run('cargo', ['test', '--locked', '--manifest-path', MANIFEST, '--', '--include-ignored', '--nocapture', '--test-threads=8'], { env });
     const figures = r.out.split('\n').filter((l) => l.startsWith('FIGURE'));
-    console.log(figures.join('\n'));
+    console.log(r.out.split('\n').filter((l) => /^(test |running |test result|FIGURE)/.test(l)).join('\n'));
     assert.equal(r.code, 0, `cargo test failed:\n${r.out}`);
     // Nothing ignored, filtered out or failed in any test binary; the integration tests ran.
     const results = [...r.out.matchAll(/test result: ok\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; (\d+) filtered out/g)];

@@ -557,7 +557,24 @@ async fn webhook_deliveries_verify_and_tampering_is_refused() {
         .try_collect()
         .await
         .unwrap();
-    assert!(deliveries.iter().any(|d| d.event_id == id));
+    let first = deliveries
+        .iter()
+        .find(|d| d.event_id == id)
+        .expect("the delivery is listed");
+    let detail = client.get_delivery(&first.id).await.unwrap();
+    assert!(
+        !detail.attempts.is_empty(),
+        "the delivery shows its attempts"
+    );
+    let subs = client.list_webhooks(&[]).await.unwrap();
+    assert!(subs
+        .data
+        .iter()
+        .any(|s| s.id == sub.id && s.secret.is_none()));
+    assert_eq!(client.get_webhook(&sub.id).await.unwrap().url, sub.url);
+    client.delete_webhook(&sub.id).await.unwrap();
+    let gone = client.get_webhook(&sub.id).await.unwrap_err();
+    assert_eq!((gone.status(), gone.code()), (Some(404), Some("NOT_FOUND")));
     println!("FIGURE webhooks: delivery verified, tampered refused, rotated secrets verified");
 }
 
@@ -618,6 +635,25 @@ async fn errors_carry_the_problem_and_are_not_retried() {
     assert!(
         keys.data.iter().all(|k| k.key.is_none()),
         "full keys are never listed"
+    );
+    let victim = admin()
+        .create_key(&env("POSTGUARD_PROJECT"), "big", None)
+        .await
+        .unwrap();
+    admin().revoke_key(&victim.id).await.unwrap();
+    assert!(admin()
+        .get_key(&victim.id)
+        .await
+        .unwrap()
+        .revoked_at
+        .is_some());
+    let revoked = Client::builder(&url)
+        .token(victim.key.unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(
+        revoked.me().await.unwrap_err().code(),
+        Some("INVALID_API_KEY")
     );
 }
 

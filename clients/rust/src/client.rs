@@ -412,10 +412,15 @@ impl Client {
 
     fn url(&self, path: &str) -> Result<Url, Error> {
         // Paths are relative to the base URL (which may itself have a path prefix).
-        self.inner
-            .base
+        let base = &self.inner.base;
+        let url = base
             .join(path.trim_start_matches('/'))
-            .map_err(|e| Error::Invalid(format!("path {path:?}: {e}")))
+            .map_err(|e| Error::Invalid(format!("path {path:?}: {e}")))?;
+        // An absolute URL as "path" would carry the token to another host.
+        if url.origin() != base.origin() {
+            return Err(Error::Invalid(format!("path {path:?} leaves the base URL")));
+        }
+        Ok(url)
     }
 
     /// Any call through the gateway: the origin's own API or a gateway endpoint.

@@ -275,3 +275,21 @@ async fn a_lost_answer_is_retried_with_the_same_key() {
     );
     assert_eq!(*clock.sleeps.lock().unwrap(), [Duration::from_millis(100)]);
 }
+
+#[tokio::test]
+async fn a_path_cannot_send_the_token_elsewhere() {
+    let clock = Arc::new(FakeClock::default());
+    let c = client("http://127.0.0.1:9/api/", &clock, 1);
+    // ("//host/x" and "http:x" resolve relative to the base URL: they stay on it.)
+    for path in [
+        "https://elsewhere.example/x",
+        "ftp://127.0.0.1:9/api/",
+        "HTTP://127.0.0.1:10/",
+    ] {
+        let e = c
+            .request(Method::GET, path, Body::Empty, RequestOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{path}: {e:?}");
+    }
+}

@@ -97,9 +97,15 @@ describe('Python SDK (clients/python)', () => {
     }
   });
 
-  it('is typed: mypy --strict passes on the package, its tests and examples', async () => {
-    const r = await run(PY, ['-m', 'mypy', '--strict', '--cache-dir', path.join(ROOT, 'target', 'mypy-py-sdk'), 'src', 'tests', 'examples'], { cwd: PKG });
-    assert.equal(r.code, 0, r.out);
+  it('is typed and lint-clean: mypy --strict, ruff check and ruff format --check', async () => {
+    const dirs = ['src', 'tests', 'examples'];
+    const mypy = await run(PY, ['-m', 'mypy', '--strict', '--cache-dir', path.join(ROOT, 'target', 'mypy-py-sdk'), ...dirs], { cwd: PKG });
+    assert.equal(mypy.code, 0, mypy.out);
+    const env = { RUFF_CACHE_DIR: path.join(ROOT, 'target', 'ruff-py-sdk') };
+    const lint = await run(PY, ['-m', 'ruff', 'check', ...dirs], { cwd: PKG, env });
+    assert.equal(lint.code, 0, lint.out);
+    const format = await run(PY, ['-m', 'ruff', 'format', '--check', ...dirs], { cwd: PKG, env });
+    assert.equal(format.code, 0, format.out);
   });
 
   it('pytest: unit tests and integration tests against the real gateway pass, none skipped', async () => {

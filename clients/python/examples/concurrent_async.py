@@ -21,7 +21,10 @@ async def main() -> None:
         throttled += a.status == 429
 
     async with postguard.AsyncClient(
-        os.environ["POSTGUARD_URL"], api_key=os.environ["POSTGUARD_API_KEY"], threshold=0, on_attempt=on_attempt
+        os.environ["POSTGUARD_URL"],
+        api_key=os.environ["POSTGUARD_API_KEY"],
+        threshold=0,
+        on_attempt=on_attempt,
     ) as pg:
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(40):

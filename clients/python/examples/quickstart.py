@@ -1,6 +1,6 @@
 """Create an order through the gateway, safely: run it twice and see the replay.
 
-    POSTGUARD_URL=http://127.0.0.1:8787 POSTGUARD_API_KEY=pgk_... python examples/quickstart.py
+POSTGUARD_URL=http://127.0.0.1:8787 POSTGUARD_API_KEY=pgk_... python examples/quickstart.py
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ def main() -> None:
         # Our own key: the order id, so even a restart of this script cannot pay twice.
         first = pg.request("POST", "/payments", {"amount": 100}, idempotency_key="order-4711")
         again = pg.request("POST", "/payments", {"amount": 100}, idempotency_key="order-4711")
-        print(first.status, "replayed:", first.replayed, "| again:", again.status, "replayed:", again.replayed)
+        print(
+            first.status, "replayed:", first.replayed, "| again:", again.status, "replayed:", again.replayed
+        )
 
         try:
             pg.request("POST", "/payments", {"amount": 999}, idempotency_key="order-4711")

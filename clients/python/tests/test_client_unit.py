@@ -18,9 +18,17 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 def problem(status: int, code: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    body = {"type": f"urn:postguard:problem:{code.lower()}", "title": code, "status": status,
-            "detail": f"detail of {code}", "code": code, "request_id": "req_test"}
-    return httpx.Response(status, json=body, headers={"content-type": "application/problem+json", **(headers or {})})
+    body = {
+        "type": f"urn:postguard:problem:{code.lower()}",
+        "title": code,
+        "status": status,
+        "detail": f"detail of {code}",
+        "code": code,
+        "request_id": "req_test",
+    }
+    return httpx.Response(
+        status, json=body, headers={"content-type": "application/problem+json", **(headers or {})}
+    )
 
 
 def scripted(answers: list[httpx.Response | Exception]) -> tuple[list[httpx.Request], Handler]:
@@ -51,12 +59,14 @@ def client(handler: Handler, sleeps: list[float], **kw: object) -> Client:
 
 
 def test_one_key_for_every_attempt_of_a_call() -> None:
-    seen, handler = scripted([
-        httpx.ReadError("reset"),
-        httpx.Response(503),
-        problem(409, "IDEMPOTENCY_KEY_IN_PROGRESS", {"retry-after": "2"}),
-        httpx.Response(201, json={"ok": True}, headers={"idempotent-replayed": "true"}),
-    ])
+    seen, handler = scripted(
+        [
+            httpx.ReadError("reset"),
+            httpx.Response(503),
+            problem(409, "IDEMPOTENCY_KEY_IN_PROGRESS", {"retry-after": "2"}),
+            httpx.Response(201, json={"ok": True}, headers={"idempotent-replayed": "true"}),
+        ]
+    )
     sleeps: list[float] = []
     r = client(handler, sleeps).request("POST", "/orders", {"amount": 1})
     assert r.status == 201 and r.replayed and r.attempts == 4
@@ -91,20 +101,28 @@ def test_reuse_conflict_is_typed_and_not_retried() -> None:
         client(handler, []).request("POST", "/a", {"x": 1}, idempotency_key="k1")
     assert len(seen) == 1
     err = e.value
-    assert (err.code, err.status, err.request_id, err.idempotency_key) == ("IDEMPOTENCY_KEY_REUSE_CONFLICT", 422, "req_test", "k1")
+    assert (err.code, err.status, err.request_id, err.idempotency_key) == (
+        "IDEMPOTENCY_KEY_REUSE_CONFLICT",
+        422,
+        "req_test",
+        "k1",
+    )
     assert err.detail == "detail of IDEMPOTENCY_KEY_REUSE_CONFLICT"
     assert isinstance(err, postguard.PostguardError)
 
 
-@pytest.mark.parametrize(("status", "code", "cls"), [
-    (400, "IDEMPOTENCY_KEY_REQUIRED", postguard.IdempotencyKeyRequired),
-    (401, "INVALID_API_KEY", postguard.InvalidApiKey),
-    (403, "FORBIDDEN", postguard.Forbidden),
-    (404, "NOT_FOUND", postguard.NotFound),
-    (422, "VALIDATION_ERROR", postguard.ValidationError),
-    (413, "PAYLOAD_TOO_LARGE", postguard.PayloadTooLarge),
-    (500, "CONFIG_INVALID", postguard.ConfigInvalid),
-])
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (400, "IDEMPOTENCY_KEY_REQUIRED", postguard.IdempotencyKeyRequired),
+        (401, "INVALID_API_KEY", postguard.InvalidApiKey),
+        (403, "FORBIDDEN", postguard.Forbidden),
+        (404, "NOT_FOUND", postguard.NotFound),
+        (422, "VALIDATION_ERROR", postguard.ValidationError),
+        (413, "PAYLOAD_TOO_LARGE", postguard.PayloadTooLarge),
+        (500, "CONFIG_INVALID", postguard.ConfigInvalid),
+    ],
+)
 def test_client_errors_are_never_retried(status: int, code: str, cls: type[Exception]) -> None:
     seen, handler = scripted([problem(status, code)])
     with pytest.raises(cls):
@@ -121,7 +139,9 @@ def test_origin_error_without_problem_body() -> None:
 
 
 def test_429_is_retried_after_retry_after_then_typed() -> None:
-    answers: list[httpx.Response | Exception] = [problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "3"}) for _ in range(4)]
+    answers: list[httpx.Response | Exception] = [
+        problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "3"}) for _ in range(4)
+    ]
     seen, handler = scripted(answers)
     sleeps: list[float] = []
     with pytest.raises(postguard.RateLimitExceeded) as e:
@@ -147,7 +167,9 @@ def test_unrecoverable_transport_error_is_typed_and_not_retried() -> None:
 
 
 def test_headers_auth_and_user_agent() -> None:
-    seen, handler = scripted([httpx.Response(200, json={"prefix": "pgk_x"}), httpx.Response(201, json={"key": "k"})])
+    seen, handler = scripted(
+        [httpx.Response(200, json={"prefix": "pgk_x"}), httpx.Response(201, json={"key": "k"})]
+    )
     c = client(handler, [])
     c.me()
     c.create_key("p", "trial")
@@ -176,7 +198,9 @@ def test_audit_iterator_follows_the_cursor() -> None:
 
 
 def test_on_attempt_hook_sees_every_attempt() -> None:
-    _, handler = scripted([httpx.ReadError("x"), problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "1"}), httpx.Response(201)])
+    _, handler = scripted(
+        [httpx.ReadError("x"), problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "1"}), httpx.Response(201)]
+    )
     seen: list[postguard.AttemptInfo] = []
     client(handler, [], on_attempt=seen.append, proactive=False).request("POST", "/a")
     assert [(a.attempt, a.status) for a in seen] == [(1, None), (2, 429), (3, 201)]
@@ -194,7 +218,13 @@ async def test_async_client_same_semantics() -> None:
     async def ahandler(request: httpx.Request) -> httpx.Response:
         return handler(request)
 
-    c = AsyncClient("http://gw.test", api_key="k", transport=httpx.MockTransport(ahandler), _sleep=fake_sleep, _random=lambda: 0.0)
+    c = AsyncClient(
+        "http://gw.test",
+        api_key="k",
+        transport=httpx.MockTransport(ahandler),
+        _sleep=fake_sleep,
+        _random=lambda: 0.0,
+    )
     with pytest.raises(postguard.IdempotencyKeyReuseConflict):
         await c.request("POST", "/a", {"x": 1})
     assert sleeps == [0.5] and len({r.headers["idempotency-key"] for r in seen}) == 1

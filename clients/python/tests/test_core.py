@@ -115,7 +115,10 @@ class TestHeaders:
         assert parse_rate_limit(h, 0) == RateLimitInfo(remaining=47, reset_in_s=13.0, limit=60, window_s=60.0)
 
     def test_most_restrictive_policy(self) -> None:
-        h = {"ratelimit": '"minute";r=40;t=50, "second";r=2;t=1', "ratelimit-policy": '"minute";q=60;w=60, "second";q=5;w=1'}
+        h = {
+            "ratelimit": '"minute";r=40;t=50, "second";r=2;t=1',
+            "ratelimit-policy": '"minute";q=60;w=60, "second";q=5;w=1',
+        }
         assert parse_rate_limit(h, 0) == RateLimitInfo(2, 1.0, 5, 1.0)
 
     def test_x_headers_alone(self) -> None:

@@ -57,7 +57,9 @@ class Counter:
 # --- 1. responses lost after the gateway executed the request ---------------------------
 
 
-def test_fault_proxy_cuts_are_retried_with_the_same_key_and_replayed(env: Any, new_key: Any, origin_stats: Any, report: Any) -> None:
+def test_fault_proxy_cuts_are_retried_with_the_same_key_and_replayed(
+    env: Any, new_key: Any, origin_stats: Any, report: Any
+) -> None:
     k = new_key()
     httpx.post(f"{env.proxy_control}/reset").raise_for_status()
     httpx.post(f"{env.proxy_control}/cut-rate", params={"value": "0.3"}).raise_for_status()
@@ -113,26 +115,38 @@ def test_origin_503_twice_then_201(env: Any, new_key: Any, origin_stats: Any) ->
     assert origin_stats()["byKey"][key] == 3, "the replay did not reach the origin"
 
 
-def test_in_progress_key_waits_and_returns_the_first_result(env: Any, new_key: Any, origin_stats: Any) -> None:
+def test_in_progress_key_waits_and_returns_the_first_result(
+    env: Any, new_key: Any, origin_stats: Any
+) -> None:
     k = new_key()
     key = f"py-slow-{uuid.uuid4()}"
     second_seen = Counter()
     body = {"sku": "slow"}
-    with Client(env.gateway, api_key=k.key, retry=FAST) as first, Client(
-        env.gateway, api_key=k.key, on_attempt=second_seen
-    ) as second, ThreadPoolExecutor(2) as pool:
-        f1 = pool.submit(first.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1000"})
+    with (
+        Client(env.gateway, api_key=k.key, retry=FAST) as first,
+        Client(env.gateway, api_key=k.key, on_attempt=second_seen) as second,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        f1 = pool.submit(
+            first.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1000"}
+        )
         poll(lambda: origin_stats()["byKey"].get(key) == 1, what="the first request at the origin")
-        f2 = pool.submit(second.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1000"})
+        f2 = pool.submit(
+            second.request, "POST", "/py/slow", body, idempotency_key=key, headers={"x-demo-delay-ms": "1000"}
+        )
         r1, r2 = f1.result(timeout=30), f2.result(timeout=30)
-    assert second_seen.statuses[0] == 409, f"the second call met the first in progress: {second_seen.statuses}"
+    assert second_seen.statuses[0] == 409, (
+        f"the second call met the first in progress: {second_seen.statuses}"
+    )
     assert second_seen.statuses[-1] == 201
     assert not r1.replayed and r2.replayed
     assert r2.json() == r1.json()
     assert origin_stats()["byKey"][key] == 1
 
 
-def test_reuse_conflict_is_a_typed_error_and_never_reaches_the_origin(env: Any, new_key: Any, origin_stats: Any) -> None:
+def test_reuse_conflict_is_a_typed_error_and_never_reaches_the_origin(
+    env: Any, new_key: Any, origin_stats: Any
+) -> None:
     k = new_key()
     key = f"py-conflict-{uuid.uuid4()}"
     with Client(env.gateway, api_key=k.key) as c:
@@ -225,8 +239,20 @@ async def test_proactive_default_threshold_and_proactive_off(env: Any, new_key: 
         (done_default, elapsed_default, default_429), (done_off, elapsed_off) = await asyncio.gather(
             asyncio.to_thread(_run_sync_threads, env, default_key.key), _run_async(c)
         )
-    report("proactive_default_threshold", calls=done_default, tasks=TASKS, responses_429=default_429, elapsed_s=round(elapsed_default, 2))
-    report("proactive_off", calls=done_off, tasks=TASKS, responses_429=seen_off.count(429), elapsed_s=round(elapsed_off, 2))
+    report(
+        "proactive_default_threshold",
+        calls=done_default,
+        tasks=TASKS,
+        responses_429=default_429,
+        elapsed_s=round(elapsed_default, 2),
+    )
+    report(
+        "proactive_off",
+        calls=done_off,
+        tasks=TASKS,
+        responses_429=seen_off.count(429),
+        elapsed_s=round(elapsed_off, 2),
+    )
     assert done_default == CALLS
     assert default_429 == 0, f"429s seen at the default threshold: {default_429}"
     assert done_off == CALLS, "every call succeeded despite the 429s"
@@ -246,7 +272,9 @@ def captured(env: Any, event_id: str) -> dict[str, Any]:
     return dict(poll(find, what=f"the delivery of {event_id}"))
 
 
-def test_webhook_delivery_verifies_tampered_is_refused_rotation(env: Any, new_key: Any, admin: Client) -> None:
+def test_webhook_delivery_verifies_tampered_is_refused_rotation(
+    env: Any, new_key: Any, admin: Client
+) -> None:
     k = new_key()
     with Client(env.gateway, api_key=k.key) as c:
         sub = c.create_webhook(f"{env.receiver}/py/{k.project}", ["py.*"], description="python sdk")
@@ -263,13 +291,17 @@ def test_webhook_delivery_verifies_tampered_is_refused_rotation(env: Any, new_ke
         with pytest.raises(postguard.WebhookVerificationError):
             postguard.verify(d1["body"], {**d1["headers"], "webhook-id": "evt_other"}, old)
         with pytest.raises(postguard.WebhookVerificationError):
-            postguard.verify(d1["body"], d1["headers"], old, tolerance_s=1, now=int(d1["headers"]["webhook-timestamp"]) + 5)
+            postguard.verify(
+                d1["body"], d1["headers"], old, tolerance_s=1, now=int(d1["headers"]["webhook-timestamp"]) + 5
+            )
 
         new = c.rotate_webhook_secret(sub["id"])["secret"]
         assert new != old
         second = admin.publish_event(k.project, "py.updated", {"n": 2})["id"]
         d2 = captured(env, second)
-        assert len(d2["headers"]["webhook-signature"].split(" ")) == 2, "old and new secret both sign for 24 h"
+        assert len(d2["headers"]["webhook-signature"].split(" ")) == 2, (
+            "old and new secret both sign for 24 h"
+        )
         for secrets in ([new], [old], [old, new]):
             assert postguard.verify(d2["body"], d2["headers"], secrets).id == second
         with pytest.raises(postguard.WebhookVerificationError):
@@ -279,7 +311,10 @@ def test_webhook_delivery_verifies_tampered_is_refused_rotation(env: Any, new_ke
         assert not postguard.verify(d2["body"], d2["headers"], new, dedupe=dedupe).duplicate
         assert postguard.verify(d2["body"], d2["headers"], new, dedupe=dedupe).duplicate
 
-        deliveries = poll(lambda: [d for d in c.iter_deliveries(event_type="py.updated") if d["event_id"] == second], what="the delivery log")
+        deliveries = poll(
+            lambda: [d for d in c.iter_deliveries(event_type="py.updated") if d["event_id"] == second],
+            what="the delivery log",
+        )
         detail = c.get_delivery(deliveries[0]["id"])
         assert detail["subscription_id"] == sub["id"] and detail["attempts"]
 
@@ -324,10 +359,13 @@ def test_typed_endpoints_and_audit_pages(env: Any, new_key: Any, admin: Client) 
 # --- the examples run as documented ------------------------------------------------------
 
 
-@pytest.mark.parametrize(("script", "expect"), [
-    ("quickstart.py", "refused as expected: IDEMPOTENCY_KEY_REUSE_CONFLICT"),
-    ("concurrent_async.py", "40 calls in"),
-])
+@pytest.mark.parametrize(
+    ("script", "expect"),
+    [
+        ("quickstart.py", "refused as expected: IDEMPOTENCY_KEY_REUSE_CONFLICT"),
+        ("concurrent_async.py", "40 calls in"),
+    ],
+)
 def test_examples_run(env: Any, new_key: Any, script: str, expect: str) -> None:
     k = new_key()
     path = Path(__file__).resolve().parent.parent / "examples" / script

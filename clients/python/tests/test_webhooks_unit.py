@@ -18,9 +18,18 @@ SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 OTHER = "whsec_" + base64.b64encode(b"o" * 32).decode()
 
 
-def delivery(secrets: list[str], ts: int | None = None, event_id: str = "evt_1") -> tuple[str, dict[str, str]]:
+def delivery(
+    secrets: list[str], ts: int | None = None, event_id: str = "evt_1"
+) -> tuple[str, dict[str, str]]:
     ts = int(time.time()) if ts is None else ts
-    body = json.dumps({"id": event_id, "type": "payment.succeeded", "timestamp": "2026-12-01T08:00:00Z", "data": {"amount": 5}})
+    body = json.dumps(
+        {
+            "id": event_id,
+            "type": "payment.succeeded",
+            "timestamp": "2026-12-01T08:00:00Z",
+            "data": {"amount": 5},
+        }
+    )
     when = datetime.fromtimestamp(ts, tz=timezone.utc)
     sigs = " ".join(standardwebhooks.Webhook(s).sign(event_id, when, body) for s in secrets)
     return body, {"Webhook-Id": event_id, "Webhook-Timestamp": str(ts), "Webhook-Signature": sigs}

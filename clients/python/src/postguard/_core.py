@@ -45,9 +45,7 @@ class RetryPolicy:
             raise ValueError("jitter must be within 0..1")
 
 
-def backoff_delay(
-    retry_index: int, retry_after_s: float | None, policy: RetryPolicy, rand: float
-) -> float:
+def backoff_delay(retry_index: int, retry_after_s: float | None, policy: RetryPolicy, rand: float) -> float:
     """Seconds to wait before retry number ``retry_index`` (0 = the first retry).
 
     ``rand`` is a draw from [0, 1): the jitter is ``jitter * rand`` of the delay, so
@@ -185,9 +183,7 @@ def parse_rate_limit(headers: Mapping[str, str], now_epoch_s: float) -> RateLimi
     in lower case (httpx's ``Headers`` matches case-insensitively anyway)."""
     info = _from_ietf(headers)
     if info is not None and info.limit is None:
-        info = RateLimitInfo(
-            info.remaining, info.reset_in_s, _int(headers.get("x-ratelimit-limit")), None
-        )
+        info = RateLimitInfo(info.remaining, info.reset_in_s, _int(headers.get("x-ratelimit-limit")), None)
     return info or _from_x_headers(headers, now_epoch_s)
 
 
@@ -286,4 +282,6 @@ class Throttle:
             self.reset_at, self.remaining = candidate, info.remaining  # a newer window
         elif candidate >= self.reset_at - same:
             self.reset_at = min(self.reset_at, candidate)
-            self.remaining = min(self.remaining if self.remaining is not None else info.remaining, info.remaining)
+            self.remaining = min(
+                self.remaining if self.remaining is not None else info.remaining, info.remaining
+            )

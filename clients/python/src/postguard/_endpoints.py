@@ -126,4 +126,6 @@ def with_cursor(call: Call, cursor: str | None) -> Call:
     params = dict(call.params)
     if cursor is not None:
         params["cursor"] = cursor
-    return Call(call.method, call.path, call.auth, params, call.content, dict(call.headers), None, call.timeout)
+    return Call(
+        call.method, call.path, call.auth, params, call.content, dict(call.headers), None, call.timeout
+    )

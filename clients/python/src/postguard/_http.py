@@ -90,9 +90,7 @@ class Response:
     """A successful answer (status < 400). ``replayed`` tells whether the gateway
     answered from its idempotency store instead of running the request again."""
 
-    def __init__(
-        self, raw: httpx.Response, *, attempts: int, idempotency_key: str | None
-    ) -> None:
+    def __init__(self, raw: httpx.Response, *, attempts: int, idempotency_key: str | None) -> None:
         self.status = raw.status_code
         self.headers = raw.headers
         self.content = raw.content

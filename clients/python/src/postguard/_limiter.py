@@ -5,6 +5,7 @@ ended attempt wakes the waiters (its headers may have opened the budget)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -58,10 +59,8 @@ class AsyncLimiter:
             if self._changed is None:
                 self._changed = asyncio.Event()
             timeout = min(wait if wait is not None else _MAX_PARK_S, _MAX_PARK_S)
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
 
     def release(self, info: RateLimitInfo | None) -> None:
         self._throttle.on_response(self._now(), info)

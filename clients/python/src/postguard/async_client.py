@@ -149,9 +149,13 @@ class AsyncClient(BaseClient):
         description: str | None = None,
         rate_limit_per_s: int | None = None,
     ) -> Subscription:
-        return cast(Subscription, await self._json(ep.create_webhook(url, events, description, rate_limit_per_s)))
+        return cast(
+            Subscription, await self._json(ep.create_webhook(url, events, description, rate_limit_per_s))
+        )
 
-    async def list_webhooks(self, *, limit: int | None = None, cursor: str | None = None) -> Page[Subscription]:
+    async def list_webhooks(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Subscription]:
         return await self._page(ep.list_webhooks(limit, cursor))
 
     async def get_webhook(self, subscription_id: str) -> Subscription:
@@ -176,7 +180,9 @@ class AsyncClient(BaseClient):
     async def test_webhook(self, subscription_id: str) -> WebhookTestResult:
         return cast(WebhookTestResult, await self._json(ep.webhook_action(subscription_id, "test")))
 
-    async def recover_webhook(self, subscription_id: str, *, since: int | str, until: int | str | None = None) -> Task:
+    async def recover_webhook(
+        self, subscription_id: str, *, since: int | str, until: int | str | None = None
+    ) -> Task:
         body = {"since": since, **({"until": until} if until is not None else {})}
         return cast(Task, await self._json(ep.webhook_action(subscription_id, "recover", body)))
 

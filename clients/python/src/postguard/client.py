@@ -177,7 +177,9 @@ class Client(BaseClient):
     def test_webhook(self, subscription_id: str) -> WebhookTestResult:
         return cast(WebhookTestResult, self._json(ep.webhook_action(subscription_id, "test")))
 
-    def recover_webhook(self, subscription_id: str, *, since: int | str, until: int | str | None = None) -> Task:
+    def recover_webhook(
+        self, subscription_id: str, *, since: int | str, until: int | str | None = None
+    ) -> Task:
         body = {"since": since, **({"until": until} if until is not None else {})}
         return cast(Task, self._json(ep.webhook_action(subscription_id, "recover", body)))
 

@@ -81,7 +81,9 @@ def _secrets(secrets: str | Sequence[str]) -> list[standardwebhooks.Webhook]:
     try:
         return [standardwebhooks.Webhook(s) for s in items]
     except Exception as err:  # binascii.Error, or the library's EmptyWebhookSecretError (a bare Exception)
-        raise ConfigurationError(f"a webhook secret is not a whsec_<base64> secret ({type(err).__name__})") from None
+        raise ConfigurationError(
+            f"a webhook secret is not a whsec_<base64> secret ({type(err).__name__})"
+        ) from None
 
 
 def _check_timestamp(headers: Mapping[str, str], tolerance_s: float, now: float) -> None:
@@ -122,7 +124,9 @@ def verify(
     hooks = _secrets(secrets)
     h = {k.lower(): v for k, v in headers.items()}
     _check_timestamp(h, tolerance_s, time.time() if now is None else now)
-    signed: dict[str, str] = {k: h[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature") if k in h}
+    signed: dict[str, str] = {
+        k: h[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature") if k in h
+    }
     for hook in hooks:
         try:
             hook.verify(body, signed, json_parse=False)
@@ -139,7 +143,9 @@ def _event(body: bytes | str, event_id: str, dedupe: DedupeHook | None) -> Webho
     try:
         raw = json.loads(body)
     except ValueError:
-        raise WebhookVerificationError("the signed body is not JSON", code="WEBHOOK_PAYLOAD_INVALID") from None
+        raise WebhookVerificationError(
+            "the signed body is not JSON", code="WEBHOOK_PAYLOAD_INVALID"
+        ) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise WebhookVerificationError("the signed body is not an event", code="WEBHOOK_PAYLOAD_INVALID")
     duplicate = dedupe is not None and not dedupe(event_id)

@@ -179,6 +179,12 @@ def test_headers_auth_and_user_agent() -> None:
     assert json.loads(seen[1].content) == {"project": "p", "plan": "trial"}
 
 
+def test_client_headers_override_defaults_case_insensitively() -> None:
+    seen, handler = scripted([httpx.Response(200, json={})])
+    client(handler, [], headers={"User-Agent": "acme-billing/2"}).request("GET", "/x")
+    assert seen[0].headers.get_list("user-agent") == ["acme-billing/2"]
+
+
 def test_missing_credential_is_a_configuration_error() -> None:
     _, handler = scripted([])
     with pytest.raises(postguard.ConfigurationError):

@@ -66,7 +66,7 @@ class BaseClient:
         self.proactive = proactive
         self.throttle = Throttle(threshold, pacing=pacing)
         self.user_agent = user_agent or USER_AGENT
-        self._extra_headers = dict(headers or {})
+        self._extra_headers = {k.lower(): v for k, v in (headers or {}).items()}
         self.on_attempt = on_attempt
         self._random = _random or random.Random().random
         self._monotonic = _monotonic or time.monotonic

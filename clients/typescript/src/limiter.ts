@@ -58,6 +58,7 @@ export class RateLimiter {
   private stale: Window | undefined;
   private inFlight = 0;
   private lastSendAt = Number.NEGATIVE_INFINITY;
+  private probeSentAt = 0;
   private readonly waiters = new Set<() => void>();
 
   constructor(
@@ -80,6 +81,7 @@ export class RateLimiter {
       signal?.throwIfAborted();
       const wait = this.enabled ? this.delayBeforeSend(this.clock.now()) : 0;
       if (wait === 0) {
+        if (this.limit === undefined && this.inFlight === 0) this.probeSentAt = this.clock.now();
         this.inFlight += 1;
         this.lastSendAt = this.clock.now();
         return;
@@ -105,8 +107,9 @@ export class RateLimiter {
     if (this.limit === undefined) {
       // Budget unknown: one call probes it; the others wait for its answer, but not for a slow
       // origin — after PROBE_WAIT_MS they go (the budget is then unlikely to be the bottleneck).
-      return this.inFlight === 0 ? 0 : Math.max(0, this.lastSendAt + PROBE_WAIT_MS - now);
+      return this.inFlight === 0 ? 0 : Math.max(0, this.probeSentAt + PROBE_WAIT_MS - now);
     }
+    if (!this.window && this.inFlight === 0) return 0; // nothing can tell us more than trying
     const reserve = Math.min(this.threshold, Math.max(0, this.limit - 1));
     const remaining = this.window?.remaining ?? this.limit;
     if (remaining - this.inFlight - 1 < reserve) {

@@ -110,3 +110,44 @@ test('network errors are retried for calls with a key; GETs get no key', async (
   assert.equal(res.attempts, 2);
   assert.equal(fetch.calls[0].headers.get('idempotency-key'), null);
 });
+
+test('4xx are never retried; 422 reuse has its own type; 409 other than in-progress is final', async () => {
+  const { ApiError, IdempotencyKeyReuseError } = await import('../dist/index.js');
+  for (const [status, code, Type] of [
+    [400, 'VALIDATION_ERROR', ApiError],
+    [401, 'INVALID_API_KEY', ApiError],
+    [403, 'FORBIDDEN', ApiError],
+    [404, 'NOT_FOUND', ApiError],
+    [409, 'SOMETHING_ELSE', ApiError],
+    [422, 'IDEMPOTENCY_KEY_REUSE_CONFLICT', IdempotencyKeyReuseError],
+  ]) {
+    const fetch = scriptedFetch([[status, {}, { code, detail: 'd', request_id: 'req_x' }], [201]]);
+    const pg = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch, clock: fakeClock(), throttle: false });
+    const err = await pg.request('POST', '/x', { body: {} }).catch((e) => e);
+    assert.ok(err instanceof Type, `${status}: ${err}`);
+    assert.equal(err.code, code);
+    assert.equal(err.requestId, 'req_x');
+    assert.equal(fetch.calls.length, 1, `${status} is not retried`);
+  }
+});
+
+test('retrySafe: false — a lost answer is not retried (NetworkError), a 429 still is', async () => {
+  const { NetworkError } = await import('../dist/index.js');
+  const lost = scriptedFetch([new TypeError('socket hang up'), [201]]);
+  const pg = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch: lost, clock: fakeClock(), throttle: false });
+  const err = await pg.request('POST', '/search', { body: {}, retrySafe: false }).catch((e) => e);
+  assert.ok(err instanceof NetworkError, String(err));
+  assert.equal(lost.calls.length, 1);
+  const limited = scriptedFetch([[429, { 'retry-after': '1' }, { code: 'RATE_LIMIT_EXCEEDED' }], [201]]);
+  const pg2 = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch: limited, clock: fakeClock(), throttle: false });
+  assert.equal((await pg2.request('POST', '/search', { body: {}, retrySafe: false })).status, 201);
+});
+
+test('an aborted signal stops the wait between attempts', async () => {
+  const ctl = new AbortController();
+  const fetch = scriptedFetch([[503]]);
+  const clock = fakeClock();
+  const pg = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch, clock, throttle: false, onRetry: () => ctl.abort(new Error('cancelled')) });
+  await assert.rejects(pg.request('PUT', '/x', { body: {}, signal: ctl.signal }), /cancelled/);
+  assert.equal(fetch.calls.length, 1);
+});

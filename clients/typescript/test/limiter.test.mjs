@@ -35,7 +35,9 @@ test('a slow probe holds the others back for one second at most', async () => {
   const start = clock.now();
   await l.acquire(); // no answer yet: waits on the fake clock
   assert.equal(clock.now() - start, 1000);
-  assert.equal(l.pending, 2);
+  await l.acquire(); // the others go too, not one per second
+  assert.equal(clock.now() - start, 1000);
+  assert.equal(l.pending, 3);
 });
 
 test('calls in flight count against the budget; threshold 0 uses all of it, then waits for the reset', async () => {

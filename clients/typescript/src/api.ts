@@ -94,8 +94,10 @@ export class Postguard extends PostguardClient {
      * Publish as the origin (`originToken`). The event id is generated here when absent, so a
      * retried publish is a no-op at the gateway rather than a second event.
      */
-    publish: (input: PublishInput, o?: CallOptions): Promise<{ id: string }> =>
-      this.call('POST', `${V1}/events`, { ...o, auth: 'origin', body: { ...input, id: input.id ?? `evt_${uuidv4().replace(/-/g, '')}` } }),
+    publish: async (input: PublishInput, o?: CallOptions): Promise<{ id: string }> => {
+      const id = input.id ?? `evt_${(await uuidv4()).replace(/-/g, '')}`;
+      return this.call('POST', `${V1}/events`, { ...o, auth: 'origin', body: { ...input, id } });
+    },
     list: (query: EventQuery = {}, o?: CallOptions): Promise<Page<EventRow>> => this.call('GET', `${V1}/events`, { ...o, query: q(query) }),
     iterate: (query: EventQuery = {}, o?: CallOptions): AsyncGenerator<EventRow> => this.items<EventRow>(`${V1}/events`, query, o),
   };

@@ -32,7 +32,7 @@ export interface ClientOptions {
   clock?: Clock;
   random?: () => number;
   /** Idempotency-Key factory (default: a UUIDv4 from Web Crypto). */
-  generateIdempotencyKey?: () => string;
+  generateIdempotencyKey?: () => string | Promise<string>;
   /** Called for every HTTP response, retried attempts included (e.g. to count 429s). */
   onResponse?: (info: ResponseInfo) => void;
   /** Called before each retry with the delay chosen. */
@@ -99,11 +99,22 @@ export interface RetryInfo {
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const RETRY_STATUSES = new Set([502, 503, 504]);
 
-/** A UUIDv4 from Web Crypto (randomUUID needs a secure context in browsers; getRandomValues does not). */
-export function uuidv4(): string {
-  const c = (globalThis as { crypto?: Crypto }).crypto;
-  if (c?.randomUUID) return c.randomUUID();
-  if (!c?.getRandomValues) throw new PostguardError('no Web Crypto: pass generateIdempotencyKey to the client');
+/**
+ * A UUIDv4 from Web Crypto (randomUUID needs a secure context in browsers; getRandomValues does
+ * not). Node 18 has no global `crypto` in modules: there it comes from `node:crypto`, imported
+ * through a variable so that bundlers for browsers and Workers leave it out.
+ */
+export async function uuidv4(): Promise<string> {
+  let c = (globalThis as { crypto?: Crypto }).crypto;
+  if (!c?.getRandomValues) {
+    const name = 'node:crypto';
+    try {
+      c = ((await import(/* webpackIgnore: true */ /* @vite-ignore */ name)) as { webcrypto: Crypto }).webcrypto;
+    } catch {
+      throw new PostguardError('no Web Crypto: pass generateIdempotencyKey to the client');
+    }
+  }
+  if (c.randomUUID) return c.randomUUID();
   const b = c.getRandomValues(new Uint8Array(16));
   b[6] = ((b[6] ?? 0) & 0x0f) | 0x40;
   b[8] = ((b[8] ?? 0) & 0x3f) | 0x80;
@@ -173,7 +184,7 @@ export class PostguardClient {
    */
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
-    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (this.opts.generateIdempotencyKey ?? uuidv4)()) : options.idempotencyKey;
+    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (await (this.opts.generateIdempotencyKey ?? uuidv4)())) : options.idempotencyKey;
     const retrySafe = options.retrySafe ?? (key !== undefined || m === 'GET' || m === 'HEAD' || m === 'OPTIONS');
     const maxAttempts = Math.max(1, options.maxAttempts ?? this.opts.maxAttempts ?? 5);
     const url = this.url(path, options.query);

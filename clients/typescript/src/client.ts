@@ -19,6 +19,8 @@ export interface ClientOptions {
   originToken?: string;
   /** Per-attempt timeout, response body included (default 30 000 ms). */
   timeoutMs?: number;
+  /** Largest response body read (default 128 MiB); a larger one throws PostguardError RESPONSE_TOO_LARGE. */
+  maxResponseBytes?: number;
   /** Attempts per logical call, the first included (default 5). */
   maxAttempts?: number;
   backoff?: BackoffOptions;
@@ -96,6 +98,8 @@ export interface RetryInfo {
   error: unknown;
 }
 
+/** The gateway replays stored answers up to 100 MiB; allow those, and a little more. */
+const DEFAULT_MAX_RESPONSE_BYTES = 128 * 1024 * 1024;
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const RETRY_STATUSES = new Set([502, 503, 504]);
 
@@ -131,8 +135,44 @@ function encodeBody(body: unknown): { payload?: BodyInit; contentType?: string }
   return { payload: JSON.stringify(body), contentType: 'application/json' };
 }
 
-async function readBody(res: Response): Promise<unknown> {
-  const text = await res.text();
+/** The body as text, refusing to hold more than `max` bytes (a misbehaving server cannot exhaust memory). */
+async function readText(res: Response, max: number): Promise<string> {
+  const declared = Number(res.headers.get('content-length') ?? Number.NaN);
+  if (declared > max) {
+    await res.body?.cancel();
+    throw new ResponseTooLargeError(max);
+  }
+  if (!res.body) return res.text();
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel();
+      throw new ResponseTooLargeError(max);
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+class ResponseTooLargeError extends PostguardError {
+  constructor(max: number) {
+    super(`response body over maxResponseBytes (${max})`, { code: 'RESPONSE_TOO_LARGE' });
+  }
+}
+
+async function readBody(res: Response, max: number): Promise<unknown> {
+  const text = await readText(res, max);
   if (text.length === 0) return undefined;
   if (/\bjson\b/i.test(res.headers.get('content-type') ?? '')) {
     try {
@@ -235,12 +275,13 @@ export class PostguardClient {
     try {
       res = await this.fetchImpl(url, { ...init, signal: ctl.signal });
       answered = true;
-      const body = await readBody(res);
+      const body = await readBody(res, this.opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
       this.limiter.release(readRateLimit(res.headers), sentAt, this.clock.now(), true);
       return { kind: 'response', res, body };
     } catch (e) {
       this.limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.clock.now(), answered);
       if (options.signal?.aborted) throw options.signal.reason;
+      if (e instanceof ResponseTooLargeError) throw e; // the same answer would come again
       const reason = ctl.signal.aborted ? ctl.signal.reason : e;
       const error =
         reason instanceof NetworkError

@@ -151,3 +151,26 @@ test('an aborted signal stops the wait between attempts', async () => {
   await assert.rejects(pg.request('PUT', '/x', { body: {}, signal: ctl.signal }), /cancelled/);
   assert.equal(fetch.calls.length, 1);
 });
+
+test('a response body over maxResponseBytes is refused, declared or streamed, and not retried', async () => {
+  const { PostguardError } = await import('../dist/index.js');
+  let calls = 0;
+  const big = async () => {
+    calls += 1;
+    const stream = new ReadableStream({
+      pull(c) {
+        c.enqueue(new Uint8Array(1000));
+      },
+    });
+    return new Response(stream, { status: 200 });
+  };
+  const pg = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch: big, clock: fakeClock(), throttle: false, maxResponseBytes: 10_000 });
+  const err = await pg.request('GET', '/big').catch((e) => e);
+  assert.ok(err instanceof PostguardError && err.code === 'RESPONSE_TOO_LARGE', String(err));
+  assert.equal(calls, 1);
+  const declared = async () => new Response('x'.repeat(20), { status: 200, headers: { 'content-length': '20' } });
+  const pg2 = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch: declared, clock: fakeClock(), throttle: false, maxResponseBytes: 10 });
+  assert.equal((await pg2.request('GET', '/x').catch((e) => e)).code, 'RESPONSE_TOO_LARGE');
+  const pg3 = new Postguard({ baseUrl: 'http://gw.test', apiKey: 'k', fetch: declared, clock: fakeClock(), throttle: false, maxResponseBytes: 20 });
+  assert.equal((await pg3.request('GET', '/x')).data, 'x'.repeat(20));
+});

@@ -244,6 +244,35 @@ describe('side by side', { concurrency: true }, () => {
   /** The first request the receiver got for this event. */
   const deliveryOf = (rcv, id) => rcv.waitFor((rs) => rs.find((r) => r.headers['webhook-id'] === id), { message: `delivery of ${id}` });
 
+  it('pacing: calls spread window / limit (500 ms) apart, no 429', async () => {
+    const f = recordingFetch();
+    const at = [];
+    let n429 = 0;
+    const pg = new Postguard({
+      baseUrl: gw.url,
+      apiKey: await keyFor('small', 'pacing'),
+      throttle: { threshold: 0, pacing: true },
+      fetch: (input, init) => {
+        at.push(Date.now());
+        return f(input, init);
+      },
+      onResponse: (r) => {
+        if (r.status === 429) n429 += 1;
+      },
+    });
+    let next = 0;
+    await Promise.all(Array.from({ length: 4 }, async () => {
+      while (next < 10) {
+        next += 1;
+        await pg.request('POST', '/paced', { body: { n: next } });
+      }
+    }));
+    assert.equal(n429, 0);
+    const gaps = at.slice(2).map((t, i) => t - at[i + 1]); // after the probe's answer told the window
+    assert.ok(gaps.every((g) => g >= 490), `gaps ${gaps}`);
+    figure('pacing', { calls: at.length, min_gap_ms: Math.min(...gaps), max_gap_ms: Math.max(...gaps) });
+  });
+
   describe('webhooks', () => {
     it('a delivery from the gateway verifies; tampered, stale and wrong-secret ones are refused; rotated secrets; dedupe', async () => {
       const rcv = await startReceiver();

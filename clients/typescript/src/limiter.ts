@@ -109,11 +109,12 @@ export class RateLimiter {
       // origin — after PROBE_WAIT_MS they go (the budget is then unlikely to be the bottleneck).
       return this.inFlight === 0 ? 0 : Math.max(0, this.probeSentAt + PROBE_WAIT_MS - now);
     }
-    if (!this.window && this.inFlight === 0) return 0; // nothing can tell us more than trying
     const reserve = Math.min(this.threshold, Math.max(0, this.limit - 1));
     const remaining = this.window?.remaining ?? this.limit;
     if (remaining - this.inFlight - 1 < reserve) {
-      return this.window ? Math.max(1, this.window.high + RESET_MARGIN_MS - now) : Number.POSITIVE_INFINITY;
+      if (this.window) return Math.max(1, this.window.high + RESET_MARGIN_MS - now);
+      if (this.inFlight > 0) return Number.POSITIVE_INFINITY; // an answer will tell
+      // Nothing in flight, no window (a plan of 0): only trying can tell more.
     }
     if (this.pacing && this.windowMs !== undefined && this.limit > 0) {
       const next = this.lastSendAt + this.windowMs / this.limit;

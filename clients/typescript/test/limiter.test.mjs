@@ -122,3 +122,14 @@ test('disabled: never waits', async () => {
   for (let i = 0; i < 100; i++) await l.acquire();
   assert.equal(l.pending, 100);
 });
+
+test('a plan of 0 does not stall: after the reset, with nothing in flight, one call tries again', async () => {
+  const clock = fakeClock();
+  const l = new RateLimiter({}, clock);
+  await l.acquire();
+  l.release(info(0, 5, 0), clock.now(), clock.now(), true);
+  const wait = l.delayBeforeSend(clock.now());
+  assert.ok(wait > 4000 && Number.isFinite(wait), `waits for the reset (${wait})`);
+  clock.advance(wait);
+  assert.equal(l.delayBeforeSend(clock.now()), 0);
+});

@@ -120,8 +120,9 @@ pub async fn handle(
             m.ack();
             continue;
         };
-        if due.iter().any(|(_, d, _)| *d == job) {
-            m.ack(); // the same message twice
+        if !job.manual && due.iter().any(|(_, d, _)| *d == job) {
+            // The same scheduled job twice (manual ones are distinct requests).
+            m.ack();
         } else if due.iter().any(|(_, d, _)| d.delivery_id == job.delivery_id) {
             // Another job of a delivery already in this batch: it runs again
             // a second later, planned on what this one leaves.
@@ -591,16 +592,17 @@ fn cas(db: &D1Database, id: &str, w: &Write) -> Result<D1PreparedStatement> {
     ])
 }
 
-/// Cron safety net: deliveries whose next attempt is overdue by 15 minutes
-/// (a lost message, a failed enqueue) are queued again.
-pub async fn requeue_stuck(env: &Env) -> Result<u32> {
+/// Cron safety net: deliveries whose next attempt is overdue by
+/// `webhooks.requeue_after_s` (default 15 minutes: a lost message, a failed
+/// enqueue) are queued again.
+pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     #[derive(Deserialize)]
     struct Stuck {
         id: String,
         status: Status,
         next_attempt_at: u64,
     }
-    let cutoff = now_ms().saturating_sub(15 * 60_000);
+    let cutoff = now_ms().saturating_sub(u64::from(after_s) * 1_000);
     let db = env.d1(bindings::DB)?;
     let stuck: Vec<Stuck> = db
         .prepare("SELECT id, status, next_attempt_at FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")

@@ -4,25 +4,14 @@
 //! compare-and-set write, sends, asks [`settle`], and applies the
 //! [`Transition`] with another compare-and-set write.
 //!
-//! ```text
-//!            publish
-//!               │
-//!               ▼          failure, attempts left
-//!          ┌─────────┐   ┌───────────────────────┐
-//!          │ pending │──▶│        failed         │◀─┐ failure, attempts left
-//!          └─────────┘   └───────────────────────┘──┘
-//!             │   │          │              │
-//!       2xx   │   │ 4xx, last│failure,      │ 2xx
-//!             │   │ deleted, │DLQ           │
-//!             │   ▼          ▼              │
-//!             │  ┌─────────────┐  manual    │
-//!             │  │ dead_letter │──retry 2xx─┤
-//!             │  └─────────────┘            ▼
-//!             └──────────────────────▶ ┌───────────┐
-//!                                      │ delivered │  (final: never changes,
-//!                                      └───────────┘   never sent again but
-//!                                                      by an explicit redirect)
-//! ```
+//! | from              | event                                                        | to            |
+//! |-------------------|--------------------------------------------------------------|---------------|
+//! | (publish)         |                                                              | `pending`     |
+//! | `pending`/`failed`| 2xx                                                          | `delivered`   |
+//! | `pending`/`failed`| 5xx, 3xx, timeout, network error, 429 — attempts left        | `failed` + the next attempt |
+//! | `pending`/`failed`| other 4xx; the last attempt failed; subscription deleted; dead-letter queue | `dead_letter` |
+//! | `dead_letter`     | manual retry, 2xx                                            | `delivered`   |
+//! | `delivered`       | anything (a redirect still sends)                            | `delivered`   |
 //!
 //! Rules the property tests hold for any interleaving of jobs and results:
 //! - `delivered` never changes again and is never sent again, except by an

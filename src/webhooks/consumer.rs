@@ -113,9 +113,45 @@ pub async fn handle(
 ) -> Result<()> {
     let from_dlq = batch.queue() == bindings::DELIVERIES_DLQ;
     let messages = batch.messages()?;
-    let mut due: Vec<(&Msg, Job, delivery::Job)> = Vec::new();
+    let (due, mut later) = sort(&messages, from_dlq);
+    let ids: Vec<&str> = due.iter().map(|(_, j, _)| j.delivery_id.as_str()).collect();
+    let targets = match load_many(env, &ids).await {
+        Ok(t) => t,
+        Err(e) => {
+            retry_all("loading", due.iter().map(|(m, _, _)| *m), &e);
+            hop(env, later).await;
+            return Ok(());
+        }
+    };
+    let claims = plan_all(due, &targets, now_ms(), &mut later);
+    let won = match claim_all(env, &claims).await {
+        Ok(won) => won,
+        Err(e) => {
+            retry_all("claiming", claims.iter().map(|c| c.m), &e);
+            hop(env, later).await;
+            return Ok(());
+        }
+    };
+    let (won, lost): (Vec<_>, Vec<_>) = claims.into_iter().zip(won).partition(|(_, w)| *w);
+    // Lost to an attempt in another batch: planned again on a fresh read.
+    later.extend(
+        lost.into_iter()
+            .map(|(c, _)| (c.m, c.job, CONTENDED_DELAY_S)),
+    );
+    hop(env, later).await;
+    let won: Vec<Claimed> = won.into_iter().map(|(c, _)| c).collect();
+    run_all(env, cfg, &won).await;
+    Ok(())
+}
+
+type Due<'a> = (&'a Msg, Job, delivery::Job);
+type Later<'a> = (&'a Msg, Job, u64);
+
+/// The batch's jobs to run now, and those to send again later.
+fn sort(messages: &[Msg], from_dlq: bool) -> (Vec<Due<'_>>, Vec<Later<'_>>) {
+    let mut due: Vec<Due> = Vec::new();
     let mut later = Vec::new();
-    for m in &messages {
+    for m in messages {
         let Some((job, kind)) = parse(m, from_dlq) else {
             m.ack();
             continue;
@@ -131,20 +167,16 @@ pub async fn handle(
             due.push((m, job, kind));
         }
     }
-    let ids: Vec<&str> = due.iter().map(|(_, j, _)| j.delivery_id.as_str()).collect();
-    let targets = match load_many(env, &ids).await {
-        Ok(t) => t,
-        Err(e) => {
-            worker::console_error!(
-                "loading {} deliveries failed, the queue will retry them: {}",
-                ids.len(),
-                e
-            );
-            due.iter().for_each(|(m, _, _)| m.retry());
-            return hop(env, later).await;
-        }
-    };
-    let now = now_ms();
+    (due, later)
+}
+
+/// Asks the core what each job does; acknowledges the ones with nothing to do.
+fn plan_all<'a>(
+    due: Vec<Due<'a>>,
+    targets: &'a [Target],
+    now: u64,
+    later: &mut Vec<Later<'a>>,
+) -> Vec<Claimed<'a>> {
     let mut claims = Vec::new();
     for (m, job, kind) in due {
         // `None` once retention removed the delivery.
@@ -172,28 +204,14 @@ pub async fn handle(
             gave_up,
         });
     }
-    let won = match claim_all(env, &claims).await {
-        Ok(won) => won,
-        Err(e) => {
-            worker::console_error!(
-                "claiming {} attempts failed, the queue will retry them: {}",
-                claims.len(),
-                e
-            );
-            claims.iter().for_each(|c| c.m.retry());
-            return hop(env, later).await;
-        }
-    };
-    let (won, lost): (Vec<_>, Vec<_>) = claims.into_iter().zip(won).partition(|(_, w)| *w);
-    // Lost to an attempt in another batch: planned again on a fresh read.
-    later.extend(
-        lost.into_iter()
-            .map(|(c, _)| (c.m, c.job, CONTENDED_DELAY_S)),
-    );
-    hop(env, later).await?;
+    claims
+}
+
+/// Runs the claimed attempts at once, records them, then acknowledges them.
+async fn run_all(env: &Env, cfg: &Config, won: &[Claimed<'_>]) {
     let work = won
         .iter()
-        .map(|(c, _)| async move { (c.m, attempt(env, cfg, c).await) });
+        .map(|c| async move { (c.m, attempt(env, cfg, c).await) });
     let mut records = Vec::new();
     let mut recorded = Vec::new();
     for (m, outcome) in futures_util::future::join_all(work).await {
@@ -202,26 +220,30 @@ pub async fn handle(
                 records.push(rec);
                 recorded.push(m);
             }
-            Err(e) => {
-                worker::console_error!("delivery attempt failed, the queue will retry it: {}", e);
-                m.retry();
-            }
+            Err(e) => retry_all("an attempt", [m], &e),
         }
     }
     match record_all(env, cfg, &records).await {
         Ok(()) => recorded.iter().for_each(|m| m.ack()),
-        Err(e) => {
-            // The requests were sent: retrying repeats them under new numbers
-            // (at-least-once), which beats losing their outcome.
-            worker::console_error!(
-                "recording {} attempts failed, the queue will retry them: {}",
-                records.len(),
-                e
-            );
-            recorded.iter().for_each(|m| m.retry());
-        }
+        // The requests were sent: retrying repeats them under new numbers
+        // (at-least-once), which beats losing their outcome.
+        Err(e) => retry_all("recording", recorded, &e),
     }
-    Ok(())
+}
+
+/// Hands messages back to the queue after a failure of `what`.
+fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &worker::Error) {
+    let mut n = 0;
+    for m in messages {
+        m.retry();
+        n += 1;
+    }
+    worker::console_error!(
+        "{} failed, the queue will retry {} messages: {}",
+        what,
+        n,
+        e
+    );
 }
 
 /// A message's job and what it asks for; `None` (logged) when malformed or
@@ -236,21 +258,14 @@ fn parse(m: &Msg, from_dlq: bool) -> Option<(Job, delivery::Job)> {
 }
 
 /// Sends each job again after its delay (a queue hop), then acknowledges it.
-async fn hop(env: &Env, later: Vec<(&Msg, Job, u64)>) -> Result<()> {
+async fn hop(env: &Env, later: Vec<Later<'_>>) {
     let hops = later.into_iter().map(|(m, job, delay_s)| async move {
         match send_later(env, job, delay_s).await {
             Ok(()) => m.ack(),
-            Err(e) => {
-                worker::console_error!(
-                    "re-sending a delivery job failed, the queue will retry it: {}",
-                    e
-                );
-                m.retry();
-            }
+            Err(e) => retry_all("re-sending a job", [m], &e),
         }
     });
     futures_util::future::join_all(hops).await;
-    Ok(())
 }
 
 const TARGET_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
@@ -324,23 +339,15 @@ async fn attempt(env: &Env, cfg: &Config, c: &Claimed<'_>) -> Result<Recorded> {
     let url = c
         .job
         .redirect_url
-        .clone()
-        .unwrap_or_else(|| c.target.url.clone());
+        .as_deref()
+        .unwrap_or(&c.target.url)
+        .to_string();
     let number = c.claim.attempt.number;
-    let (result, status_code, error, excerpt) = match c.gave_up {
-        Some(why) => (
-            Attempted::GaveUp(why),
-            None,
-            Some(why.reason().to_string()),
-            None,
-        ),
+    let (result, error, excerpt) = match c.gave_up {
+        Some(why) => (Attempted::GaveUp(why), Some(why.reason().to_string()), None),
         None => {
             let sent = sign_and_send(cfg, c.target, &url, number, &request_id, started).await?;
-            let code = match &sent.0 {
-                AttemptResult::Status { code, .. } => Some(*code),
-                _ => None,
-            };
-            (Attempted::Sent(sent.0), code, sent.1, sent.2)
+            (Attempted::Sent(sent.0), sent.1, sent.2)
         }
     };
     let done = now_ms();
@@ -348,19 +355,20 @@ async fn attempt(env: &Env, cfg: &Config, c: &Claimed<'_>) -> Result<Recorded> {
     let schedule = &cfg.settings.webhooks.schedule_s;
     let transition = delivery::settle(&seen, &c.claim.attempt, &result, schedule, done);
     follow_up(env, &c.job.delivery_id, &transition).await?;
+    let duration_ms = done - started;
     let row = AttemptRow {
         number,
         url,
-        status_code,
         error,
         excerpt,
-        duration_ms: done - started,
+        duration_ms,
         request_id,
         at: started,
     };
+    let (delivery_id, claim) = (c.job.delivery_id.clone(), c.claim);
     Ok(Recorded {
-        delivery_id: c.job.delivery_id.clone(),
-        claim: c.claim,
+        delivery_id,
+        claim,
         result,
         row,
         transition,
@@ -424,16 +432,10 @@ async fn sign_and_send(
         ),
         Some(Err(e)) => {
             let msg = e.to_string();
-            let msg = if msg.trim().is_empty() {
-                "network error".to_string()
-            } else {
-                msg
-            };
-            (
-                AttemptResult::NetworkError,
-                Some(format!("network error: {msg}")),
-                None,
-            )
+            let error = format!("network error: {}", msg.trim())
+                .trim_end_matches(": ")
+                .to_string();
+            (AttemptResult::NetworkError, Some(error), None)
         }
         Some(Ok((code, retry_after, bytes))) => (
             AttemptResult::Status { code, retry_after },
@@ -452,7 +454,6 @@ fn ids_now() -> String {
 struct AttemptRow {
     number: u32,
     url: String,
-    status_code: Option<u16>,
     error: Option<String>,
     excerpt: Option<String>,
     duration_ms: u64,
@@ -557,6 +558,10 @@ fn opt_num(v: Option<u64>) -> JsValue {
 
 fn insert_attempt(db: &D1Database, r: &Recorded) -> Result<D1PreparedStatement> {
     let a = &r.row;
+    let status_code = match &r.result {
+        Attempted::Sent(AttemptResult::Status { code, .. }) => Some(u64::from(*code)),
+        _ => None,
+    };
     db.prepare(
         "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -566,7 +571,7 @@ fn insert_attempt(db: &D1Database, r: &Recorded) -> Result<D1PreparedStatement> 
         text(&a.request_id),
         num(u64::from(a.number)),
         text(&a.url),
-        opt_num(a.status_code.map(u64::from)),
+        opt_num(status_code),
         opt_text(a.error.as_deref()),
         opt_text(a.excerpt.as_deref()),
         num(a.duration_ms),

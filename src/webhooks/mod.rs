@@ -23,8 +23,10 @@ use worker::{Env, Request, Result};
 use crate::auth;
 use crate::runtime::RequestCtx;
 
-/// One delivery attempt to make. Attempts are numbered when they run
-/// (`attempts_made + 1` in D1), so manual retries and redirects continue the
+/// One delivery attempt to make (the wire form of
+/// `postguard_core::webhooks::delivery::Job`). Attempts are numbered when
+/// they run: the consumer claims `attempts_made + 1` with a compare-and-set
+/// before sending (ADR 0009), so manual retries and redirects continue the
 /// count without colliding with scheduled ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
@@ -39,7 +41,7 @@ pub struct Job {
     /// Send once to this URL instead (redirect); leaves status and schedule alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect_url: Option<String>,
-    /// A manual retry: runs whatever the delivery's status.
+    /// A manual retry: runs whatever the delivery's status, but `delivered`.
     #[serde(default)]
     pub manual: bool,
 }

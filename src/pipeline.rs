@@ -13,30 +13,29 @@ use postguard_core::headers::{
     storable_response_headers,
 };
 use postguard_core::idempotency::{self, Decision, Mode, StoredResponse};
+use postguard_core::rate_limit::headers as rate_headers;
 use postguard_core::{ErrorCode, Problem};
-use worker::{web_sys, Env, Headers, Request, Response, Result};
+use worker::{web_sys, Env, Headers, Request, Response};
 
 use crate::auth::{self, ApiKey};
-use crate::guard_client::{call, Op};
-use crate::http::{self, header_pairs, rate_headers, HeaderList};
+use crate::durable::client::{call, Op};
+use crate::http::{self, header_pairs, HeaderList};
+use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, within, RequestCtx};
 
 /// Methods the gateway forwards. Others are refused: the runtime's request
 /// type cannot carry them faithfully.
 const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
-pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
+pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let method = req.inner().method().to_ascii_uppercase();
     if !METHODS.contains(&method.as_str()) {
-        return http::problem(
-            rc,
-            &Problem::new(
-                ErrorCode::MethodNotAllowed,
-                format!("method {method} is not supported by the gateway"),
-            )
-            .with_allow("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
-            &[],
-        );
+        return Err(Problem::new(
+            ErrorCode::MethodNotAllowed,
+            format!("method {method} is not supported by the gateway"),
+        )
+        .with_allow("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+        .into());
     }
     let url = req.url()?;
     let path = url.path().to_string();
@@ -47,10 +46,8 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     let max_body = cfg.settings.max_body_bytes;
 
     // 1. Authenticate.
-    let (key, plan) = match auth::api_caller(&req, env, cfg, rc).await? {
-        Ok(c) => (c.key, c.plan),
-        Err(p) => return http::problem(rc, &p, &[]),
-    };
+    let auth::Caller { key, plan } =
+        auth::api_caller(auth::credential(&req, cfg), env, cfg, rc).await?;
 
     let has_body = !matches!(method.as_str(), "GET" | "HEAD");
     let body = if has_body {
@@ -119,7 +116,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     let (decision, replay_body): (AdmitResponse, Vec<u8>) =
         call(env, &key.record.id, Op::Admit, &admit, &[]).await?;
     let (verdict, idem, replay) = match decision {
-        AdmitResponse::Revoked => return http::problem(rc, &auth::revoked(&key), &[]),
+        AdmitResponse::Revoked => return Err(auth::revoked(&key).into()),
         AdmitResponse::Limited { verdict } => {
             rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
             let p = Problem::new(
@@ -130,7 +127,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
                 ),
             )
             .with_retry_after(verdict.retry_after_s());
-            return http::problem(rc, &p, &rate_headers(&verdict));
+            return Err(Reject::from(p).with(&rate_headers(&verdict)));
         }
         AdmitResponse::Admitted {
             verdict,
@@ -141,7 +138,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
     let rl = rate_headers(&verdict);
     if let Some(p) = early {
-        return http::problem(rc, &p, &rl);
+        return Err(Reject::from(p).with(&rl));
     }
     match idem {
         Some(Decision::InProgress { retry_after_s }) => {
@@ -150,20 +147,20 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
                 "a request with this Idempotency-Key is still being processed; retry later to get its result",
             )
             .with_retry_after(retry_after_s);
-            return http::problem(rc, &p, &rl);
+            return Err(Reject::from(p).with(&rl));
         }
         Some(Decision::Conflict) => {
             let p = Problem::new(
                 ErrorCode::IdempotencyKeyReuseConflict,
                 "this Idempotency-Key was already used with a different request (method, path, query or body differ)",
             );
-            return http::problem(rc, &p, &rl);
+            return Err(Reject::from(p).with(&rl));
         }
         Some(Decision::Replay) => {
             let Some(stored) = replay else {
-                return Err(worker::Error::RustError(
-                    "replay without a stored response".into(),
-                ));
+                return Err(
+                    worker::Error::RustError("replay without a stored response".into()).into(),
+                );
             };
             rc.note(|f| f.replayed = true);
             let mut extra = rl;
@@ -171,13 +168,13 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
             if stored.body_omitted {
                 extra.push(("Idempotent-Body-Omitted", "true".into()));
             }
-            return http::respond(
+            return Ok(http::respond(
                 rc,
                 stored.status,
                 &stored.headers,
                 &extra,
                 Some(replay_body),
-            );
+            )?);
         }
         Some(Decision::Execute) | None => {}
     }
@@ -206,7 +203,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
             if let Some(k) = idem_key {
                 release(env, &key.record.id, k, &rc.request_id).await;
             }
-            http::problem(rc, &failure.problem(cfg), &rl)
+            Err(Reject::from(failure.problem(cfg)).with(&rl))
         }
         Ok(Forwarded::Streaming(resp)) => {
             let headers = client_response_headers(&header_pairs(resp.headers()));
@@ -225,13 +222,13 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
             body,
         }) => {
             let Some(k) = idem_key else {
-                return http::respond(
+                return Ok(http::respond(
                     rc,
                     status,
                     &client_response_headers(&headers),
                     &rl,
                     Some(body),
-                );
+                )?);
             };
             if idempotency::is_storable_status(status) {
                 let omitted = body.len() as u64 > cfg.settings.idempotency.max_stored_body_bytes;
@@ -268,13 +265,13 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
             } else {
                 release(env, &key.record.id, k, &rc.request_id).await;
             }
-            http::respond(
+            Ok(http::respond(
                 rc,
                 status,
                 &client_response_headers(&headers),
                 &rl,
                 Some(body),
-            )
+            )?)
         }
     }
 }

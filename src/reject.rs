@@ -50,6 +50,12 @@ impl From<worker::Error> for Reject {
     }
 }
 
+impl From<crate::durable::client::CallError> for Reject {
+    fn from(e: crate::durable::client::CallError) -> Self {
+        Reject::Internal(worker::Error::RustError(e.to_string()))
+    }
+}
+
 impl From<serde_json::Error> for Reject {
     fn from(e: serde_json::Error) -> Self {
         Reject::Internal(e.into())

@@ -10,7 +10,7 @@
 //! request consults, so it takes effect at once whatever KV caches hold.
 
 use postguard_core::config::Config;
-use postguard_core::guard::Ack;
+use postguard_core::guard::{Revoke, RevokeRequest};
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
 use postguard_core::page::{parse_limit, Page};
@@ -20,7 +20,7 @@ use worker::{Env, KvStore, Request};
 
 use crate::auth;
 use crate::bindings;
-use crate::durable::client::{call, Op};
+use crate::durable::client::call;
 use crate::http;
 use crate::reject::Handled;
 use crate::request::{self, query_param};
@@ -150,7 +150,7 @@ pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     auth::operator(req, env, cfg).await?;
     let kv = env.kv(bindings::API_KEYS)?;
     let mut found = by_id(&kv, id).await?;
-    let _: (Ack, Vec<u8>) = call(env, &found.record.id, Op::Revoke, &(), &[]).await?;
+    call::<Revoke>(env, &found.record.id, &RevokeRequest {}, &[]).await?;
     if found.record.revoked_at.is_none() {
         found.record.revoked_at = Some(now_ms());
         write_all(&kv, &found.record, &found.hash).await?;

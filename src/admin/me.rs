@@ -2,13 +2,13 @@
 //! Peeks at the limiter (cost 0): asking does not consume budget.
 
 use postguard_core::config::Config;
-use postguard_core::guard::{AdmitRequest, AdmitResponse};
+use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse};
 use postguard_core::rate_limit;
 use serde::Serialize;
 use worker::{Env, Request};
 
 use crate::auth;
-use crate::durable::client::{call, Op};
+use crate::durable::client::call;
 use crate::http;
 use crate::reject::Handled;
 use crate::runtime::RequestCtx;
@@ -32,8 +32,7 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Han
         quota: plan.quota(),
         claim: None,
     };
-    let (decision, _): (AdmitResponse, Vec<u8>) =
-        call(env, &key.record.id, Op::Admit, &peek, &[]).await?;
+    let (decision, _) = call::<Admit>(env, &key.record.id, &peek, &[]).await?;
     let verdict = match decision {
         AdmitResponse::Revoked => return Err(auth::revoked(&key).into()),
         AdmitResponse::Limited { verdict } | AdmitResponse::Admitted { verdict, .. } => verdict,

@@ -1,53 +1,62 @@
 //! Calls from the worker to a key's `KeyGuard` Durable Object. Each call is
-//! one round trip carrying a frame (JSON header + raw bytes).
+//! one round trip carrying a frame (JSON header + raw bytes); the operation's
+//! path and types come from `postguard_core::guard::Operation`, and the
+//! object's errors come back as a typed `GuardError`.
 
 use postguard_core::frame;
-use serde::{de::DeserializeOwned, Serialize};
-use worker::{wasm_bindgen::JsValue, Env, Result};
+use postguard_core::guard::{GuardError, Operation, Reply};
+use worker::{wasm_bindgen::JsValue, Env};
 
 use crate::{bindings, http};
 
-/// The operations the object serves.
-#[derive(Clone, Copy)]
-pub enum Op {
-    Admit,
-    Complete,
-    Release,
-    Revoke,
+/// A call that failed: the round trip itself, or the object's answer.
+#[derive(Debug)]
+pub enum CallError {
+    Transport(worker::Error),
+    Guard(GuardError),
 }
 
-impl Op {
-    pub fn path(self) -> &'static str {
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Op::Admit => "/admit",
-            Op::Complete => "/complete",
-            Op::Release => "/release",
-            Op::Revoke => "/revoke",
+            CallError::Transport(e) => write!(f, "key guard unreachable: {e}"),
+            CallError::Guard(e) => write!(f, "key guard: {e}"),
         }
     }
 }
 
-pub async fn call<M: Serialize, R: DeserializeOwned>(
+impl From<worker::Error> for CallError {
+    fn from(e: worker::Error) -> Self {
+        CallError::Transport(e)
+    }
+}
+
+impl From<frame::FrameError> for CallError {
+    fn from(e: frame::FrameError) -> Self {
+        CallError::Transport(worker::Error::RustError(e.to_string()))
+    }
+}
+
+/// Runs operation `O` on the object of API key `key_id`: its answer and the
+/// payload that came with it.
+pub async fn call<O: Operation>(
     env: &Env,
     key_id: &str,
-    op: Op,
-    meta: &M,
+    req: &O::Request,
     payload: &[u8],
-) -> Result<(R, Vec<u8>)> {
+) -> Result<(O::Response, Vec<u8>), CallError> {
     let ns = env.durable_object(bindings::KEY_GUARD)?;
     let stub: JsValue = ns.id_from_name(key_id)?.get_stub()?.into_rpc();
-    let body = frame::encode(meta, payload).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let body = frame::encode(req, payload)?;
     let init = http::request_init("POST", &body);
-    let resp = http::raw_fetch(&stub, &format!("https://key-guard{}", op.path()), &init).await?;
-    let status = resp.status();
+    let resp = http::raw_fetch(&stub, &format!("https://key-guard{}", O::PATH), &init).await?;
     let bytes = http::read_body(&resp).await?;
-    if status != 200 {
-        return Err(worker::Error::RustError(format!(
-            "key guard {} answered {}: {}",
-            op.path(),
-            status,
-            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-        )));
+    if resp.status() != 200 {
+        // Not an answer of the object's code (the runtime failed the call).
+        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+        let e = format!("{} answered {}: {shown}", O::PATH, resp.status());
+        return Err(CallError::Transport(worker::Error::RustError(e)));
     }
-    frame::decode(bytes).map_err(|e| worker::Error::RustError(e.to_string()))
+    let (reply, payload): (Reply<O::Response>, Vec<u8>) = frame::decode(bytes)?;
+    reply.map(|r| (r, payload)).map_err(CallError::Guard)
 }

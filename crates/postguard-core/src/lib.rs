@@ -17,8 +17,10 @@ pub mod keys;
 pub mod page;
 pub mod pattern;
 pub mod problem;
+pub mod proxy;
 pub mod rate_limit;
 pub mod routes;
+pub mod store;
 pub mod webhooks;
 
 pub use problem::{ErrorCode, Invalid, Problem};

@@ -7,6 +7,7 @@ mod audit;
 mod auth;
 mod bindings;
 mod cron;
+mod d1;
 mod durable;
 mod http;
 mod pipeline;

@@ -12,6 +12,7 @@ use worker::{D1Database, Env, Request, Result};
 
 use crate::auth;
 use crate::bindings;
+use crate::d1::{num, text};
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_pairs;
@@ -41,7 +42,7 @@ async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handl
 fn js(args: &[Arg]) -> Vec<JsValue> {
     args.iter()
         .map(|a| match a {
-            Arg::Text(s) => JsValue::from_str(s),
+            Arg::Text(s) => text(s),
             Arg::Int(i) => JsValue::from_f64(*i as f64),
         })
         .collect()
@@ -142,7 +143,7 @@ async fn percentile(
         return Ok(None);
     }
     let mut a = args.to_vec();
-    a.push(JsValue::from_f64(quantile_offset(n, q) as f64));
+    a.push(num(quantile_offset(n, q)));
     let rows: Vec<Ms> = db
         .prepare(format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?"))
         .bind(&a)?
@@ -178,10 +179,10 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     let today_start = now_ms() / 86_400_000 * 86_400_000;
     let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
     let mut filter = "time >= ?".to_string();
-    let mut args = vec![JsValue::from_f64(since as f64)];
+    let mut args = vec![num(since)];
     if let Some(p) = &project {
         filter.push_str(" AND project = ?");
-        args.push(JsValue::from_str(p));
+        args.push(text(p));
     }
     let db = env.d1(bindings::DB)?;
     let per_day: Vec<Day> = db

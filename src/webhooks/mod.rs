@@ -16,7 +16,8 @@ use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
+
+pub use crate::d1::{num, opt_text, text};
 
 /// One delivery attempt to make. Attempts are numbered when they run
 /// (`attempts_made + 1` in D1), so manual retries and redirects continue the
@@ -55,18 +56,6 @@ pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
         allow_insecure: cfg.settings.webhooks.allow_insecure_urls,
         allow_hosts: &cfg.settings.webhooks.allow_hosts,
     }
-}
-
-pub fn text(s: &str) -> JsValue {
-    JsValue::from_str(s)
-}
-
-pub fn opt_text(s: Option<&str>) -> JsValue {
-    s.map_or(JsValue::NULL, JsValue::from_str)
-}
-
-pub fn num(v: u64) -> JsValue {
-    JsValue::from_f64(v as f64)
 }
 
 /// `prefix` + a ULID of now.

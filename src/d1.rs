@@ -1,0 +1,21 @@
+//! Values bound to D1 statements (`?` placeholders), shared by the audit log
+//! and the webhook tables.
+
+use worker::wasm_bindgen::JsValue;
+
+pub fn text(s: &str) -> JsValue {
+    JsValue::from_str(s)
+}
+
+pub fn opt_text(s: Option<&str>) -> JsValue {
+    s.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// D1 numbers are doubles; every integer stored here is below 2^53.
+pub fn num(v: u64) -> JsValue {
+    JsValue::from_f64(v as f64)
+}
+
+pub fn opt_num(v: Option<u64>) -> JsValue {
+    v.map_or(JsValue::NULL, num)
+}

@@ -94,7 +94,7 @@ async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
     let hash = ids::sha256_hex(&token);
     match lookup(env, &hash).await? {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
-        Some(_) => Err(invalid("the API key has been revoked").into()),
+        Some(_) => Err(Problem::revoked_key().into()),
         None => Err(invalid("the API key is not known").into()),
     }
 }
@@ -138,7 +138,7 @@ pub async fn api_caller(
 /// cache and refuse it.
 pub fn revoked(key: &ApiKey) -> Problem {
     forget(&key.hash);
-    invalid("the API key has been revoked")
+    Problem::revoked_key()
 }
 
 /// Whether an API-key-shaped token names a stored key (`live_only`: one that

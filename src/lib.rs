@@ -33,7 +33,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let rc = runtime::RequestCtx::new();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return reject::render(&rc, Err(runtime::config_problem(&e).into())),
+        Err(e) => return reject::render(&rc, Err(Problem::config_invalid(&e).into())),
     };
     let seen = audit::Seen::of(&req);
     let resp = reject::render(&rc, handle(req, &env, &cfg, &rc).await)?;

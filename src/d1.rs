@@ -1,7 +1,9 @@
 //! Values bound to D1 statements (`?` placeholders), shared by the audit log
 //! and the webhook tables.
 
+use serde::de::DeserializeOwned;
 use worker::wasm_bindgen::JsValue;
+use worker::D1Database;
 
 pub fn text(s: &str) -> JsValue {
     JsValue::from_str(s)
@@ -18,4 +20,13 @@ pub fn num(v: u64) -> JsValue {
 
 pub fn opt_num(v: Option<u64>) -> JsValue {
     v.map_or(JsValue::NULL, num)
+}
+
+/// Every row of one query.
+pub async fn all<T: DeserializeOwned>(
+    db: &D1Database,
+    sql: impl Into<String>,
+    args: &[JsValue],
+) -> worker::Result<Vec<T>> {
+    db.prepare(sql).bind(args)?.all().await?.results()
 }

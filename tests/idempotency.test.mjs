@@ -12,7 +12,9 @@ import {
 
 const LEASE_S = 3;
 const CONFIG = {
-  origin: { timeout_ms: 1000 },
+  // Well above the origin delays used below (≤ 700 ms), so that a loaded machine does not
+  // turn a slow answer into a timeout; below the lease, as the configuration requires.
+  origin: { timeout_ms: 2500 },
   idempotency: {
     lease_s: LEASE_S,
     routes: [
@@ -277,8 +279,8 @@ describe('what is stored', () => {
 
   it('origin timeout → 504 ORIGIN_TIMEOUT, not stored; a retry runs again', async () => {
     const k = ik('timeout');
-    // The origin would answer 201 after 2.5 s: the 504 shows the gateway gave up at its timeout.
-    const r1 = await post('/slow', { idem: k, headers: { 'x-demo-delay-ms': '2500' } });
+    // The origin would answer 201 after 5 s: the 504 shows the gateway gave up at its timeout.
+    const r1 = await post('/slow', { idem: k, headers: { 'x-demo-delay-ms': '5000' } });
     problem(r1, { status: 504, code: 'ORIGIN_TIMEOUT' });
     assertRateHeaders(r1);
     const r2 = await post('/slow', { idem: k });

@@ -12,7 +12,7 @@ use worker::{D1Database, Env, Request, Result};
 
 use crate::auth;
 use crate::bindings;
-use crate::d1::{num, text};
+use crate::d1::{self, num, text};
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_pairs;
@@ -98,7 +98,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     }
     let (sql, args) = q.to_sql();
     let db = env.d1(bindings::DB)?;
-    let rows: Vec<DbRow> = db.prepare(sql).bind(&js(&args))?.all().await?.results()?;
+    let rows: Vec<DbRow> = d1::all(&db, sql, &js(&args)).await?;
     let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
     http::json(rc, 200, &page, &[])
@@ -144,12 +144,8 @@ async fn percentile(
     }
     let mut a = args.to_vec();
     a.push(num(quantile_offset(n, q)));
-    let rows: Vec<Ms> = db
-        .prepare(format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?"))
-        .bind(&a)?
-        .all()
-        .await?
-        .results()?;
+    let sql = format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?");
+    let rows: Vec<Ms> = d1::all(db, sql, &a).await?;
     Ok(rows.first().map(|r| r.response_time_ms))
 }
 
@@ -185,25 +181,17 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
         args.push(text(p));
     }
     let db = env.d1(bindings::DB)?;
-    let per_day: Vec<Day> = db
-        .prepare(format!(
-            "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
-             SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
-             FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
-        ))
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
-    let top_paths: Vec<PathCount> = db
-        .prepare(format!(
-            "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
-             GROUP BY path ORDER BY requests DESC, path LIMIT 10"
-        ))
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
+    let days_sql = format!(
+        "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
+         SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
+         FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
+    );
+    let per_day: Vec<Day> = d1::all(&db, days_sql, &args).await?;
+    let paths_sql = format!(
+        "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
+         GROUP BY path ORDER BY requests DESC, path LIMIT 10"
+    );
+    let top_paths: Vec<PathCount> = d1::all(&db, paths_sql, &args).await?;
     let total: u64 = per_day.iter().map(|d| d.requests).sum();
     let errors: u64 = per_day.iter().map(|d| d.errors).sum();
     let p50_ms = percentile(&db, &filter, &args, total, 0.50).await?;

@@ -47,12 +47,8 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     if existing.is_some() {
         return http::json(rc, 202, &Accepted { id: &event_id }, &[]);
     }
-    let subs: Vec<SubRow> = db
-        .prepare("SELECT id, url, events FROM subscriptions WHERE project = ?")
-        .bind(&[text(&input.project)])?
-        .all()
-        .await?
-        .results()?;
+    let sql = "SELECT id, url, events FROM subscriptions WHERE project = ?";
+    let subs: Vec<SubRow> = crate::d1::all(&db, sql, &[text(&input.project)]).await?;
     let now = now_ms();
     let payload = events::payload(
         &event_id,

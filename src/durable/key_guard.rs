@@ -323,6 +323,7 @@ impl DurableObject for KeyGuard {
                 decode::<Revoke>(body)
                     .and_then(|_| Ok((store::revoke(&mut self.store()?, now_ms())?, Vec::new()))),
             ),
+            // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
             other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
             ))),

@@ -409,7 +409,7 @@ async fn sign_and_send(
     }
     let body = t.payload.as_bytes();
     let sig = signature::signature_header(&secrets, &t.event_id, timestamp, body)
-        .map_err(worker::Error::RustError)?;
+        .map_err(|e| worker::Error::RustError(e.to_string()))?;
     let number_s = number.to_string();
     let ts_s = timestamp.to_string();
     let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);

@@ -15,13 +15,9 @@ pub mod subscriptions;
 use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
-use postguard_core::{ErrorCode, Problem};
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Result};
 
-use crate::auth;
-use crate::runtime::RequestCtx;
+pub use crate::d1::{num, opt_text, text};
 
 /// One delivery attempt to make (the wire form of
 /// `postguard_core::webhooks::delivery::Job`). Attempts are numbered when
@@ -64,39 +60,8 @@ pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
     }
 }
 
-/// The project of an API-key caller. The operator's and the origin's tokens
-/// are valid credentials of the wrong kind here: 403.
-pub async fn project_of(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<std::result::Result<String, Problem>> {
-    if auth::is_operator(req, cfg) {
-        return Ok(Err(Problem::new(
-            ErrorCode::Forbidden,
-            "webhooks and deliveries belong to a project: use one of its API keys",
-        )));
-    }
-    Ok(auth::api_caller(req, env, cfg, rc)
-        .await?
-        .map(|c| c.key.record.project))
-}
-
-pub fn text(s: &str) -> JsValue {
-    JsValue::from_str(s)
-}
-
-pub fn opt_text(s: Option<&str>) -> JsValue {
-    s.map_or(JsValue::NULL, JsValue::from_str)
-}
-
-pub fn num(v: u64) -> JsValue {
-    JsValue::from_f64(v as f64)
-}
-
-/// `prefix_` + a ULID.
+/// `prefix` + a ULID of now.
 pub fn new_id(prefix: &str) -> String {
     let (now, rnd) = crate::runtime::new_ulid_parts();
-    ids::key_id(now, rnd).replacen("key_", prefix, 1)
+    ids::prefixed(prefix, now, rnd)
 }

@@ -122,6 +122,57 @@ impl ErrorCode {
     }
 }
 
+/// Client input that failed validation; the message is the client-facing
+/// detail (`field: why`) of a 400 `VALIDATION_ERROR`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl Invalid {
+    /// `field: why`.
+    pub fn field(field: &str, why: &str) -> Self {
+        Invalid(format!("{field}: {why}"))
+    }
+}
+
+/// The detail, as text (for tests and logs).
+impl std::ops::Deref for Invalid {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for Invalid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<String> for Invalid {
+    fn from(s: String) -> Self {
+        Invalid(s)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(s: &str) -> Self {
+        Invalid(s.to_string())
+    }
+}
+
+impl From<Invalid> for String {
+    fn from(e: Invalid) -> Self {
+        e.0
+    }
+}
+
+impl From<Invalid> for Problem {
+    fn from(e: Invalid) -> Self {
+        Problem::new(ErrorCode::ValidationError, e.0)
+    }
+}
+
 /// An error answer before it is rendered: a code and a human detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -159,6 +210,22 @@ impl Problem {
     pub fn not_found(what: &str, id: &str) -> Self {
         let shown: String = id.chars().take(64).collect();
         Problem::new(ErrorCode::NotFound, format!("no {what} with id {shown}"))
+    }
+
+    /// 401 for a revoked API key (found so in KV or by its object).
+    pub fn revoked_key() -> Self {
+        Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked")
+    }
+
+    /// 500 `CONFIG_INVALID`, naming the field. Never echoes a secret's value.
+    pub fn config_invalid(e: &crate::config::ConfigError) -> Self {
+        Problem::new(
+            ErrorCode::ConfigInvalid,
+            format!(
+                "the deployed configuration is invalid: {}: {}",
+                e.field, e.reason
+            ),
+        )
     }
 
     /// 413 for a body over `max_body_bytes`.

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::config::is_valid_name;
+use crate::Invalid;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -152,7 +153,7 @@ pub struct LinkRequest {
 }
 
 /// Parses and validates a link request; returns the project and the TTL.
-pub fn parse_link_request(body: &[u8]) -> Result<(String, u64), String> {
+pub fn parse_link_request(body: &[u8]) -> Result<(String, u64), Invalid> {
     let req: LinkRequest = serde_json::from_slice(body)
         .map_err(|e| format!("body must be a JSON object {{project, ttl_s?}}: {e}"))?;
     if !is_valid_name(&req.project) {
@@ -160,8 +161,9 @@ pub fn parse_link_request(body: &[u8]) -> Result<(String, u64), String> {
     }
     let ttl = req.ttl_s.unwrap_or(DEFAULT_TTL_S);
     if !(MIN_TTL_S..=MAX_TTL_S).contains(&ttl) {
-        return Err(format!(
-            "ttl_s: must be an integer from {MIN_TTL_S} to {MAX_TTL_S} seconds"
+        return Err(Invalid::field(
+            "ttl_s",
+            &format!("must be an integer from {MIN_TTL_S} to {MAX_TTL_S} seconds"),
         ));
     }
     Ok((req.project, ttl))
@@ -175,7 +177,7 @@ struct SessionRequest {
 }
 
 /// The link token of an exchange request.
-pub fn parse_session_request(body: &[u8]) -> Result<String, String> {
+pub fn parse_session_request(body: &[u8]) -> Result<String, Invalid> {
     let req: SessionRequest = serde_json::from_slice(body)
         .map_err(|e| format!("body must be a JSON object {{token}}: {e}"))?;
     Ok(req.token)

@@ -92,16 +92,20 @@ async function render(): Promise<void> {
   }
 }
 
-/** Works out what a pasted token is: an API key (/me answers) or the operator token. */
+/**
+ * Works out what a pasted token is from its published shape (API keys start
+ * pgk_, sessions pgs_; anything else can only be the operator token), then
+ * checks it with one call that credential may make.
+ */
 async function identify(token: string): Promise<api.Credential> {
-  try {
-    const me = await api.call<api.Me | { project: string; expires_at: number }>('GET', '/me', { token });
-    if ('prefix' in me) return { kind: 'key', token, project: me.project, prefix: me.prefix };
-    return { kind: 'session', token, project: me.project, expires_at: me.expires_at };
-  } catch (e) {
-    if (!(e instanceof api.ApiError) || e.status !== 403) throw e;
+  if (token.startsWith('pgk_')) {
+    const me = await api.call<api.Me>('GET', '/me', { token });
+    return { kind: 'key', token, project: me.project, prefix: me.prefix };
   }
-  // 403 on /me: a valid credential without a key. The operator may list keys.
+  if (token.startsWith('pgs_')) {
+    const me = await api.call<{ project: string; expires_at: number }>('GET', '/me', { token });
+    return { kind: 'session', token, project: me.project, expires_at: me.expires_at };
+  }
   await api.call('GET', '/keys', { token, query: { limit: 1 } });
   return { kind: 'operator', token };
 }

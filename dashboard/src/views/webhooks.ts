@@ -37,7 +37,7 @@ export async function webhooks(main: HTMLElement): Promise<void> {
             status(msg, 'Secret rotated.', 'ok');
           })
           .catch((e) => status(msg, api.describe(e), 'error'));
-      }, { 'aria-label': `Rotate the secret of ${s.url}` });
+      }, { 'aria-label': `Rotate secret of ${s.url}` });
       const del = button('Delete', () => {
         const confirm = button('Confirm delete', () => {
           api
@@ -47,8 +47,8 @@ export async function webhooks(main: HTMLElement): Promise<void> {
               return load();
             })
             .catch((e) => status(msg, api.describe(e), 'error'));
-        }, { class: 'danger', 'aria-label': `Confirm deleting the subscription to ${s.url}` });
-        const cancel = button('Cancel', () => replace(actions, rotate, del), { 'aria-label': 'Keep the subscription' });
+        }, { class: 'danger', 'aria-label': `Confirm delete of the subscription to ${s.url}` });
+        const cancel = button('Cancel', () => replace(actions, rotate, del), { 'aria-label': `Cancel deleting the subscription to ${s.url}` });
         replace(actions, confirm, cancel);
         confirm.focus();
       }, { class: 'danger', 'aria-label': `Delete the subscription to ${s.url}` });

@@ -85,7 +85,7 @@ export async function audit(main: HTMLElement): Promise<void> {
     replace(
       results,
       page.data.length
-        ? scroller('Audit log entries', table('Audit log entries, newest first', ['Time (UTC)', 'Method', 'Path', 'Status', 'Duration', 'Request ID', ''], rows))
+        ? scroller('Audit log entries', table('Audit log entries, newest first', ['Time (UTC)', 'Method', 'Path', 'Status', 'Duration', 'Request ID', 'Details'], rows))
         : h('p', null, 'No requests match.'),
     );
     replace(pager);

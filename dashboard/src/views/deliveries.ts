@@ -39,6 +39,12 @@ function attempts(list: api.Attempt[]): HTMLElement {
   );
 }
 
+/** Shows a delivery's current status (text and colour) in its list row. */
+function showStatus(cell: HTMLElement, status: string): void {
+  cell.textContent = status;
+  cell.className = `badge d-${status}`;
+}
+
 function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () => Promise<api.DeliveryDetail>): HTMLElement {
   const msg = h('p', { class: 'status' });
   const attemptsBox = h('div', null, attempts(d.attempts));
@@ -50,7 +56,7 @@ function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () 
       await new Promise((r) => setTimeout(r, 1000));
       const now = await refresh();
       replace(attemptsBox, attempts(now.attempts));
-      statusCell.textContent = now.status;
+      showStatus(statusCell, now.status);
       const last = now.attempts[now.attempts.length - 1];
       if (now.attempts.length > after && last) {
         const outcome = last.status_code !== null ? `HTTP ${last.status_code}` : (last.error ?? 'no answer');
@@ -111,7 +117,7 @@ function row(d: api.Delivery, onError: (e: unknown) => void): HTMLTableRowElemen
       replace(cell, 'Loading…');
       fetchOne()
         .then((full) => {
-          statusCell.textContent = full.status;
+          showStatus(statusCell, full.status);
           replace(cell, detailView(full, statusCell, fetchOne));
         })
         .catch(onError);
@@ -148,7 +154,7 @@ export async function deliveries(main: HTMLElement): Promise<void> {
     replace(
       list,
       page.data.length
-        ? scroller('Deliveries', table('Deliveries of the last 14 days, newest first', ['Created (UTC)', 'Event', 'URL', 'Status', 'Attempts', 'ID', ''], page.data.flatMap((d) => row(d, onError))))
+        ? scroller('Deliveries', table('Deliveries of the last 14 days, newest first', ['Created (UTC)', 'Event', 'URL', 'Status', 'Attempts', 'ID', 'Details'], page.data.flatMap((d) => row(d, onError))))
         : h('p', null, 'No deliveries match.'),
     );
     replace(pager);
@@ -163,6 +169,6 @@ export async function deliveries(main: HTMLElement): Promise<void> {
     ev.preventDefault();
     load().catch(onError);
   });
-  main.append(form, msg, list, pager);
+  main.append(form, msg, h('h2', null, 'Last 14 days'), list, pager);
   await load();
 }

@@ -27,7 +27,8 @@ function chart(container: HTMLElement, days: api.Stats['days']): void {
     width,
     height: 240,
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
-    scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+    // Half a day either side, so the first and last bars are whole.
+    scales: { x: { time: true, range: (_u, min, max) => [min - 43_200, max + 43_200] }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
     axes: [{}, { label: 'requests per day' }],
     series: [
       { label: 'Day (UTC)', value: (_u, v) => (v === null ? '—' : new Date(v * 1000).toISOString().slice(0, 10)) },
@@ -71,7 +72,7 @@ async function limitState(): Promise<HTMLElement> {
   const me = await api.call<api.Me>('GET', '/me');
   return h(
     'section',
-    { 'aria-labelledby': 'limit-title' },
+    null,
     h('h2', { id: 'limit-title' }, 'This key’s limit'),
     fields({
       key: `${me.prefix}…`,
@@ -103,7 +104,7 @@ export async function statistics(main: HTMLElement): Promise<void> {
     box.replaceChildren(
       h(
         'section',
-        { 'aria-labelledby': 'summary-title' },
+        null,
         h('h2', { id: 'summary-title' }, `Last ${DAYS} days${project ? ` — project ${project}` : ''}${keyPrefix ? ` — key ${keyPrefix}…` : ''}`),
         fields({
           requests: total,
@@ -114,7 +115,7 @@ export async function statistics(main: HTMLElement): Promise<void> {
         plot,
         dayTable(days),
       ),
-      h('section', { 'aria-labelledby': 'top-title' }, h('h2', { id: 'top-title' }, 'Top endpoints'), scroller('Top endpoints', top)),
+      h('section', null, h('h2', { id: 'top-title' }, 'Top endpoints'), scroller('Top endpoints', top)),
     );
     chart(plot, days);
     if (c?.kind === 'key') box.append(await limitState());

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import zlib from 'node:zlib';
 import { createRequire } from 'node:module';
 import { chromium } from 'playwright-core';
 import { startOrigin } from './support/origin.mjs';
@@ -186,6 +187,10 @@ describe('the dashboard, signed in with a portal link', () => {
   it('exchanges the link, removes it from the address bar and keeps the session in sessionStorage', async () => {
     const url = await portalUrl();
     const token = url.split('#portal=')[1];
+    const files = new Map();
+    page.on('response', async (r) => {
+      if (new URL(r.url()).pathname.startsWith('/_postguard/dashboard/')) files.set(r.url(), await r.body().catch(() => Buffer.alloc(0)));
+    });
     await page.goto(url);
     await page.getByRole('heading', { level: 1, name: 'Statistics' }).waitFor();
     assert.ok(!page.url().includes('portal='), `the fragment is gone: ${page.url()}`);
@@ -207,6 +212,11 @@ describe('the dashboard, signed in with a portal link', () => {
     await again.getByText(/already been used/).waitFor();
     await again.close();
     assert.ok(token.length > 40);
+    // What the page loads, gzipped (as a CDN would send it).
+    const gz = [...files.values()].reduce((n, b) => n + zlib.gzipSync(b).length, 0);
+    const raw = [...files.values()].reduce((n, b) => n + b.length, 0);
+    console.log(`# dashboard transfer: ${files.size} files, ${raw} bytes, ${gz} bytes gzip: ${[...files.keys()].map((u) => new URL(u).pathname).join(' ')}`);
+    assert.ok(files.size >= 3, 'page, script and stylesheet loaded');
   });
 
   it('shows the 30-day chart with today’s counts matching what the test sent', async () => {
@@ -351,7 +361,7 @@ describe('the dashboard, signed in as the operator', () => {
       const prefix = newKey.slice(0, 12);
       await page.getByRole('button', { name: `Revoke key ${prefix}` }).click();
       await page.getByText(`Key ${prefix}… revoked.`).waitFor();
-      assert.match(await page.locator('tr', { hasText: `${prefix}…` }).textContent(), /revoked/);
+      await page.locator('tr', { hasText: `${prefix}…` }).filter({ hasText: 'revoked' }).waitFor();
       assert.equal((await gw.fetch('/orders/1', { headers: bearer(newKey) })).status, 401, 'the revoked key is refused');
       // Per-key statistics from the list.
       await page.getByRole('link', { name: `Statistics of key ${key.prefix}` }).click();

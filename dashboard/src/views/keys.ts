@@ -29,8 +29,7 @@ export async function keys(main: HTMLElement): Promise<void> {
       .call<api.KeyRecord>('POST', '/keys', { body })
       .then((k) => {
         replace(once, secretBox(`API key ${k.prefix}… for ${k.project}`, k.key ?? ''));
-        status(msg, `Key ${k.id} created.`, 'ok');
-        return load();
+        return load().then(() => status(msg, `Key ${k.id} created.`, 'ok'));
       })
       .catch((e) => status(msg, api.describe(e), 'error'));
   });
@@ -72,10 +71,8 @@ export async function keys(main: HTMLElement): Promise<void> {
           button('Revoke', () => {
             api
               .call('DELETE', `/keys/${encodeURIComponent(k.id)}`)
-              .then(() => {
-                status(msg, `Key ${k.prefix}… revoked.`, 'ok');
-                return load();
-              })
+              .then(() => load())
+              .then(() => status(msg, `Key ${k.prefix}… revoked.`, 'ok'))
               .catch((e) => status(msg, api.describe(e), 'error'));
           }, { class: 'danger', 'aria-label': `Revoke key ${k.prefix}` }),
         );

@@ -21,14 +21,18 @@ export function fillDays(stats: api.Stats, now = Date.now()): api.Stats['days'] 
 }
 
 function chart(container: HTMLElement, days: api.Stats['days']): void {
+  // An empty day either side, so the first and last bars are drawn whole.
+  const day = 86_400;
   const xs = days.map((d) => Date.parse(`${d.date}T00:00:00Z`) / 1000);
+  xs.unshift(xs[0] - day);
+  xs.push(xs[xs.length - 1] + day);
+  const pad = (v: number[]): Array<number | null> => [null, ...v, null];
   const width = Math.max(280, Math.min(container.clientWidth || 600, 960));
   const opts: uPlot.Options = {
     width,
     height: 240,
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
-    // Half a day either side, so the first and last bars are whole.
-    scales: { x: { time: true, range: (_u, min, max) => [min - 43_200, max + 43_200] }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+    scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
     axes: [{}, { label: 'requests per day' }],
     series: [
       { label: 'Day (UTC)', value: (_u, v) => (v === null ? '—' : new Date(v * 1000).toISOString().slice(0, 10)) },
@@ -45,7 +49,7 @@ function chart(container: HTMLElement, days: api.Stats['days']): void {
   };
   const plot = new uPlot(
     opts,
-    [xs, days.map((d) => d.requests), days.map((d) => d.errors), days.map((d) => d.server_errors)],
+    [xs, pad(days.map((d) => d.requests)), pad(days.map((d) => d.errors)), pad(days.map((d) => d.server_errors))],
     container,
   );
   const resize = (): void => {

@@ -42,10 +42,8 @@ export async function webhooks(main: HTMLElement): Promise<void> {
         const confirm = button('Confirm delete', () => {
           api
             .call('DELETE', `/webhooks/${encodeURIComponent(s.id)}`)
-            .then(() => {
-              status(msg, `Subscription ${s.id} deleted.`, 'ok');
-              return load();
-            })
+            .then(() => load())
+            .then(() => status(msg, `Subscription ${s.id} deleted.`, 'ok'))
             .catch((e) => status(msg, api.describe(e), 'error'));
         }, { class: 'danger', 'aria-label': `Confirm delete of the subscription to ${s.url}` });
         const cancel = button('Cancel', () => replace(actions, rotate, del), { 'aria-label': `Cancel deleting the subscription to ${s.url}` });

@@ -382,6 +382,33 @@ describe('the dashboard, signed in as the operator', () => {
   });
 });
 
+describe('the dashboard, signed in with an API key', () => {
+  it('shows the key’s current limit state and ends the session on sign-out', async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await newPage(context);
+    try {
+      await page.goto(`${gw.url}/_postguard/dashboard/`);
+      await page.getByLabel('API key or operator token').fill(key.key);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByText(`Project ${project} — API key ${key.prefix}…`).waitFor();
+      const limit = page.locator('section', { has: page.getByRole('heading', { name: 'This key’s limit' }) });
+      await limit.waitFor();
+      const text = await limit.textContent();
+      assert.match(text, new RegExp(`plan\\s*big`));
+      assert.match(text, /limit\s*100000 requests per 60 s/);
+      const remaining = Number(/remaining\s*(\d+)/.exec(text)?.[1]);
+      assert.ok(remaining > 0 && remaining <= 100000, `remaining ${remaining}`);
+      assert.equal(await page.getByRole('link', { name: 'Keys', exact: true }).count(), 0);
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByRole('heading', { level: 1, name: 'Sign in' }).waitFor();
+      assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'the credential is gone');
+      await assertNothingRan(page);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
 describe('the dashboard at 375 px wide', () => {
   it('every view fits the viewport (wide tables scroll inside their own region)', async () => {
     const context = await browser.newContext({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 1 });

@@ -168,9 +168,14 @@ async function start(): Promise<void> {
   const failure = await redeemPortalLink();
   const c = api.credential() ?? api.load();
   api.use(c, () => {
+    // A 401 with the stored credential: it expired or was revoked.
     api.forget();
     api.use(null);
-    void render();
+    void render().then(() => {
+      const p = h('p');
+      status(p, 'You were signed out: the credential is no longer accepted (expired or revoked).', 'error');
+      $('main').append(p);
+    });
   });
   window.addEventListener('hashchange', () => void render());
   await render();

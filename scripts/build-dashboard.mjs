@@ -16,7 +16,7 @@ const out = path.join(dist, '_postguard', 'dashboard');
 
 // No inline script or style, no eval, nothing from elsewhere; Trusted Types
 // make any HTML-string sink (innerHTML…) throw, so data can only be text.
-export const CSP = [
+const CSP = [
   "default-src 'none'",
   "script-src 'self'",
   "style-src 'self'",

@@ -271,6 +271,22 @@ describe('the dashboard, signed in with a portal link', () => {
     assert.deepEqual(statuses, Array(sent.server).fill('503'));
   });
 
+  it('filters by path with * and by time range, newest first', async () => {
+    await page.getByLabel('Status').selectOption('');
+    await page.getByLabel('Path').fill('/orders/*');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByText('7 entries', { exact: true }).waitFor();
+    const paths = await page.locator('tr[data-request-id] td:nth-child(3)').allTextContents();
+    assert.ok(paths.every((p) => p.startsWith('/orders/')), paths.join(' '));
+    const times = await page.locator('tr[data-request-id] td:nth-child(1)').allTextContents();
+    assert.deepEqual(times, [...times].sort().reverse(), 'newest first');
+    await page.getByLabel('Since (UTC)').fill('2099-01-01T00:00:00');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByText('No requests match.').waitFor();
+    await page.getByLabel('Since (UTC)').fill('');
+    await page.getByLabel('Path').fill('');
+  });
+
   it('opens a dead-lettered delivery, shows its payload as text, and Retry delivers it', async () => {
     await view(page, 'Deliveries');
     await page.getByLabel('Status').selectOption('dead_letter');

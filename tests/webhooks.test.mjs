@@ -170,7 +170,7 @@ function assertDeliveryRequest(r, { eventId, type, attempt, data }) {
 /** Delivery list row shape (§10). */
 function assertDeliveryRow(d) {
   assert.deepEqual(
-    Object.keys(d).filter((k) => k !== 'attempts').sort(),
+    Object.keys(d).filter((k) => k !== 'attempts' && k !== 'payload').sort(),
     ['attempts_made', 'created_at', 'event_id', 'event_type', 'id', 'next_attempt_at', 'status', 'subscription_id', 'url'].sort(),
     `delivery fields: ${JSON.stringify(d)}`,
   );
@@ -454,6 +454,7 @@ describe('webhooks', { concurrency: true }, () => {
       const row = await deliveryOf(p, evt, sub.id);
       const d = await waitDelivery(p, row.id, (x) => x.status === 'delivered', { message: 'status delivered' });
       assertDeliveryRow(d);
+      assert.deepEqual(d.payload, r.json, 'GET /deliveries/{id} shows the body the receiver got');
       assert.equal(d.event_id, evt);
       assert.equal(d.event_type, 'payment.succeeded');
       assert.equal(d.subscription_id, sub.id);

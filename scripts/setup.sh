@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything a fresh machine lacks, and skips what is already there:
 # the wasm32 target, worker-build, the wasm-bindgen-cli matching Cargo.lock,
-# Node 22 (from the npm registry, into .tools/) and the npm packages.
+# Node 22 (from the npm registry, into .tools/), the npm packages, and Debian's
+# Chromium for the dashboard's browser tests (playwright-core drives it; no
+# browser download).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -47,3 +49,12 @@ fi
 bash "$ROOT/scripts/setup-clients-rs.sh"
 bash "$ROOT/scripts/setup-clients-py.sh"
 bash "$ROOT/scripts/setup-clients-ts.sh"
+
+if ! command -v chromium >/dev/null 2>&1; then
+  step "apt-get install chromium (the dashboard's browser tests; ~20 s once)"
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update && apt-get install -y chromium
+  else
+    sudo apt-get update && sudo apt-get install -y chromium
+  fi
+fi

@@ -32,6 +32,8 @@ async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handl
             "the origin token cannot read the audit log",
         )
         .into()),
+        // A portal session reads its project, as that project's key would.
+        Credential::Session(t) => Ok(Scope::Project(super::portal::session(&t, cfg, rc)?.project)),
         cred => {
             let caller = auth::api_caller(cred, env, cfg, rc).await?;
             Ok(Scope::Project(caller.key.record.project))
@@ -149,14 +151,28 @@ async fn percentile(
     Ok(rows.first().map(|r| r.response_time_ms))
 }
 
+fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
+    if v.is_empty() || v.len() > 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Invalid::field(
+            "key_prefix",
+            "must be 1-64 visible ASCII characters",
+        ));
+    }
+    Ok(v.to_string())
+}
+
 pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let scope = scope(req, env, cfg, rc).await?;
     let pairs = query_pairs(req)?;
     let mut days = None;
     let mut project = None;
+    let mut key_prefix = None;
     for (k, v) in &pairs {
         match k.as_str() {
             "days" => days = Some(v.as_str()),
+            // Per-key statistics (the dashboard's Keys view), within the
+            // caller's own project unless it is the operator.
+            "key_prefix" => key_prefix = Some(parse_key_prefix(v)?),
             "project" if matches!(scope, Scope::All) => project = Some(v.clone()),
             other => return Err(Invalid::field(&bounded(other, 64), "unknown parameter").into()),
         }
@@ -179,6 +195,10 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     if let Some(p) = &project {
         filter.push_str(" AND project = ?");
         args.push(text(p));
+    }
+    if let Some(k) = &key_prefix {
+        filter.push_str(" AND key_prefix = ?");
+        args.push(JsValue::from_str(k));
     }
     let db = env.d1(bindings::DB)?;
     let days_sql = format!(

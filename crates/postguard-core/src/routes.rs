@@ -27,6 +27,8 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/audit"),
     ("GET", "/_postguard/v1/stats"),
     ("GET", "/_postguard/v1/me"),
+    ("POST", "/_postguard/v1/portal-links"),
+    ("POST", "/_postguard/v1/portal-sessions"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -49,6 +51,8 @@ pub enum Route {
     AuditList,
     Stats,
     Me,
+    PortalLinksCreate,
+    PortalSessionsCreate,
 }
 
 /// Why a path under the prefix is not an operation.
@@ -103,6 +107,8 @@ impl Route {
             AuditList => ("GET", "/_postguard/v1/audit"),
             Stats => ("GET", "/_postguard/v1/stats"),
             Me => ("GET", "/_postguard/v1/me"),
+            PortalLinksCreate => ("POST", "/_postguard/v1/portal-links"),
+            PortalSessionsCreate => ("POST", "/_postguard/v1/portal-sessions"),
         }
     }
 }
@@ -152,6 +158,8 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "audit"] => ("GET", vec![("GET", AuditList)]),
         ["v1", "stats"] => ("GET", vec![("GET", Stats)]),
         ["v1", "me"] => ("GET", vec![("GET", Me)]),
+        ["v1", "portal-links"] => ("POST", vec![("POST", PortalLinksCreate)]),
+        ["v1", "portal-sessions"] => ("POST", vec![("POST", PortalSessionsCreate)]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

@@ -4,6 +4,7 @@
 mod audit;
 mod keys;
 mod me;
+mod openapi;
 
 use postguard_core::config::Config;
 use postguard_core::routes::{resolve, Route};
@@ -35,5 +36,6 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         Route::AuditList => audit::list(&req, env, cfg, rc).await,
         Route::Stats => audit::stats(&req, env, cfg, rc).await,
         Route::Me => me::get(&req, env, cfg, rc).await,
+        Route::OpenApiDocument => openapi::get(rc),
     }
 }

@@ -27,6 +27,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/audit"),
     ("GET", "/_postguard/v1/stats"),
     ("GET", "/_postguard/v1/me"),
+    ("GET", "/_postguard/v1/openapi.json"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -49,6 +50,7 @@ pub enum Route {
     AuditList,
     Stats,
     Me,
+    OpenApiDocument,
 }
 
 /// Why a path under the prefix is not an operation.
@@ -103,6 +105,7 @@ impl Route {
             AuditList => ("GET", "/_postguard/v1/audit"),
             Stats => ("GET", "/_postguard/v1/stats"),
             Me => ("GET", "/_postguard/v1/me"),
+            OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
         }
     }
 }
@@ -152,6 +155,7 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "audit"] => ("GET", vec![("GET", AuditList)]),
         ["v1", "stats"] => ("GET", vec![("GET", Stats)]),
         ["v1", "me"] => ("GET", vec![("GET", Me)]),
+        ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

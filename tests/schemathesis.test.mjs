@@ -49,6 +49,7 @@ let origin;
 let gw;
 let doc;
 let apiKey;
+let session; // a portal session for the seeded project, once this build has portal links
 const receivers = [];
 const operations = []; // {operationId, method, path, security: [scheme names]}
 
@@ -90,11 +91,24 @@ async function seed() {
     const res = await gw.admin('POST', '/_postguard/v1/events', { project: 'st-acme', type, data: { id: 'obj_1' } }, { token: ORIGIN_TOKEN });
     assert.equal(res.status, 202, res.text);
   }
+  session = await portalSession('st-acme');
   await poll(async () => {
     const res = await gw.admin('GET', '/_postguard/v1/deliveries', undefined, { token: apiKey });
     const statuses = (res.json?.data ?? []).map((d) => d.status).sort();
     return statuses.join() === 'dead_letter,delivered';
   }, { timeout: 30000, message: 'the seeded deliveries to settle' });
+}
+
+/** A portal session for `project` (link → exchange), or undefined while portal links are not routed. */
+async function portalSession(project) {
+  const link = await gw.admin('POST', '/_postguard/v1/portal-links', { project });
+  if (link.status === 404 && link.json?.code === 'NOT_FOUND') return undefined;
+  assert.equal(link.status, 201, link.text);
+  const token = new URLSearchParams(new URL(link.json.url).hash.slice(1)).get('portal');
+  assert.ok(token, `no portal token in ${link.json.url}`);
+  const res = await gw.admin('POST', '/_postguard/v1/portal-sessions', { token }, { token: null });
+  assert.equal(res.status, 201, res.text);
+  return res.json.session;
 }
 
 /** Whether this build routes an operation (an unrouted path answers 404 "no gateway resource"). */
@@ -145,6 +159,7 @@ function casesRun(out) {
 const RUNS = [
   { name: 'api-key', scheme: 'apiKey', token: () => apiKey },
   { name: 'origin', scheme: 'originToken', token: () => ORIGIN_TOKEN },
+  { name: 'portal-session', scheme: 'portalSession', token: () => session },
   // DELETE /keys/{id} revokes: the record stays readable with `revoked_at` set (documented), which
   // use_after_free would take for a deleted resource still served.
   { name: 'operator', scheme: 'operatorToken', token: () => ADMIN_TOKEN, unauthenticated: true, skipChecks: ['use_after_free'] },
@@ -153,7 +168,11 @@ const RUNS = [
 describe('schemathesis against the served document', () => {
   let total = 0;
   for (const run of RUNS) {
-    it(`${run.name}: no 5xx, every response conforms`, async () => {
+    it(`${run.name}: no 5xx, every response conforms`, async (t) => {
+      if (!run.token()) {
+        t.skip(`no ${run.scheme} in this build yet (portal links come with the dashboard branch)`);
+        return;
+      }
       const chosen = [];
       for (const op of operations) {
         const mine = op.security.includes(run.scheme) || (run.unauthenticated && op.security.length === 0);
@@ -177,7 +196,7 @@ describe('schemathesis against the served document', () => {
   }
   it('every documented operation was exercised, and answered 2xx at least once', async () => {
     const covered = new Set();
-    for (const run of RUNS) {
+    for (const run of RUNS.filter((r) => r.token())) {
       for (const op of operations) {
         if (op.security.includes(run.scheme) || (run.unauthenticated && op.security.length === 0)) covered.add(op.operationId);
       }

@@ -36,7 +36,11 @@ fn strings(v: &Value) -> Vec<&str> {
 
 fn documented(doc: &Value) -> BTreeSet<(String, String)> {
     let mut ops = BTreeSet::new();
-    for (path, item) in doc["paths"].as_object().expect("paths") {
+    // No `paths` documents nothing, which the drift test then reports.
+    let Some(paths) = doc["paths"].as_object() else {
+        return ops;
+    };
+    for (path, item) in paths {
         for m in METHODS {
             if item.get(m).is_some() {
                 ops.insert((m.to_ascii_uppercase(), path.clone()));

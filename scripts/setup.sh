@@ -57,4 +57,25 @@ if ! command -v chromium >/dev/null 2>&1; then
   else
     sudo apt-get update && sudo apt-get install -y chromium
   fi
+
+# schemathesis (PyPI) in its own virtualenv, for tests/schemathesis.test.mjs. CPython before
+# 3.11.8 fails inside hypothesis ("AST constructor recursion depth mismatch", CPython gh-106905),
+# so the newest Python 3.12+ on the machine is preferred (pyenv's included), python3 otherwise.
+ST_VERSION=4.32.5
+st_python() {
+  local c
+  for c in python3.13 python3.12 "$HOME"/.pyenv/versions/3.13*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3 python3; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11, 8))' 2>/dev/null; then
+      command -v "$c"; return
+    fi
+  done
+  command -v python3
+}
+py=$(st_python)
+if [ "$("$ROOT/.tools/st/bin/st" --version 2>/dev/null || true)" != "st, version $ST_VERSION" ] ||
+   [ "$("$ROOT/.tools/st/bin/python" --version 2>/dev/null || true)" != "$("$py" --version)" ]; then
+  step "schemathesis $ST_VERSION into .tools/st with $("$py" --version) (~40 s once)"
+  rm -rf "$ROOT/.tools/st"
+  "$py" -m venv "$ROOT/.tools/st"
+  "$ROOT/.tools/st/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi

@@ -4,6 +4,7 @@
 mod audit;
 mod keys;
 mod me;
+mod openapi;
 pub(crate) mod portal;
 
 use postguard_core::config::Config;
@@ -47,6 +48,7 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         Route::Me => me::get(&req, env, cfg, rc).await,
         Route::PortalLinksCreate => portal::create_link(req, env, cfg, rc).await,
         Route::PortalSessionsCreate => portal::create_session(req, env, cfg, rc).await,
+        Route::OpenApiDocument => openapi::get(rc),
     }
 }
 

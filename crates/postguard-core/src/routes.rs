@@ -29,6 +29,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/me"),
     ("POST", "/_postguard/v1/portal-links"),
     ("POST", "/_postguard/v1/portal-sessions"),
+    ("GET", "/_postguard/v1/openapi.json"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -53,6 +54,7 @@ pub enum Route {
     Me,
     PortalLinksCreate,
     PortalSessionsCreate,
+    OpenApiDocument,
 }
 
 /// Why a path under the prefix is not an operation.
@@ -109,6 +111,7 @@ impl Route {
             Me => ("GET", "/_postguard/v1/me"),
             PortalLinksCreate => ("POST", "/_postguard/v1/portal-links"),
             PortalSessionsCreate => ("POST", "/_postguard/v1/portal-sessions"),
+            OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
         }
     }
 }
@@ -160,6 +163,7 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "me"] => ("GET", vec![("GET", Me)]),
         ["v1", "portal-links"] => ("POST", vec![("POST", PortalLinksCreate)]),
         ["v1", "portal-sessions"] => ("POST", vec![("POST", PortalSessionsCreate)]),
+        ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

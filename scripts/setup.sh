@@ -57,6 +57,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   else
     sudo apt-get update && sudo apt-get install -y chromium
   fi
+fi
 
 # schemathesis (PyPI) in its own virtualenv, for tests/schemathesis.test.mjs. CPython before
 # 3.11.8 fails inside hypothesis ("AST constructor recursion depth mismatch", CPython gh-106905),

@@ -146,6 +146,8 @@ pub struct WebhooksConfig {
     /// The daily job re-queues a delivery whose next attempt is this
     /// overdue (s): its message was lost (or never enqueued).
     pub requeue_after_s: u32,
+    /// A subscription whose every attempt failed for this long is disabled (s).
+    pub disable_after_s: u32,
 }
 
 impl Default for WebhooksConfig {
@@ -158,6 +160,7 @@ impl Default for WebhooksConfig {
             allow_hosts: Vec::new(),
             secret_overlap_s: 86_400,
             requeue_after_s: 900,
+            disable_after_s: 432_000,
         }
     }
 }
@@ -504,6 +507,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         wh.requeue_after_s,
         1,
         7 * 86_400,
+    )?;
+    range(
+        "webhooks.disable_after_s",
+        wh.disable_after_s,
+        1,
+        90 * 86_400,
     )?;
     range(
         "webhooks.max_payload_bytes",

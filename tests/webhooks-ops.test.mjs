@@ -254,6 +254,13 @@ describe('webhook operations', { concurrency: true }, () => {
     const sub = await p.subscribe(r.url, ['*'], { rate_limit_per_s: 5 }, r);
     assert.equal(sub.rate_limit_per_s, 5);
     const ids = await publishMany(p, 50, 'ops.throttle', 25);
+    // Another project's delivery does not queue behind the throttled receiver.
+    const other = await project(gw, 'unthrottled');
+    const r2 = await receiver();
+    await other.subscribe(r2.url, ['*'], {}, r2);
+    const e = await other.publish('ops.other');
+    await r2.waitFor((rs) => rs.some((x) => x.headers['webhook-id'] === e.id), { message: "the other project's delivery" });
+    assert.ok(r.requests.length < 50, `delivered while the throttled subscription still waits (${r.requests.length} of 50 sent)`);
     await r.waitFor((rs) => rs.length >= 50, { timeout: 60000, message: '50 throttled deliveries' });
     const at = r.requests.map((x) => x.at).sort((a, b) => a - b);
     assert.ok(at[49] - at[0] >= 9000, `spread ${at[49] - at[0]} ms`);
@@ -351,6 +358,12 @@ describe('webhook operations', { concurrency: true }, () => {
     assert.deepEqual(all.map((x) => x.signature_valid), [true, null, false]);
     const gone = await gw.admin('POST', '/_postguard/inspect/0000', {}, { token: 'none' });
     assert.equal(gone.status, 404);
+    // The capture token is a credential: the audit log records the path without it.
+    const row = await poll(async () => {
+      const res = await gw.admin('GET', `/_postguard/v1/audit?request_id=${plain.headers['x-request-id']}`, undefined, { token: ADMIN_TOKEN });
+      return res.json?.data?.[0];
+    }, { message: 'the capture in the audit log' });
+    assert.equal(row.path, '/_postguard/inspect/{token}');
   });
 
   it('project isolation on every new endpoint', async () => {

@@ -102,7 +102,7 @@ struct Count {
 /// The deliveries a recover re-sends: failed or dead-lettered, in range.
 const RECOVERABLE: &str = "FROM deliveries WHERE subscription_id = ? AND project = ? AND status IN ('failed', 'dead_letter') AND created_at >= ? AND created_at <= ?";
 
-/// `POST /webhooks/{id}/recover {since, until?}` → 202 `{id}`: a task that
+/// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
 pub async fn recover(
@@ -137,7 +137,19 @@ pub async fn recover(
             task_id: task_id.clone(),
         })
         .await?;
-    http::json(rc, 202, &serde_json::json!({ "id": task_id }), &[])
+    // The task as queued (its `id` is what `GET /tasks/{id}` takes).
+    let task = Task {
+        id: task_id,
+        kind: "recover".to_string(),
+        state: TaskState::Queued,
+        subscription_id: id.to_string(),
+        total: total.n,
+        done: 0,
+        failed: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    http::json(rc, 202, &task, &[])
 }
 
 /// `GET /tasks/{id}` (own project only).

@@ -326,6 +326,15 @@ pub fn is_inspector_url(url: &str, origin: &str) -> bool {
         .is_some_and(|token| !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
+/// The path as the audit log records it: an inspector's capture token is a
+/// credential, so it is never stored.
+pub fn audited_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/_postguard/inspect/") {
+        Some(_) => "/_postguard/inspect/{token}".into(),
+        None => path.into(),
+    }
+}
+
 /// Either the URL rules accept `url`, or it is one of this gateway's inspectors.
 pub fn check_redirect_url(url: &str, origin: &str, policy: &UrlPolicy) -> Result<String, Invalid> {
     if is_inspector_url(url, origin) {
@@ -505,5 +514,10 @@ mod tests {
             o
         ));
         assert!(check_redirect_url("http://127.0.0.1/x", o, &policy()).is_err());
+        assert_eq!(
+            audited_path("/_postguard/inspect/abc123"),
+            "/_postguard/inspect/{token}"
+        );
+        assert_eq!(audited_path("/orders/1"), "/orders/1");
     }
 }

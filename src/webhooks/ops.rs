@@ -119,7 +119,7 @@ pub async fn recover(
         .await?
         .ok_or_else(|| not_found(id))?;
     let db = env.d1(bindings::DB)?;
-    let until = r.until.unwrap_or(u64::MAX >> 11);
+    let until = r.until.unwrap_or(ops::MAX_TIME_MS);
     let total: Count = db
         .prepare(format!("SELECT COUNT(*) AS n {RECOVERABLE}"))
         .bind(&[text(id), text(&project), num(r.since), num(until)])?

@@ -9,6 +9,9 @@ use crate::{ErrorCode, Problem};
 pub const PREFIX: &str = "/_postguard/";
 
 /// Every gateway operation: method and path template (`{id}` is one segment).
+/// An inspector's capture URL (`POST /_postguard/inspect/{token}`, Route::
+/// InspectCapture) is routed but not listed: it is a sink for whatever a
+/// sender posts, not an operation of the API document.
 pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys"),
@@ -29,7 +32,6 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/events"),
     ("POST", "/_postguard/v1/inspectors"),
     ("GET", "/_postguard/v1/inspectors/{id}/requests"),
-    ("POST", "/_postguard/inspect/{id}"),
     ("GET", "/_postguard/v1/deliveries"),
     ("GET", "/_postguard/v1/deliveries/{id}"),
     ("POST", "/_postguard/v1/deliveries/{id}/retry"),
@@ -89,6 +91,7 @@ pub enum Route {
         id: String,
     },
     /// The capture URL of an inspector (no API key: the token is the secret).
+    /// Not in [`OPERATIONS`] (see there).
     InspectCapture {
         token: String,
     },

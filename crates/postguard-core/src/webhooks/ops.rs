@@ -218,6 +218,10 @@ pub struct Recover {
     pub until: Option<u64>,
 }
 
+/// The latest time a recover range takes (9999-12-31, epoch ms): stored
+/// exactly in D1's doubles.
+pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
+
 pub fn parse_recover(body: &[u8]) -> Result<Recover, Invalid> {
     let obj = object(body)?;
     let time = |k: &str| -> Result<Option<u64>, Invalid> {
@@ -240,6 +244,11 @@ pub fn parse_recover(body: &[u8]) -> Result<Recover, Invalid> {
     }
     let since = time("since")?.ok_or_else(|| Invalid::field("since", "is required"))?;
     let until = time("until")?;
+    for (k, v) in [("since", Some(since)), ("until", until)] {
+        if v.is_some_and(|t| t > MAX_TIME_MS) {
+            return Err(Invalid::field(k, "must not be after 9999-12-31"));
+        }
+    }
     if until.is_some_and(|u| u < since) {
         return Err(Invalid::field("until", "must not be before since"));
     }
@@ -476,6 +485,7 @@ mod tests {
         assert!(parse_recover(br#"{"since":"yesterday"}"#).is_err());
         assert!(parse_recover(br#"{"since":1,"x":1}"#).is_err());
         assert!(parse_recover(br#"{"since":1,"until":null}"#).is_err());
+        assert!(parse_recover(br#"{"since":6979880761862539000}"#).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub const ORIGIN_URL: &str = "ORIGIN_URL";
 pub const POSTGUARD_CONFIG: &str = "POSTGUARD_CONFIG";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";
+pub const ORIGIN_SIGNING_SECRET: &str = "ORIGIN_SIGNING_SECRET";
 /// D1 database: audit log, webhook subscriptions and deliveries (schema in `migrations/`).
 pub const DB: &str = "DB";
 /// Queue carrying webhook delivery attempts, and its dead-letter queue.

@@ -98,6 +98,7 @@ pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
         origin_url: read(env, bindings::ORIGIN_URL),
         admin_token: read(env, bindings::ADMIN_TOKEN),
         origin_token: read(env, bindings::ORIGIN_TOKEN),
+        origin_signing_secret: read(env, bindings::ORIGIN_SIGNING_SECRET),
         postguard_config: read(env, bindings::POSTGUARD_CONFIG),
     };
     CONFIG.with(|cell| {

@@ -9,8 +9,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let env = RawEnv {
         origin_url: Some("https://api.example.com".into()),
-        admin_token: Some("a".into()),
-        origin_token: Some("o".into()),
+        admin_token: Some("a".repeat(32)),
+        origin_token: Some("o".repeat(32)),
+        origin_signing_secret: Some("s".repeat(32)),
         postguard_config: Some(text.to_string()),
     };
     if let Err(e) = Config::load(&env) {

@@ -37,6 +37,8 @@ pub struct RawEnv {
     pub origin_url: Option<String>,
     pub admin_token: Option<String>,
     pub origin_token: Option<String>,
+    /// Signs every request forwarded to the origin (`X-Postguard-Signature`).
+    pub origin_signing_secret: Option<String>,
     pub postguard_config: Option<String>,
 }
 
@@ -75,10 +77,24 @@ pub struct CostRule {
     pub cost: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
     pub costs: Vec<CostRule>,
+    /// What one `GET /_postguard/v1/audit` by an API key costs in its budget.
+    pub audit_cost: u32,
+    /// What one `GET /_postguard/v1/stats` by an API key costs in its budget.
+    pub stats_cost: u32,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            costs: Vec::new(),
+            audit_cost: 1,
+            stats_cost: 5,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -148,6 +164,20 @@ pub struct WebhooksConfig {
     pub requeue_after_s: u32,
     /// A subscription whose every attempt failed for this long is disabled (s).
     pub disable_after_s: u32,
+    /// Subscriptions one project may hold (the fan-out of one event).
+    pub max_subscriptions_per_project: u32,
+    /// What revoking an API key does to the subscriptions it created.
+    pub on_key_revoked: OnKeyRevoked,
+}
+
+/// What becomes of a revoked key's subscriptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnKeyRevoked {
+    /// Kept, but nothing is delivered to them (ADR 0015).
+    Pause,
+    /// Deleted with their pending deliveries.
+    Delete,
 }
 
 impl Default for WebhooksConfig {
@@ -161,6 +191,8 @@ impl Default for WebhooksConfig {
             secret_overlap_s: 86_400,
             requeue_after_s: 900,
             disable_after_s: 432_000,
+            max_subscriptions_per_project: 200,
+            on_key_revoked: OnKeyRevoked::Pause,
         }
     }
 }
@@ -242,8 +274,13 @@ pub struct Config {
     pub origin_url: Url,
     pub admin_token: String,
     pub origin_token: String,
+    pub origin_signing_secret: String,
     pub settings: Settings,
 }
+
+/// The shortest secret accepted (`ADMIN_TOKEN`, `ORIGIN_TOKEN`,
+/// `ORIGIN_SIGNING_SECRET`): 32 characters, e.g. 16 random bytes in hex.
+pub const MIN_SECRET_LEN: usize = 32;
 
 /// Largest stored response body we accept in configuration (bodies are kept
 /// in Durable Object storage, chunked).
@@ -251,6 +288,9 @@ pub const MAX_STORED_BODY_CAP: u64 = 16 << 20;
 /// Cloudflare's request body ceiling on the largest plans.
 pub const MAX_BODY_CAP: u64 = 500 << 20;
 const MAX_TTL_S: u32 = 30 * 86_400;
+/// One publish writes one delivery row per matching subscription in a single
+/// D1 batch; beyond this the batch and the fan-out get too large.
+pub const MAX_SUBSCRIPTIONS_CAP: u32 = 5_000;
 
 const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
@@ -272,6 +312,11 @@ impl Config {
         let origin_url = parse_origin_url(env.origin_url.as_deref())?;
         let admin_token = required_secret("ADMIN_TOKEN", env.admin_token.as_deref())?;
         let origin_token = required_secret("ORIGIN_TOKEN", env.origin_token.as_deref())?;
+        let origin_signing_secret = required_secret(
+            "ORIGIN_SIGNING_SECRET",
+            env.origin_signing_secret.as_deref(),
+        )?;
+        distinct_secrets(&admin_token, &origin_token, &origin_signing_secret)?;
         // An absent variable means every default; a present one must be a JSON object.
         let settings = match env.postguard_config.as_deref() {
             None => Settings::default(),
@@ -282,6 +327,7 @@ impl Config {
             origin_url,
             admin_token,
             origin_token,
+            origin_signing_secret,
             settings,
         })
     }
@@ -289,12 +335,35 @@ impl Config {
 
 fn required_secret(name: &str, value: Option<&str>) -> Result<String, ConfigError> {
     match value {
-        Some(v) if !v.trim().is_empty() => Ok(v.to_string()),
+        Some(v) if v.trim().chars().count() >= MIN_SECRET_LEN => Ok(v.to_string()),
+        Some(v) if !v.trim().is_empty() => Err(ConfigError::new(
+            name,
+            format!("must be at least {MIN_SECRET_LEN} characters (e.g. `openssl rand -hex 24`)"),
+        )),
         _ => Err(ConfigError::new(
             name,
             "is required (set it with `wrangler secret put`, or in .dev.vars locally)",
         )),
     }
+}
+
+/// Each credential must be its own: an `ORIGIN_TOKEN` equal to `ADMIN_TOKEN`
+/// would hand the origin operator rights, and a signing secret shared with
+/// either would let its holder forge what the origin trusts.
+fn distinct_secrets(admin: &str, origin: &str, signing: &str) -> Result<(), ConfigError> {
+    if admin == origin {
+        return Err(ConfigError::new(
+            "ORIGIN_TOKEN",
+            "must differ from ADMIN_TOKEN (the origin would get operator rights)",
+        ));
+    }
+    if signing == admin || signing == origin {
+        return Err(ConfigError::new(
+            "ORIGIN_SIGNING_SECRET",
+            "must differ from ADMIN_TOKEN and ORIGIN_TOKEN",
+        ));
+    }
+    Ok(())
 }
 
 fn parse_origin_url(value: Option<&str>) -> Result<Url, ConfigError> {
@@ -442,6 +511,8 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
+    range("rate_limit.audit_cost", s.rate_limit.audit_cost, 0, smallest_quota)?;
+    range("rate_limit.stats_cost", s.rate_limit.stats_cost, 0, smallest_quota)?;
     let idem = &s.idempotency;
     for method in idem.methods.keys() {
         if !valid_method(method, false)
@@ -515,6 +586,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         90 * 86_400,
     )?;
     range(
+        "webhooks.max_subscriptions_per_project",
+        wh.max_subscriptions_per_project,
+        1,
+        MAX_SUBSCRIPTIONS_CAP,
+    )?;
+    range(
         "webhooks.max_payload_bytes",
         wh.max_payload_bytes,
         1_024,
@@ -574,11 +651,16 @@ impl Settings {
 mod tests {
     use super::*;
 
+    const ADMIN: &str = "admin-secret-0123456789abcdef0123";
+    const ORIGIN: &str = "origin-secret-0123456789abcdef012";
+    const SIGNING: &str = "signing-secret-0123456789abcdef01";
+
     fn env(cfg: Option<&str>) -> RawEnv {
         RawEnv {
             origin_url: Some("http://127.0.0.1:8787/api".into()),
-            admin_token: Some("admin-secret".into()),
-            origin_token: Some("origin-secret".into()),
+            admin_token: Some(ADMIN.into()),
+            origin_token: Some(ORIGIN.into()),
+            origin_signing_secret: Some(SIGNING.into()),
             postguard_config: cfg.map(str::to_string),
         }
     }
@@ -752,6 +834,63 @@ mod tests {
         let mut e = env(None);
         e.origin_token = None;
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_TOKEN");
+        let mut e = env(None);
+        e.origin_signing_secret = None;
+        assert_eq!(
+            Config::load(&e).unwrap_err().field,
+            "ORIGIN_SIGNING_SECRET"
+        );
+    }
+
+    #[test]
+    fn secrets_are_long_enough_and_distinct() {
+        let short = "x".repeat(MIN_SECRET_LEN - 1);
+        for field in ["ADMIN_TOKEN", "ORIGIN_TOKEN", "ORIGIN_SIGNING_SECRET"] {
+            let mut e = env(None);
+            match field {
+                "ADMIN_TOKEN" => e.admin_token = Some(short.clone()),
+                "ORIGIN_TOKEN" => e.origin_token = Some(short.clone()),
+                _ => e.origin_signing_secret = Some(short.clone()),
+            }
+            let err = Config::load(&e).unwrap_err();
+            assert_eq!(err.field, field);
+            assert!(err.reason.contains("at least 32"), "{err}");
+        }
+        let mut e = env(None);
+        e.origin_token = Some(ADMIN.into());
+        let err = Config::load(&e).unwrap_err();
+        assert_eq!(err.field, "ORIGIN_TOKEN");
+        assert!(!err.reason.contains(ADMIN), "never echoes a secret");
+        let mut e = env(None);
+        e.origin_signing_secret = Some(ORIGIN.into());
+        assert_eq!(
+            Config::load(&e).unwrap_err().field,
+            "ORIGIN_SIGNING_SECRET"
+        );
+        assert!(Config::load(&env(None)).is_ok());
+    }
+
+    #[test]
+    fn security_settings_have_documented_defaults_and_ranges() {
+        let c = Config::load(&env(None)).unwrap();
+        assert_eq!(c.settings.webhooks.max_subscriptions_per_project, 200);
+        assert_eq!(c.settings.webhooks.on_key_revoked, OnKeyRevoked::Pause);
+        assert_eq!(
+            (c.settings.rate_limit.audit_cost, c.settings.rate_limit.stats_cost),
+            (1, 5)
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"max_subscriptions_per_project":0}}"#),
+            "webhooks.max_subscriptions_per_project"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"on_key_revoked":"ignore"}}"#),
+            "webhooks.on_key_revoked"
+        );
+        assert_eq!(
+            err_field(r#"{"rate_limit":{"stats_cost":31}}"#),
+            "rate_limit.stats_cost"
+        );
     }
 
     #[test]

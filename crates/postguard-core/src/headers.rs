@@ -44,8 +44,10 @@ fn is_gateway_owned(name: &str) -> bool {
 
 /// Request headers forwarded to the origin: everything but hop-by-hop fields,
 /// the client's credentials, `Host`/`Content-Length` (the runtime sets them),
-/// Cloudflare's own `cf-*` fields and anything the gateway sets itself (so a
-/// client cannot spoof `X-Postguard-*`). `Idempotency-Key` passes as sent;
+/// Cloudflare's own `cf-*` fields, client-address claims
+/// (`X-Forwarded-For`, `True-Client-IP`, `Forwarded`, `X-Real-IP`,
+/// `X-Client-IP`) and anything the gateway sets itself (so a client cannot
+/// spoof `X-Postguard-*`). `Idempotency-Key` passes as sent;
 /// where the gateway enforces it, the pipeline replaces it with the
 /// normalised key.
 pub fn forward_request_headers(incoming: &[(String, String)]) -> Vec<(String, String)> {
@@ -60,7 +62,8 @@ pub fn forward_request_headers(incoming: &[(String, String)]) -> Vec<(String, St
                 || n == "content-length"
                 || n == "x-request-id"
                 || n.starts_with("cf-")
-                || n.starts_with("x-postguard-"))
+                || n.starts_with("x-postguard-")
+                || is_spoofable_client_ip(&n))
         })
         .cloned()
         .collect()
@@ -109,27 +112,75 @@ pub fn first_invalid_value(headers: &[(String, String)]) -> Option<&str> {
         .map(|(k, _)| k.as_str())
 }
 
+/// Client-sent headers that claim a client address. They are never passed
+/// on: the origin gets the address the edge saw (`CF-Connecting-IP`) as the
+/// signed `X-Postguard-Client-IP`, and `X-Forwarded-For` is replaced by it.
+const SPOOFABLE_CLIENT_IP: [&str; 5] = [
+    "x-forwarded-for",
+    "true-client-ip",
+    "forwarded",
+    "x-real-ip",
+    "x-client-ip",
+];
+
+/// Whether `name` (lower-case) is a client-address header a client could spoof.
+pub fn is_spoofable_client_ip(name: &str) -> bool {
+    SPOOFABLE_CLIENT_IP.contains(&name)
+}
+
+/// Everything the origin trusts about a forwarded request, as signed in
+/// `X-Postguard-Signature`. Absent values sign as the empty string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signed<'a> {
+    pub t: u64,
+    pub request_id: &'a str,
+    pub method: &'a str,
+    pub path_and_query: &'a str,
+    pub body: &'a [u8],
+    pub project: &'a str,
+    pub key_prefix: &'a str,
+    pub plan: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    pub client_ip: Option<&'a str>,
+}
+
+impl Signed<'_> {
+    /// The signed string: `v2` and each field on its own line (no header
+    /// value or path can hold a newline, so the fields cannot run together).
+    pub fn canonical(&self) -> String {
+        let body_hash = format!("{:x}", Sha256::digest(self.body));
+        let t = self.t.to_string();
+        [
+            "v2",
+            &t,
+            self.request_id,
+            self.method,
+            self.path_and_query,
+            &body_hash,
+            self.project,
+            self.key_prefix,
+            self.plan,
+            self.idempotency_key.unwrap_or(""),
+            self.content_type.unwrap_or(""),
+            self.client_ip.unwrap_or(""),
+        ]
+        .join("\n")
+    }
+}
+
 /// The `X-Postguard-Signature` header value the origin can verify:
-/// `t=<unix seconds>,v1=<base64 HMAC-SHA256(ORIGIN_TOKEN, "t.request_id.METHOD.path?query.hex(sha256(body))")>`.
-pub fn origin_signature(
-    secret: &str,
-    t: u64,
-    request_id: &str,
-    method: &str,
-    path_and_query: &str,
-    body: &[u8],
-) -> String {
-    let body_hash = format!("{:x}", Sha256::digest(body));
-    let signed = format!("{t}.{request_id}.{method}.{path_and_query}.{body_hash}");
+/// `t=<unix seconds>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, Signed::canonical)>`.
+pub fn origin_signature(secret: &str, signed: &Signed) -> String {
     let sig = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
         Ok(mut mac) => {
-            mac.update(signed.as_bytes());
+            mac.update(signed.canonical().as_bytes());
             base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
         }
         // HMAC accepts keys of any length; this arm is unreachable.
         Err(_) => String::new(),
     };
-    format!("t={t},v1={sig}")
+    format!("t={},v2={sig}", signed.t)
 }
 
 #[cfg(test)]
@@ -160,6 +211,10 @@ mod tests {
             ("X-Postguard-Project", "spoofed"),
             ("X-Request-Id", "req_spoofed"),
             ("CF-Connecting-IP", "1.2.3.4"),
+            ("X-Forwarded-For", "6.6.6.6"),
+            ("True-Client-IP", "6.6.6.6"),
+            ("Forwarded", "for=6.6.6.6"),
+            ("X-Real-IP", "6.6.6.6"),
             ("Idempotency-Key", "\"k\""),
             ("Accept", "*/*"),
         ]));
@@ -220,33 +275,76 @@ mod tests {
         );
     }
 
-    #[test]
-    fn origin_signature_is_deterministic_and_covers_every_part() {
-        let base = origin_signature("s3cret", 1_700_000_000, "req_1", "POST", "/a?b=1", b"{}");
-        assert!(base.starts_with("t=1700000000,v1="));
-        assert_eq!(
-            base,
-            origin_signature("s3cret", 1_700_000_000, "req_1", "POST", "/a?b=1", b"{}")
-        );
-        for other in [
-            origin_signature("other", 1_700_000_000, "req_1", "POST", "/a?b=1", b"{}"),
-            origin_signature("s3cret", 1_700_000_001, "req_1", "POST", "/a?b=1", b"{}"),
-            origin_signature("s3cret", 1_700_000_000, "req_2", "POST", "/a?b=1", b"{}"),
-            origin_signature("s3cret", 1_700_000_000, "req_1", "PUT", "/a?b=1", b"{}"),
-            origin_signature("s3cret", 1_700_000_000, "req_1", "POST", "/a?b=2", b"{}"),
-            origin_signature("s3cret", 1_700_000_000, "req_1", "POST", "/a?b=1", b"{ }"),
-        ] {
-            assert_ne!(base, other);
+    fn signed() -> Signed<'static> {
+        Signed {
+            t: 1_700_000_000,
+            request_id: "req_1",
+            method: "POST",
+            path_and_query: "/a?b=1",
+            body: b"{}",
+            project: "acme",
+            key_prefix: "pgk_abcdefgh",
+            plan: "trial",
+            idempotency_key: Some("k1"),
+            content_type: Some("application/json"),
+            client_ip: Some("203.0.113.7"),
         }
     }
 
-    /// Known answer, computed independently with
-    /// `printf '%s' '1700000000.req_1.POST./a.<sha256("")>' | openssl dgst -sha256 -hmac s3cret -binary | base64`.
     #[test]
-    fn origin_signature_known_answer() {
-        let sig = origin_signature("s3cret", 1_700_000_000, "req_1", "POST", "/a", b"");
-        assert_eq!(sig, format!("t=1700000000,v1={}", KNOWN_V1));
+    fn origin_signature_is_deterministic_and_covers_every_part() {
+        let base = origin_signature("s3cret", &signed());
+        assert!(base.starts_with("t=1700000000,v2="));
+        assert_eq!(base, origin_signature("s3cret", &signed()));
+        let s = signed();
+        let variants = [
+            Signed { t: 1, ..s },
+            Signed { request_id: "req_2", ..s },
+            Signed { method: "PUT", ..s },
+            Signed { path_and_query: "/a?b=2", ..s },
+            Signed { body: b"{ }", ..s },
+            Signed { project: "beta", ..s },
+            Signed { key_prefix: "pgk_zzzzzzzz", ..s },
+            Signed { plan: "enterprise", ..s },
+            Signed { idempotency_key: None, ..s },
+            Signed { content_type: Some("text/plain"), ..s },
+            Signed { client_ip: Some("198.51.100.1"), ..s },
+        ];
+        assert_ne!(base, origin_signature("other", &s));
+        for other in variants {
+            assert_ne!(base, origin_signature("s3cret", &other), "{other:?}");
+        }
     }
 
-    const KNOWN_V1: &str = "O6sw2Urr3s5iSfk9n2IauhgXD8htNd4Uwhq68fa3PAk=";
+    #[test]
+    fn canonical_string_is_one_field_per_line() {
+        let c = signed().canonical();
+        let lines: Vec<&str> = c.split('\n').collect();
+        assert_eq!(lines.len(), 12);
+        assert_eq!(&lines[..5], &["v2", "1700000000", "req_1", "POST", "/a?b=1"]);
+        assert_eq!(
+            &lines[6..],
+            &["acme", "pgk_abcdefgh", "trial", "k1", "application/json", "203.0.113.7"]
+        );
+    }
+
+    /// Known answer, computed independently with
+    /// `printf 'v2\n1700000000\nreq_1\nPOST\n/a\n<sha256("")>\nacme\npgk_abcdefgh\ntrial\n\n\n' | openssl dgst -sha256 -hmac s3cret -binary | base64`.
+    #[test]
+    fn origin_signature_known_answer() {
+        let s = Signed {
+            path_and_query: "/a",
+            body: b"",
+            idempotency_key: None,
+            content_type: None,
+            client_ip: None,
+            ..signed()
+        };
+        assert_eq!(
+            origin_signature("s3cret", &s),
+            format!("t=1700000000,v2={}", KNOWN_V2)
+        );
+    }
+
+    const KNOWN_V2: &str = "mJInK3xI5CrjWDRShcVq8KFoe4bXBeFD+bALdn/szzg=";
 }

@@ -6,7 +6,10 @@
 
 use crate::config::{Config, Plan, Settings};
 use crate::guard::{AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
-use crate::headers::{first_invalid_value, forward_request_headers, storable_response_headers};
+use crate::headers::{
+    first_invalid_value, forward_request_headers, origin_signature, storable_response_headers,
+    Signed,
+};
 use crate::idempotency::{self, Decision, Mode, StoredResponse};
 use crate::keys::KeyRecord;
 use crate::rate_limit::Verdict;
@@ -212,13 +215,24 @@ pub fn origin_request(
         cfg.origin_url.path().trim_end_matches('/'),
         req.path_and_query
     );
-    let signature = crate::headers::origin_signature(
-        &cfg.origin_token,
-        now_s,
-        request_id,
-        &req.method,
-        &origin_path,
-        &req.body,
+    // The address the edge saw; a client's own claims were dropped above.
+    let client_ip = header(&req.headers, "cf-connecting-ip").map(str::to_string);
+    let content_type = header(&req.headers, "content-type").map(str::to_string);
+    let signature = origin_signature(
+        &cfg.origin_signing_secret,
+        &Signed {
+            t: now_s,
+            request_id,
+            method: &req.method,
+            path_and_query: &origin_path,
+            body: &req.body,
+            project: &key.project,
+            key_prefix: &key.prefix,
+            plan: &key.plan,
+            idempotency_key: claim.map(|c| c.key.as_str()),
+            content_type: content_type.as_deref(),
+            client_ip: client_ip.as_deref(),
+        },
     );
     let mut headers = forward_request_headers(&req.headers);
     let mut added = vec![
@@ -228,6 +242,10 @@ pub fn origin_request(
         ("X-Postguard-Plan", &key.plan),
         ("X-Postguard-Signature", &signature),
     ];
+    if let Some(ip) = &client_ip {
+        added.push(("X-Postguard-Client-IP", ip));
+        added.push(("X-Forwarded-For", ip));
+    }
     if let Some(c) = claim {
         added.push(("Idempotency-Key", &c.key));
     }
@@ -329,11 +347,14 @@ mod tests {
     use super::*;
     use crate::config::RawEnv;
 
+    const SIGNING: &str = "signing-secret-0123456789abcdef01";
+
     fn cfg() -> Config {
         let raw = RawEnv {
             origin_url: Some("http://127.0.0.1:8787/api/".into()),
-            admin_token: Some("admin-secret".into()),
-            origin_token: Some("origin-secret".into()),
+            admin_token: Some("admin-secret-0123456789abcdef0123".into()),
+            origin_token: Some("origin-secret-0123456789abcdef012".into()),
+            origin_signing_secret: Some(SIGNING.into()),
             postguard_config: None,
         };
         match Config::load(&raw) {
@@ -479,6 +500,10 @@ mod tests {
             ("authorization", "Bearer x"),
             ("x-request-id", "spoofed"),
             ("accept", "a"),
+            ("content-type", "application/json"),
+            ("cf-connecting-ip", "203.0.113.7"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("true-client-ip", "6.6.6.6"),
         ]);
         let req = incoming("POST", &headers, b"{}");
         let o = origin_request(&c, req, &key, None, "req_1", 100);
@@ -494,13 +519,25 @@ mod tests {
         assert_eq!(get("authorization"), Vec::<&str>::new());
         assert_eq!(get("x-request-id"), vec!["req_1"]);
         assert_eq!(get("x-postguard-project"), vec!["acme"]);
-        let sig = crate::headers::origin_signature(
-            "origin-secret",
-            100,
-            "req_1",
-            "POST",
-            "/api/orders?x=1",
-            b"{}",
+        assert_eq!(get("x-postguard-client-ip"), vec!["203.0.113.7"]);
+        assert_eq!(get("x-forwarded-for"), vec!["203.0.113.7"]);
+        assert_eq!(get("true-client-ip"), Vec::<&str>::new());
+        assert_eq!(get("cf-connecting-ip"), Vec::<&str>::new());
+        let sig = origin_signature(
+            SIGNING,
+            &Signed {
+                t: 100,
+                request_id: "req_1",
+                method: "POST",
+                path_and_query: "/api/orders?x=1",
+                body: b"{}",
+                project: "acme",
+                key_prefix: "pgk_abcdefgh",
+                plan: "trial",
+                idempotency_key: None,
+                content_type: Some("application/json"),
+                client_ip: Some("203.0.113.7"),
+            },
         );
         assert_eq!(get("x-postguard-signature"), vec![sig.as_str()]);
         assert_eq!(get("idempotency-key"), Vec::<&str>::new());

@@ -56,6 +56,7 @@ pub fn row(seen: Seen, rc: &RequestCtx, status: u16) -> AuditRow {
         replayed: f.replayed,
         rate_limit_remaining: f.rate_limit_remaining,
     }
+    .shortened_if_unauthenticated()
 }
 
 fn insert(db: &D1Database, r: &AuditRow) -> Result<D1PreparedStatement> {

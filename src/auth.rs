@@ -4,7 +4,11 @@
 //! family accepts one kind and answers 403 to a valid credential of another.
 //!
 //! The cache never weakens revocation: the key's Durable Object holds the
-//! authoritative revoked flag and is consulted on every proxied request.
+//! authoritative revoked flag and is consulted on every request of an API
+//! key — the proxy's admission call, and a cost-0 (or, for `/audit` and
+//! `/stats`, a charged) limiter call on every gateway endpoint ([`confirm`]).
+//! Unknown keys are remembered for a few seconds (a negative cache), so a
+//! flood of made-up keys does not cost a KV read each.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,16 +20,32 @@ use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
 
+use postguard_core::guard::{Admit, AdmitRequest};
+use postguard_core::proxy::{self, Admission};
+use postguard_core::rate_limit::{self, Verdict};
+
 use crate::admin::portal;
 use crate::bindings;
-use crate::reject::Handled;
+use crate::durable::client::call;
+use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, RequestCtx};
 
 const CACHE_TTL_MS: u64 = 30_000;
 const CACHE_MAX: usize = 10_000;
+/// How long this isolate remembers that a key hash is unknown.
+const UNKNOWN_TTL_MS: u64 = 10_000;
 
 thread_local! {
     static KEYS: RefCell<HashMap<String, (KeyRecord, u64)>> = RefCell::new(HashMap::new());
+    static UNKNOWN: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+}
+
+/// Remembers `hash` (a key's SHA-256) in a bounded per-isolate map at `now`.
+fn remember<V>(map: &mut HashMap<String, V>, hash: &str, value: V) {
+    if map.len() >= CACHE_MAX {
+        map.clear();
+    }
+    map.insert(hash.to_string(), value);
 }
 
 /// KV name of a key's record, by the SHA-256 of the key.
@@ -35,6 +55,7 @@ pub fn hash_entry(hash_hex: &str) -> String {
 
 pub fn forget(hash_hex: &str) {
     KEYS.with(|c| c.borrow_mut().remove(hash_hex));
+    UNKNOWN.with(|c| c.borrow_mut().remove(hash_hex));
 }
 
 /// The request's credential.
@@ -62,16 +83,19 @@ async fn lookup(env: &Env, hash: &str) -> worker::Result<Option<KeyRecord>> {
     }) {
         return Ok(Some(rec));
     }
+    let known_unknown = UNKNOWN.with(|c| {
+        c.borrow()
+            .get(hash)
+            .is_some_and(|at| now.saturating_sub(*at) < UNKNOWN_TTL_MS)
+    });
+    if known_unknown {
+        return Ok(None);
+    }
     let kv = env.kv(bindings::API_KEYS)?;
     let rec: Option<KeyRecord> = kv.get(&hash_entry(hash)).json().await?;
-    if let Some(r) = &rec {
-        KEYS.with(|c| {
-            let mut m = c.borrow_mut();
-            if m.len() >= CACHE_MAX {
-                m.clear();
-            }
-            m.insert(hash.to_string(), (r.clone(), now));
-        });
+    match &rec {
+        Some(r) => KEYS.with(|c| remember(&mut c.borrow_mut(), hash, (r.clone(), now))),
+        None => UNKNOWN.with(|c| remember(&mut c.borrow_mut(), hash, now)),
     }
     Ok(rec)
 }
@@ -202,30 +226,71 @@ pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
     }
 }
 
-/// An API-key caller of an endpoint that belongs to a key (or its project):
-/// the operator's and the origin's tokens are valid credentials of the wrong
-/// kind here, 403 with `forbidden`.
+/// Asks the key's Durable Object, which holds the authoritative revoked
+/// flag, charging `cost` to the key's limiter (0: a peek). A revoked key is
+/// refused whatever this isolate or KV still cache; with a cost, an
+/// exhausted budget is a 429. The verdict's headers go on the answer.
+pub async fn confirm(caller: &Caller, env: &Env, rc: &RequestCtx, cost: u32) -> Handled<Verdict> {
+    let req = AdmitRequest {
+        cost,
+        quota: caller.plan.quota(),
+        claim: None,
+    };
+    let (answer, _) = call::<Admit>(env, &caller.key.record.id, &req, &[]).await?;
+    let next =
+        proxy::admission(answer, None).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    match next {
+        Admission::Revoked => Err(revoked(&caller.key).into()),
+        Admission::Refused { problem, verdict } if cost > 0 => {
+            rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
+            Err(Reject::from(problem).with(&rate_limit::headers(&verdict)))
+        }
+        Admission::Refused { verdict, .. }
+        | Admission::Forward { verdict }
+        | Admission::Replay { verdict, .. } => {
+            rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
+            Ok(verdict)
+        }
+    }
+}
+
+/// An API-key caller of an endpoint that belongs to a key (or its project),
+/// confirmed by its object (cost 0): the operator's and the origin's tokens
+/// are valid credentials of the wrong kind here, 403 with `forbidden`.
 pub async fn key_holder(
     req: &Request,
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
     forbidden: &str,
-) -> Handled<Caller> {
+) -> Handled<(Caller, Verdict)> {
     let cred = credential(req, cfg);
     if cred.is_secret() {
         return Err(Problem::new(ErrorCode::Forbidden, forbidden).into());
     }
-    api_caller(cred, env, cfg, rc).await
+    let caller = api_caller(cred, env, cfg, rc).await?;
+    let verdict = confirm(&caller, env, rc, 0).await?;
+    Ok((caller, verdict))
 }
 
 /// The project of a caller of the webhook endpoints: one of its API keys, or
 /// a portal session for it (which has exactly that key's rights here).
 pub async fn project(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<String> {
+    Ok(project_and_key(req, env, cfg, rc).await?.0)
+}
+
+/// [`project`], and the id of the API key that called (`None` for a portal
+/// session): a subscription records the key that created it.
+pub async fn project_and_key(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Handled<(String, Option<String>)> {
     if let Credential::Session(t) = credential(req, cfg) {
-        return Ok(portal::session(&t, cfg, rc)?.project);
+        return Ok((portal::session(&t, cfg, rc)?.project, None));
     }
     let forbidden = "webhooks and deliveries belong to a project: use one of its API keys";
-    let caller = key_holder(req, env, cfg, rc, forbidden).await?;
-    Ok(caller.key.record.project)
+    let (caller, _) = key_holder(req, env, cfg, rc, forbidden).await?;
+    Ok((caller.key.record.project, Some(caller.key.record.id)))
 }

@@ -116,3 +116,31 @@ pub async fn read_body(resp: &web_sys::Response) -> Result<Vec<u8>> {
     let buf = JsFuture::from(resp.array_buffer()?).await?;
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
+
+/// At most `max` bytes of a fetched response's body, read through a stream
+/// reader; the rest is cancelled unread, so an endless or huge answer costs
+/// neither memory nor time.
+pub async fn read_prefix(resp: &web_sys::Response, max: usize) -> Result<Vec<u8>> {
+    let Some(stream) = resp.body() else {
+        return Ok(Vec::new());
+    };
+    let reader: web_sys::ReadableStreamDefaultReader = stream
+        .get_reader()
+        .dyn_into()
+        .map_err(|_| worker::Error::RustError("no default reader".into()))?;
+    let mut out = Vec::new();
+    while out.len() < max {
+        let chunk = JsFuture::from(reader.read()).await?;
+        let done = js_sys::Reflect::get(&chunk, &JsValue::from_str("done"))?;
+        if done.as_bool().unwrap_or(true) {
+            break;
+        }
+        let value = js_sys::Reflect::get(&chunk, &JsValue::from_str("value"))?;
+        let bytes = js_sys::Uint8Array::new(&value);
+        let take = (max - out.len()).min(bytes.length() as usize);
+        out.extend_from_slice(&bytes.subarray(0, take as u32).to_vec());
+    }
+    // The promise settles once the body is released; nothing waits on it.
+    let _ = reader.cancel();
+    Ok(out)
+}

@@ -5,6 +5,7 @@ use postguard_core::audit::{bounded, parse_days, quantile_offset, Arg, AuditQuer
 use postguard_core::config::Config;
 use postguard_core::credential::Credential;
 use postguard_core::page::{encode_cursor, Page};
+use postguard_core::rate_limit;
 use postguard_core::{ErrorCode, Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
@@ -14,7 +15,7 @@ use crate::auth;
 use crate::bindings;
 use crate::d1::{self, num, text};
 use crate::http;
-use crate::reject::Handled;
+use crate::reject::{Extra, Handled};
 use crate::request::query_pairs;
 use crate::runtime::{now_ms, RequestCtx};
 
@@ -24,19 +25,33 @@ enum Scope {
     Project(String),
 }
 
-async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<Scope> {
+/// The caller's scope and the rate-limit headers of what it was charged: an
+/// API key pays `cost` from its budget (and is confirmed live by its
+/// object); the operator pays nothing.
+async fn scope(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    cost: u32,
+) -> Handled<(Scope, Extra)> {
     match auth::credential(req, cfg) {
-        Credential::Operator => Ok(Scope::All),
+        Credential::Operator => Ok((Scope::All, Vec::new())),
         Credential::Origin => Err(Problem::new(
             ErrorCode::Forbidden,
             "the origin token cannot read the audit log",
         )
         .into()),
         // A portal session reads its project, as that project's key would.
-        Credential::Session(t) => Ok(Scope::Project(super::portal::session(&t, cfg, rc)?.project)),
+        Credential::Session(t) => Ok((
+            Scope::Project(super::portal::session(&t, cfg, rc)?.project),
+            Vec::new(),
+        )),
         cred => {
             let caller = auth::api_caller(cred, env, cfg, rc).await?;
-            Ok(Scope::Project(caller.key.record.project))
+            let verdict = auth::confirm(&caller, env, rc, cost).await?;
+            let headers = rate_limit::headers(&verdict);
+            Ok((Scope::Project(caller.key.record.project), headers))
         }
     }
 }
@@ -91,7 +106,7 @@ impl From<DbRow> for AuditRow {
 }
 
 pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let scope = scope(req, env, cfg, rc).await?;
+    let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.audit_cost).await?;
     let pairs = query_pairs(req)?;
     let all = matches!(scope, Scope::All);
     let mut q = AuditQuery::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())), all)?;
@@ -103,7 +118,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     let rows: Vec<DbRow> = d1::all(&db, sql, &js(&args)).await?;
     let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
-    http::json(rc, 200, &page, &[])
+    http::json(rc, 200, &page, &rl)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -162,7 +177,7 @@ fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
 }
 
 pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let scope = scope(req, env, cfg, rc).await?;
+    let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.stats_cost).await?;
     let pairs = query_pairs(req)?;
     let mut days = None;
     let mut project = None;
@@ -227,5 +242,5 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
         p50_ms,
         p95_ms,
     };
-    http::json(rc, 200, &stats, &[])
+    http::json(rc, 200, &stats, &rl)
 }

@@ -9,13 +9,14 @@
 //! Revocation also flags the key's Durable Object, which every proxied
 //! request consults, so it takes effect at once whatever KV caches hold.
 
-use postguard_core::config::Config;
+use postguard_core::config::{Config, OnKeyRevoked};
 use postguard_core::guard::{Revoke, RevokeRequest};
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
 use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
 use worker::{Env, KvStore, Request};
 
 use crate::auth;
@@ -83,7 +84,9 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
         revoked_at: None,
     };
     let kv = env.kv(bindings::API_KEYS)?;
-    write_all(&kv, &record, &ids::sha256_hex(&key)).await?;
+    let hash = ids::sha256_hex(&key);
+    write_all(&kv, &record, &hash).await?;
+    auth::forget(&hash);
     let created = Created {
         record: &record,
         key: &key,
@@ -145,7 +148,10 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
 }
 
 /// Revokes a key: flags its Durable Object first (effective immediately for
-/// every isolate), then marks the KV records. Revoking twice is a no-op.
+/// every isolate), then marks the KV records, then pauses (or, with
+/// `webhooks.on_key_revoked: "delete"`, deletes) the subscriptions the key
+/// created; the answer says how many in `X-Postguard-Subscriptions-Paused`
+/// (or `-Deleted`). Revoking twice is a no-op.
 pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
     auth::operator(req, env, cfg).await?;
     let kv = env.kv(bindings::API_KEYS)?;
@@ -156,5 +162,47 @@ pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
         write_all(&kv, &found.record, &found.hash).await?;
     }
     auth::forget(&found.hash);
-    http::no_content(rc)
+    let at = found.record.revoked_at.unwrap_or_else(now_ms);
+    let mode = cfg.settings.webhooks.on_key_revoked;
+    let n = subscriptions_of_revoked(env, &found.record.id, at, mode).await?;
+    let header = match mode {
+        OnKeyRevoked::Pause => "X-Postguard-Subscriptions-Paused",
+        OnKeyRevoked::Delete => "X-Postguard-Subscriptions-Deleted",
+    };
+    Ok(http::respond(
+        rc,
+        204,
+        &[],
+        &[(header, n.to_string())],
+        None,
+    )?)
+}
+
+/// Pauses or deletes the subscriptions key `key_id` created; how many.
+async fn subscriptions_of_revoked(
+    env: &Env,
+    key_id: &str,
+    at: u64,
+    mode: OnKeyRevoked,
+) -> Handled<u64> {
+    let db = env.d1(bindings::DB)?;
+    let (id, at) = (JsValue::from_str(key_id), JsValue::from_f64(at as f64));
+    let statements = match mode {
+        OnKeyRevoked::Pause => vec![db
+            .prepare("UPDATE subscription_owners SET key_revoked_at = ? WHERE key_id = ? AND key_revoked_at IS NULL")
+            .bind(&[at, id])?],
+        OnKeyRevoked::Delete => vec![
+            db.prepare("DELETE FROM subscriptions WHERE id IN (SELECT subscription_id FROM subscription_owners WHERE key_id = ?)")
+                .bind(std::slice::from_ref(&id))?,
+            db.prepare("DELETE FROM subscription_owners WHERE key_id = ?")
+                .bind(&[id])?,
+        ],
+    };
+    let results = db.batch(statements).await?;
+    let changed = results
+        .first()
+        .and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .unwrap_or(0);
+    Ok(changed as u64)
 }

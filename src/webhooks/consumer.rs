@@ -17,6 +17,7 @@ use postguard_core::webhooks::delivery::{
     self, Attempted, Claim, Delivery, Plan, Status, Transition, Write, CONTENDED_DELAY_S,
 };
 use postguard_core::webhooks::events::{self, excerpt};
+use postguard_core::webhooks::fanout;
 use postguard_core::webhooks::ops::{self, Health, SubState};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::signature;
@@ -56,7 +57,9 @@ pub async fn send(
     let attempt = async {
         let resp = http::raw_fetch(&worker::js_sys::global(), url, &init).await?;
         let retry_after = resp.headers().get("Retry-After").ok().flatten();
-        let bytes = http::read_body(&resp).await.unwrap_or_default();
+        let bytes = http::read_prefix(&resp, fanout::MAX_RESPONSE_READ_BYTES)
+            .await
+            .unwrap_or_default();
         Ok((resp.status(), retry_after, bytes))
     };
     let out = within(timeout_ms, attempt).await;
@@ -86,6 +89,8 @@ struct Target {
     state: Option<SubState>,
     failing_since: Option<u64>,
     rate_limit_per_s: Option<u32>,
+    /// When the key that created the subscription was revoked.
+    key_revoked_at: Option<u64>,
 }
 
 impl Target {
@@ -350,6 +355,12 @@ fn plan_all<'a>(
             m.ack();
             continue;
         };
+        // Its key was revoked: nothing is sent (a redirect included); the
+        // delivery stays as it is, and the cron re-queue skips it too.
+        if target.key_revoked_at.is_some() {
+            m.ack();
+            continue;
+        }
         let (claim, gave_up) = match delivery::plan(kind, &target.snapshot(), now) {
             Plan::Send(claim) => (claim, None),
             Plan::GiveUp(claim, why) => (claim, Some(why)),
@@ -470,10 +481,11 @@ async fn hop(env: &Env, later: Vec<Later<'_>>) {
 }
 
 const TARGET_COLUMNS: &str = "SELECT d.id, d.project, d.subscription_id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
-            s.secret, s.previous_secret, s.previous_secret_until, s.url AS sub_url, o.state, o.failing_since, o.rate_limit_per_s \
+            s.secret, s.previous_secret, s.previous_secret_until, s.url AS sub_url, o.state, o.failing_since, o.rate_limit_per_s, w.key_revoked_at \
      FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
      LEFT JOIN subscriptions s ON s.id = d.subscription_id \
-     LEFT JOIN subscription_ops o ON o.subscription_id = d.subscription_id";
+     LEFT JOIN subscription_ops o ON o.subscription_id = d.subscription_id \
+     LEFT JOIN subscription_owners w ON w.subscription_id = d.subscription_id";
 
 /// The deliveries of one batch, in one query (a batch holds at most 100
 /// messages, within D1's limit on bound parameters).
@@ -839,7 +851,9 @@ pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     let marks = vec!["?"; binds.len()].join(", ");
     binds.push(num(cutoff));
     let stuck: Vec<Stuck> = db
-        .prepare(format!("SELECT id, status, next_attempt_at FROM deliveries WHERE status IN ({marks}) AND next_attempt_at < ? LIMIT 500"))
+        .prepare(format!("SELECT d.id, d.status, d.next_attempt_at FROM deliveries d \
+                          LEFT JOIN subscription_owners o ON o.subscription_id = d.subscription_id \
+                          WHERE d.status IN ({marks}) AND d.next_attempt_at < ? AND o.key_revoked_at IS NULL LIMIT 500"))
         .bind(&binds)?
         .all()
         .await?
@@ -865,7 +879,7 @@ pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
         return Ok(0);
     }
     let n = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
-    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    super::enqueue(env, jobs).await?;
     Ok(n)
 }
 

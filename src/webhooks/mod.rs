@@ -95,3 +95,18 @@ pub fn new_id(prefix: &str) -> String {
     let (now, rnd) = crate::runtime::new_ulid_parts();
     ids::prefixed(prefix, now, rnd)
 }
+
+/// Sends `jobs` to the delivery queue in chunks within `sendBatch`'s limits
+/// (100 messages, 256 KB): a fan-out or a re-queue of any size goes out.
+pub async fn enqueue(env: &worker::Env, jobs: Vec<Job>) -> worker::Result<()> {
+    use postguard_core::webhooks::fanout;
+    let sizes: Vec<usize> = jobs
+        .iter()
+        .map(|j| serde_json::to_vec(j).map_or(0, |b| b.len()))
+        .collect();
+    let queue = env.queue(crate::bindings::DELIVERIES)?;
+    for range in fanout::chunks(&sizes) {
+        queue.send_batch(jobs[range].to_vec()).await?;
+    }
+    Ok(())
+}

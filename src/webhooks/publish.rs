@@ -83,7 +83,9 @@ pub async fn fan_out(
 ) -> Result<bool> {
     let db = env.d1(bindings::DB)?;
     let subs: Vec<SubRow> = db
-        .prepare("SELECT s.id, s.url, s.events, o.state FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id WHERE s.project = ?")
+        // Subscriptions of a revoked key receive nothing (ADR 0015).
+        .prepare("SELECT s.id, s.url, s.events, o.state FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+                  LEFT JOIN subscription_owners w ON w.subscription_id = s.id WHERE s.project = ? AND w.key_revoked_at IS NULL")
         .bind(&[text(ev.project)])?
         .all()
         .await?
@@ -156,10 +158,8 @@ pub async fn fan_out(
         }
         return Err(e);
     }
-    for chunk in jobs.chunks(100) {
-        env.queue(bindings::DELIVERIES)?
-            .send_batch(chunk.to_vec())
-            .await?;
+    if !jobs.is_empty() {
+        super::enqueue(env, jobs).await?;
     }
     Ok(true)
 }

@@ -7,7 +7,7 @@ use postguard_core::config::Config;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
-use postguard_core::Problem;
+use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, Request, Result};
@@ -79,25 +79,49 @@ fn new_secret() -> Result<String> {
     Ok(signature::new_secret(&bytes))
 }
 
+/// Creates a subscription owned by the calling key, within the project's
+/// `webhooks.max_subscriptions_per_project` (checked in the INSERT itself,
+/// so concurrent creates cannot pass the cap together).
 pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
+    let (project, key_id) = auth::project_and_key(&req, env, cfg, rc).await?;
+    let project = &project;
     let body = req.bytes().await?;
     let (input, rate) = ops::parse_create(&body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
     let events_json = serde_json::to_string(&input.events)?;
+    let cap = cfg.settings.webhooks.max_subscriptions_per_project;
     let db = env.d1(bindings::DB)?;
-    let mut statements = vec![db
-        .prepare("INSERT INTO subscriptions (id, project, url, events, description, secret, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
-        .bind(&[text(&id), text(&project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now)])?];
+    let insert = db
+        .prepare("INSERT INTO subscriptions (id, project, url, events, description, secret, created_at) \
+                  SELECT ?, ?, ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM subscriptions WHERE project = ?) < ?")
+        .bind(&[text(&id), text(project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now), text(project), num(u64::from(cap))])?;
+    let mut statements = vec![insert];
+    // A portal session has no key: its subscriptions have no owner to revoke.
+    if let Some(key_id) = &key_id {
+        statements.push(db
+            .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
+            .bind(&[text(&id), text(key_id), text(&id)])?);
+    }
     if let Some(r) = rate {
         statements.push(
-            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) VALUES (?, ?, ?)")
-                .bind(&[text(&id), text(&project), num(u64::from(r))])?,
+            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
+                .bind(&[text(&id), text(project), num(u64::from(r)), text(&id)])?,
         );
     }
-    db.batch(statements).await?;
+    let results = db.batch(statements).await?;
+    let inserted = results
+        .first()
+        .and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .unwrap_or(0);
+    if inserted == 0 {
+        return Err(Invalid::from(format!(
+            "this project already has {cap} webhook subscriptions (webhooks.max_subscriptions_per_project); delete one first"
+        ))
+        .into());
+    }
     let sub = Subscription {
         id,
         url: input.url,
@@ -167,6 +191,7 @@ async fn write_one(env: &Env, sql: &str, binds: &[worker::wasm_bindgen::JsValue]
 
 pub async fn delete(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
+    // The owner row goes with it (a leftover one is harmless: nothing joins it).
     let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
     if !write_one(env, sql, &[text(id), text(&project)]).await? {
         return Err(not_found(id).into());

@@ -31,10 +31,32 @@ pub struct AuditRow {
 }
 
 pub const MAX_PATH_LEN: usize = 1024;
-/// D1 refuses LIKE patterns longer than 50 bytes ("LIKE or GLOB pattern too
-/// complex"): a longer wildcard filter is the client's error, not a 500.
-pub const MAX_LIKE_PATTERN_BYTES: usize = 50;
 pub const MAX_USER_AGENT_LEN: usize = 512;
+/// Fields of a row without a valid API key are kept this short: anyone can
+/// send such requests, so they must not buy storage.
+pub const UNAUTHENTICATED_FIELD_LEN: usize = 128;
+
+/// The longest `path` filter (characters).
+pub const MAX_PATH_FILTER_LEN: usize = 128;
+/// The most `*` wildcards in one `path` filter.
+pub const MAX_PATH_FILTER_STARS: usize = 4;
+/// D1's limit on a LIKE/GLOB pattern (bytes); longer ones fail the query.
+pub const MAX_GLOB_BYTES: usize = 50;
+
+impl AuditRow {
+    /// A row of a request that presented no valid API key: its free-text
+    /// fields truncated to [`UNAUTHENTICATED_FIELD_LEN`].
+    pub fn shortened_if_unauthenticated(mut self) -> AuditRow {
+        if self.key_prefix.is_some() {
+            return self;
+        }
+        let n = UNAUTHENTICATED_FIELD_LEN;
+        self.path = bounded(&self.path, n);
+        self.user_agent = self.user_agent.map(|v| bounded(&v, n));
+        self.idempotency_key = self.idempotency_key.map(|v| bounded(&v, n));
+        self
+    }
+}
 
 /// Truncates to at most `n` characters (stored strings are bounded).
 pub fn bounded(s: &str, n: usize) -> String {
@@ -133,19 +155,7 @@ impl AuditQuery {
                     q.method = Some(m);
                 }
                 "status" => q.status = Some(parse_status(v)?),
-                "path" => {
-                    if !v.starts_with('/') {
-                        return Err(bad(k, "must start with / (use * as a wildcard)"));
-                    }
-                    let p = text(k, v, MAX_PATH_LEN)?;
-                    if p.contains('*') && like_pattern(&p).len() > MAX_LIKE_PATTERN_BYTES {
-                        return Err(bad(
-                            k,
-                            "a pattern with * may be at most 50 bytes once %, _ and \\ are escaped",
-                        ));
-                    }
-                    q.path = Some(p);
-                }
+                "path" => q.path = Some(parse_path_filter(v)?),
                 "idempotency_key" => q.idempotency_key = Some(text(k, v, 255)?),
                 "key_prefix" => q.key_prefix = Some(text(k, v, 12)?),
                 "project" if allow_project => {
@@ -180,11 +190,12 @@ impl AuditQuery {
         eq("idempotency_key = ?", &self.idempotency_key, &mut wh);
         eq("key_prefix = ?", &self.key_prefix, &mut wh);
         eq("project = ?", &self.project, &mut wh);
-        // Without `*` the match is exact (and not bound by LIKE's pattern limit).
+        // Without `*` the match is exact (and case-sensitive, as paths are);
+        // with it, GLOB (case-sensitive too, unlike LIKE).
         match &self.path {
             Some(p) if p.contains('*') => {
-                wh.push("path LIKE ? ESCAPE '\\'");
-                args.push(Arg::Text(like_pattern(p)));
+                wh.push("path GLOB ?");
+                args.push(Arg::Text(glob_pattern(p)));
             }
             Some(p) => {
                 wh.push("path = ?");
@@ -238,15 +249,42 @@ pub const COLUMNS: &str =
     "request_id, time, method, path, status, response_bytes, response_time_ms, \
 client_ip, user_agent, key_prefix, project, idempotency_key, replayed, rate_limit_remaining";
 
-/// `*` (one or more characters) → `_%`; `%`, `_` and `\` are literal.
-pub fn like_pattern(p: &str) -> String {
+/// A `path` filter: starts with `/`, at most [`MAX_PATH_FILTER_LEN`]
+/// characters and [`MAX_PATH_FILTER_STARS`] wildcards, and (with `*`) a GLOB
+/// pattern D1 accepts. Bad input is a 400, never a failing query.
+pub fn parse_path_filter(v: &str) -> Result<String, Invalid> {
+    const F: &str = "path";
+    if !v.starts_with('/') {
+        return Err(bad(F, "must start with / (use * as a wildcard)"));
+    }
+    let p = text(F, v, MAX_PATH_FILTER_LEN)?;
+    let stars = p.matches('*').count();
+    if stars > MAX_PATH_FILTER_STARS {
+        return Err(bad(
+            F,
+            &format!("may contain at most {MAX_PATH_FILTER_STARS} * wildcards"),
+        ));
+    }
+    if stars > 0 && glob_pattern(&p).len() > MAX_GLOB_BYTES {
+        return Err(bad(
+            F,
+            &format!("a pattern with * may be at most {MAX_GLOB_BYTES} bytes once translated (each * counts 2, each ? [ ] counts 3); match exactly without *"),
+        ));
+    }
+    Ok(p)
+}
+
+/// `*` (one or more characters) → `?*`; GLOB's own `?`, `[` and `]` are
+/// made literal by bracketing them.
+pub fn glob_pattern(p: &str) -> String {
     let mut out = String::with_capacity(p.len() + 4);
     for c in p.chars() {
         match c {
-            '*' => out.push_str("_%"),
-            '%' | '_' | '\\' => {
-                out.push('\\');
+            '*' => out.push_str("?*"),
+            '?' | '[' | ']' => {
+                out.push('[');
                 out.push(c);
+                out.push(']');
             }
             c => out.push(c),
         }
@@ -359,32 +397,66 @@ mod tests {
         );
         assert!(sql.ends_with("ORDER BY time DESC, request_id DESC LIMIT ?"));
         assert_eq!(sql.matches('?').count(), args.len());
-        assert!(args.contains(&Arg::Text("/a\\_b/_%".into())));
+        assert!(sql.contains("path GLOB ?"));
+        assert!(args.contains(&Arg::Text("/a_b/?*".into())));
         assert!(args.contains(&Arg::Int(500)) && args.contains(&Arg::Int(600)));
         assert_eq!(args.last(), Some(&Arg::Int(51)));
     }
 
     #[test]
-    fn exact_paths_skip_like_and_long_patterns_are_refused() {
-        let long = format!("/{}", "a_b/".repeat(40));
-        let (sql, args) = parse(&[("path", &long)], false).unwrap().to_sql();
-        assert!(sql.contains("path = ?") && !sql.contains("LIKE"), "{sql}");
-        assert!(args.contains(&Arg::Text(long.clone())));
-        // 50 bytes once escaped is the most D1 takes.
-        let at_limit = format!("/{}*", "a".repeat(47));
-        assert_eq!(like_pattern(&at_limit).len(), 50);
-        assert!(parse(&[("path", &at_limit)], false).is_ok());
-        let over = format!("/{}*", "a".repeat(48));
-        assert_eq!(like_pattern(&over).len(), 51);
-        assert!(parse(&[("path", &over)], false)
-            .unwrap_err()
-            .starts_with("path: a pattern with *"));
+    fn glob_escaping() {
+        assert_eq!(glob_pattern("/x*"), "/x?*");
+        assert_eq!(glob_pattern("/a?[b]*%_"), "/a[?][[]b[]]?*%_");
     }
 
     #[test]
-    fn like_escaping() {
-        assert_eq!(like_pattern("/x*"), "/x_%");
-        assert_eq!(like_pattern("/100%_\\"), "/100\\%\\_\\\\");
+    fn path_filters_are_bounded_and_exact_without_a_wildcard() {
+        let long = format!("/{}", "a".repeat(199));
+        assert!(parse_path_filter(&long).is_err());
+        assert!(parse_path_filter(&format!("/{}*", "a".repeat(60))).is_err());
+        assert!(parse_path_filter("/a*/b*/c*/d*/e*").is_err());
+        assert!(parse_path_filter("/a*/b*/c*/d*").is_ok());
+        let exact = format!("/{}", "a".repeat(100));
+        assert_eq!(parse_path_filter(&exact).as_deref(), Ok(exact.as_str()));
+        let q = parse(&[("path", "/Orders")], false).unwrap();
+        let (sql, args) = q.to_sql();
+        assert!(sql.contains("path = ?") && !sql.contains("LIKE"));
+        assert!(args.contains(&Arg::Text("/Orders".into())));
+    }
+
+    #[test]
+    fn unauthenticated_rows_keep_short_fields() {
+        let row = AuditRow {
+            request_id: "req_1".into(),
+            time: 0,
+            method: "GET".into(),
+            path: format!("/{}", "p".repeat(900)),
+            status: 401,
+            response_bytes: None,
+            response_time_ms: 0,
+            client_ip: None,
+            user_agent: Some("u".repeat(500)),
+            key_prefix: None,
+            project: None,
+            idempotency_key: Some("k".repeat(255)),
+            replayed: false,
+            rate_limit_remaining: None,
+        };
+        let short = row.clone().shortened_if_unauthenticated();
+        assert_eq!(short.path.chars().count(), UNAUTHENTICATED_FIELD_LEN);
+        assert_eq!(
+            short.user_agent.map(|u| u.len()),
+            Some(UNAUTHENTICATED_FIELD_LEN)
+        );
+        assert_eq!(
+            short.idempotency_key.map(|u| u.len()),
+            Some(UNAUTHENTICATED_FIELD_LEN)
+        );
+        let keyed = AuditRow {
+            key_prefix: Some("pgk_x".into()),
+            ..row.clone()
+        };
+        assert_eq!(keyed.clone().shortened_if_unauthenticated(), keyed);
     }
 
     #[test]

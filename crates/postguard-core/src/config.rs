@@ -511,8 +511,18 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
-    range("rate_limit.audit_cost", s.rate_limit.audit_cost, 0, smallest_quota)?;
-    range("rate_limit.stats_cost", s.rate_limit.stats_cost, 0, smallest_quota)?;
+    range(
+        "rate_limit.audit_cost",
+        s.rate_limit.audit_cost,
+        0,
+        smallest_quota,
+    )?;
+    range(
+        "rate_limit.stats_cost",
+        s.rate_limit.stats_cost,
+        0,
+        smallest_quota,
+    )?;
     let idem = &s.idempotency;
     for method in idem.methods.keys() {
         if !valid_method(method, false)
@@ -836,10 +846,7 @@ mod tests {
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_TOKEN");
         let mut e = env(None);
         e.origin_signing_secret = None;
-        assert_eq!(
-            Config::load(&e).unwrap_err().field,
-            "ORIGIN_SIGNING_SECRET"
-        );
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_SIGNING_SECRET");
     }
 
     #[test]
@@ -863,10 +870,7 @@ mod tests {
         assert!(!err.reason.contains(ADMIN), "never echoes a secret");
         let mut e = env(None);
         e.origin_signing_secret = Some(ORIGIN.into());
-        assert_eq!(
-            Config::load(&e).unwrap_err().field,
-            "ORIGIN_SIGNING_SECRET"
-        );
+        assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_SIGNING_SECRET");
         assert!(Config::load(&env(None)).is_ok());
     }
 
@@ -876,7 +880,10 @@ mod tests {
         assert_eq!(c.settings.webhooks.max_subscriptions_per_project, 200);
         assert_eq!(c.settings.webhooks.on_key_revoked, OnKeyRevoked::Pause);
         assert_eq!(
-            (c.settings.rate_limit.audit_cost, c.settings.rate_limit.stats_cost),
+            (
+                c.settings.rate_limit.audit_cost,
+                c.settings.rate_limit.stats_cost
+            ),
             (1, 5)
         );
         assert_eq!(

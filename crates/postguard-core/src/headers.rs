@@ -299,16 +299,40 @@ mod tests {
         let s = signed();
         let variants = [
             Signed { t: 1, ..s },
-            Signed { request_id: "req_2", ..s },
+            Signed {
+                request_id: "req_2",
+                ..s
+            },
             Signed { method: "PUT", ..s },
-            Signed { path_and_query: "/a?b=2", ..s },
+            Signed {
+                path_and_query: "/a?b=2",
+                ..s
+            },
             Signed { body: b"{ }", ..s },
-            Signed { project: "beta", ..s },
-            Signed { key_prefix: "pgk_zzzzzzzz", ..s },
-            Signed { plan: "enterprise", ..s },
-            Signed { idempotency_key: None, ..s },
-            Signed { content_type: Some("text/plain"), ..s },
-            Signed { client_ip: Some("198.51.100.1"), ..s },
+            Signed {
+                project: "beta",
+                ..s
+            },
+            Signed {
+                key_prefix: "pgk_zzzzzzzz",
+                ..s
+            },
+            Signed {
+                plan: "enterprise",
+                ..s
+            },
+            Signed {
+                idempotency_key: None,
+                ..s
+            },
+            Signed {
+                content_type: Some("text/plain"),
+                ..s
+            },
+            Signed {
+                client_ip: Some("198.51.100.1"),
+                ..s
+            },
         ];
         assert_ne!(base, origin_signature("other", &s));
         for other in variants {
@@ -321,10 +345,20 @@ mod tests {
         let c = signed().canonical();
         let lines: Vec<&str> = c.split('\n').collect();
         assert_eq!(lines.len(), 12);
-        assert_eq!(&lines[..5], &["v2", "1700000000", "req_1", "POST", "/a?b=1"]);
+        assert_eq!(
+            &lines[..5],
+            &["v2", "1700000000", "req_1", "POST", "/a?b=1"]
+        );
         assert_eq!(
             &lines[6..],
-            &["acme", "pgk_abcdefgh", "trial", "k1", "application/json", "203.0.113.7"]
+            &[
+                "acme",
+                "pgk_abcdefgh",
+                "trial",
+                "k1",
+                "application/json",
+                "203.0.113.7"
+            ]
         );
     }
 

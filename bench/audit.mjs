@@ -18,7 +18,7 @@ const run = (url, key) => load({
   headers: { authorization: `Bearer ${key}` },
 });
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const on = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans, audit: { enabled: true } }) } });
 const off = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans, audit: { enabled: false } }) } });
 try {

@@ -31,7 +31,7 @@ for (const file of [path.join(ROOT, 'build', 'index_bg.wasm'), ...extra]) {
   sizes.push({ file: file.startsWith(ROOT) ? path.relative(ROOT, file) : file, raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length, names, compile });
 }
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const trials = { postguard: { ready: [], first: [], second: [] }, bare: { ready: [], first: [], second: [] } };
 // The key (KV), the audit schema (D1) and the object's state persist in one directory, so
 // every trial's first request is a proxied one on a freshly started process.

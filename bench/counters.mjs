@@ -13,7 +13,7 @@ const N = Number(process.argv[2] ?? 50);
 
 process.env.POSTGUARD_ROOT = prepareCountingRoot();
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const { gw, tiny, auth, body } = await benchGateway(origin.url);
 try {
   const stamp = Date.now();

@@ -134,7 +134,7 @@ function analyse(profile, requests) {
 
 const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40);
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const builds = [{ label: 'this build', commit: commitOf(ROOT), port: 9239, ctx: await benchGateway(origin.url, { inspectorPort: 9239 }) }];
 if (BEFORE_ROOT) {
   process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here

@@ -36,7 +36,7 @@ function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
   });
 }
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const bare = await startBaseline(PASS_THROUGH, origin.url);
 const bareUrl = bare.url;
 const ref = await startBaseline(REFERENCE, origin.url);

@@ -17,7 +17,7 @@ const KEYS = 100;
 const CONNECTIONS = 16;
 const body = '{"amount":100}';
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const gw = await startGateway({
   originUrl: origin.url,
   vars: { POSTGUARD_CONFIG: cfg({ audit: { enabled: false }, plans: { bench: { requests_per_window: 10_000_000, window_s: 86400 } } }) },

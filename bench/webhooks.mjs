@@ -51,7 +51,7 @@ const receiver = http.createServer((req, res) => {
 await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
 const receiverUrl = `http://127.0.0.1:${receiver.address().port}`;
 
-const origin = await startOrigin({ token: ORIGIN_TOKEN });
+const origin = await startOrigin();
 const gateways = {};
 for (const batch of [BATCH, 1]) {
   gateways[batch] = await startGateway({

@@ -7,21 +7,30 @@ cd "$ROOT"
 bash scripts/setup.sh
 bash scripts/build.sh
 
+# Three distinct random secrets of 48 hex characters (the gateway refuses secrets shorter than
+# 32 characters and equal ones). An older .dev.vars with the short dev tokens is replaced.
+new_secret() { node -e 'process.stdout.write(require("crypto").randomBytes(24).toString("hex"))'; }
+if [ -f .dev.vars ] && ! grep -q '^ORIGIN_SIGNING_SECRET=' .dev.vars; then
+  echo "replacing .dev.vars: it predates ORIGIN_SIGNING_SECRET and the 32-character minimum"
+  rm .dev.vars
+fi
 if [ ! -f .dev.vars ]; then
-  cat > .dev.vars <<'VARS'
-ADMIN_TOKEN=dev-admin-token
-ORIGIN_TOKEN=dev-origin-token
+  cat > .dev.vars <<VARS
+ADMIN_TOKEN=dev-admin-$(new_secret)
+ORIGIN_TOKEN=dev-origin-$(new_secret)
+ORIGIN_SIGNING_SECRET=dev-signing-$(new_secret)
 POSTGUARD_CONFIG='{"webhooks": {"allow_insecure_urls": true, "allow_hosts": ["127.0.0.1"], "schedule_s": [5, 30, 120, 600]}}'
 VARS
-  echo "wrote .dev.vars with local development secrets and a config that allows the local receiver"
+  echo "wrote .dev.vars with random local development secrets and a config that allows the local receiver"
 fi
 ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
+ORIGIN_SIGNING_SECRET=$(sed -n 's/^ORIGIN_SIGNING_SECRET=//p' .dev.vars)
 
 # The audit log's D1 schema (migrations/), applied to the same local state wrangler dev uses.
 wrangler d1 migrations apply DB --local --persist-to .wrangler/state < /dev/null
 
-ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
+ORIGIN_SIGNING_SECRET="$ORIGIN_SIGNING_SECRET" node tests/support/origin.mjs --port 8788 &
 origin_pid=$!
 node scripts/demo-receiver.mjs --port 8789 &
 receiver_pid=$!

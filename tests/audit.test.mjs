@@ -25,7 +25,7 @@ let keyA; // project audit-a
 let keyB; // project audit-b
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   db = await gw.mf.getD1Database('DB');
   keyA = await gw.createKey({ project: 'audit-a', plan: 'big' });

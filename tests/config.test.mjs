@@ -3,12 +3,12 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
 import {
-  startGateway, problem, bearer, cfg, assertRateHeaders, ADMIN_TOKEN, ORIGIN_TOKEN,
+  startGateway, problem, bearer, cfg, assertRateHeaders, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
 
 let origin;
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
 });
 after(async () => origin?.kill());
 
@@ -79,14 +79,14 @@ describe('CONFIG_INVALID names the offending field', () => {
     });
   }
 
-  for (const secret of ['ADMIN_TOKEN', 'ORIGIN_TOKEN']) {
+  for (const secret of ['ADMIN_TOKEN', 'ORIGIN_TOKEN', 'ORIGIN_SIGNING_SECRET']) {
     it(`missing ${secret} → CONFIG_INVALID naming ${secret}`, async () => {
-      const secrets = { ADMIN_TOKEN, ORIGIN_TOKEN };
+      const secrets = { ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET };
       delete secrets[secret];
       await withGateway({ secrets, vars: { POSTGUARD_CONFIG: '{}' } }, (gw) => assertConfigInvalid(gw, secret));
     });
     it(`empty ${secret} → CONFIG_INVALID naming ${secret}`, async () => {
-      await withGateway({ secrets: { ADMIN_TOKEN, ORIGIN_TOKEN, [secret]: '' }, vars: { POSTGUARD_CONFIG: '{}' } }, (gw) => assertConfigInvalid(gw, secret));
+      await withGateway({ secrets: { ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET, [secret]: '' }, vars: { POSTGUARD_CONFIG: '{}' } }, (gw) => assertConfigInvalid(gw, secret));
     });
   }
 });

@@ -25,7 +25,7 @@ let key;
 const ik = () => `err-${crypto.randomBytes(6).toString('hex')}`;
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   key = await gw.createKey({ project: 'errors', plan: 'big' });
 });
@@ -211,7 +211,7 @@ describe('origin errors (502/504)', () => {
       problem(res, { status: 502, code: 'ORIGIN_UNREACHABLE' });
       assertRateHeaders(res);
     } finally {
-      origin = await startOrigin({ port, token: ORIGIN_TOKEN });
+      origin = await startOrigin({ port });
     }
   });
 });

@@ -23,7 +23,7 @@ let persistDir;
 
 before(async () => {
   persistDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-expiry-'));
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, persistDir, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {

@@ -33,7 +33,7 @@ let gw;
 const receivers = [];
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {
@@ -49,7 +49,7 @@ const show = (res) => `${res.status} ${JSON.stringify(res.headers)} ${res.text?.
 async function restartOriginOn(port) {
   for (let i = 0; ; i++) {
     try {
-      return await startOrigin({ port, token: ORIGIN_TOKEN });
+      return await startOrigin({ port });
     } catch (e) {
       if (e.code !== 'EADDRINUSE' || i >= 50) throw e;
       await sleep(100);

@@ -2,9 +2,9 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
-import { startOrigin, verifySignature } from './support/origin.mjs';
+import { startOrigin, verifySignature, identityOf } from './support/origin.mjs';
 import {
-  startGateway, rawRequest, problem, bearer, cfg, assertRateHeaders, REQUEST_ID_RE, ORIGIN_TOKEN,
+  startGateway, rawRequest, problem, bearer, cfg, assertRateHeaders, REQUEST_ID_RE, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
 
 const CONFIG = {
@@ -19,7 +19,7 @@ let key;
 const ik = () => `fw-${crypto.randomBytes(6).toString('hex')}`;
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   key = await gw.createKey({ project: 'fwd-project', plan: 'big' });
 });
@@ -50,7 +50,7 @@ describe('request to the origin', () => {
     assert.equal(seen.signature_ok, true, `signature: ${seen.signature_error} (${h['x-postguard-signature']})`);
   });
 
-  it('X-Postguard-Signature: t=<unix s>,v1=<base64 HMAC-SHA256> over t.request_id.METHOD.path?query.sha256(body)', async () => {
+  it('X-Postguard-Signature: t=<unix s>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET)> over the request and its identity', async () => {
     const body = crypto.randomBytes(70000);
     const res = await gw.fetch('/upload?kind=bin', {
       method: 'POST',
@@ -62,18 +62,22 @@ describe('request to the origin', () => {
     assert.equal(seen.body_sha256, crypto.createHash('sha256').update(body).digest('hex'), 'the body arrives byte-exact');
     assert.equal(seen.body_bytes, body.length);
     const sig = seen.headers['x-postguard-signature'];
-    assert.match(sig, /^t=\d+,v1=[A-Za-z0-9+/]+=*$/);
+    assert.match(sig, /^t=\d+,v2=[A-Za-z0-9+/]+=*$/);
     const t = Number(/^t=(\d+)/.exec(sig)[1]);
     assert.ok(Math.abs(t - Date.now() / 1000) < 30, 't is the current unix time in seconds');
     assert.equal(seen.signature_ok, true, seen.signature_error);
-    // the signature really binds the request: another token, body, path or id does not verify
-    const base = { header: sig, requestId: seen.headers['x-request-id'], method: 'POST', target: '/upload?kind=bin', bodySha256: seen.body_sha256 };
-    assert.equal(verifySignature({ ...base, token: ORIGIN_TOKEN }).ok, true);
-    assert.equal(verifySignature({ ...base, token: 'another-token' }).ok, false);
-    assert.equal(verifySignature({ ...base, token: ORIGIN_TOKEN, target: '/upload?kind=txt' }).ok, false);
-    assert.equal(verifySignature({ ...base, token: ORIGIN_TOKEN, method: 'PUT' }).ok, false);
-    assert.equal(verifySignature({ ...base, token: ORIGIN_TOKEN, requestId: 'req_x' }).ok, false);
-    assert.equal(verifySignature({ ...base, token: ORIGIN_TOKEN, bodySha256: crypto.createHash('sha256').update('').digest('hex') }).ok, false);
+    // the signature really binds the request: another secret, body, path, id or identity does not verify
+    const identity = identityOf(seen.headers);
+    assert.equal(identity.contentType, 'application/octet-stream');
+    assert.ok(identity.idempotencyKey);
+    const base = { header: sig, requestId: seen.headers['x-request-id'], method: 'POST', target: '/upload?kind=bin', bodySha256: seen.body_sha256, identity, secret: ORIGIN_SIGNING_SECRET };
+    assert.equal(verifySignature(base).ok, true);
+    assert.equal(verifySignature({ ...base, secret: ORIGIN_TOKEN }).ok, false, 'the publishing token does not sign');
+    assert.equal(verifySignature({ ...base, target: '/upload?kind=txt' }).ok, false);
+    assert.equal(verifySignature({ ...base, method: 'PUT' }).ok, false);
+    assert.equal(verifySignature({ ...base, requestId: 'req_x' }).ok, false);
+    assert.equal(verifySignature({ ...base, bodySha256: crypto.createHash('sha256').update('').digest('hex') }).ok, false);
+    assert.equal(verifySignature({ ...base, nowS: t + 301 }).reason, 'stale timestamp', 'an old t is refused');
   });
 
   it('signs every method, with and without body and query', async () => {
@@ -100,7 +104,12 @@ describe('request to the origin', () => {
         ['X-Postguard-Project', 'evil'],
         ['X-Postguard-Key-Prefix', 'pgk_evil0000'],
         ['X-Postguard-Plan', 'unlimited'],
-        ['X-Postguard-Signature', 't=1,v1=AAAA'],
+        ['X-Postguard-Signature', 't=1,v2=AAAA'],
+        ['X-Postguard-Client-IP', '6.6.6.6'],
+        ['X-Forwarded-For', '6.6.6.6'],
+        ['True-Client-IP', '6.6.6.6'],
+        ['Forwarded', 'for=6.6.6.6'],
+        ['X-Real-IP', '6.6.6.6'],
         ['X-Postguard-Admin', 'yes'],
         ['x-postguard-project', 'evil2'],
       ],
@@ -113,6 +122,12 @@ describe('request to the origin', () => {
     assert.equal(h['x-postguard-plan'], 'big');
     assert.equal(h['x-postguard-admin'], undefined);
     assert.equal(seen.signature_ok, true);
+    // Client-address claims are dropped; the edge's address (CF-Connecting-IP) is forwarded, signed.
+    assert.notEqual(h['x-postguard-client-ip'], '6.6.6.6');
+    assert.equal(h['true-client-ip'], undefined);
+    assert.equal(h.forwarded, undefined);
+    assert.equal(h['x-real-ip'], undefined);
+    assert.ok(!String(h['x-forwarded-for'] ?? '').includes('6.6.6.6'), 'X-Forwarded-For is replaced, not appended to');
     const names = [];
     for (let i = 0; i < seen.rawHeaders.length; i += 2) names.push(seen.rawHeaders[i].toLowerCase());
     for (const n of ['x-postguard-project', 'x-postguard-key-prefix', 'x-postguard-plan', 'x-postguard-signature', 'x-request-id']) {
@@ -252,7 +267,7 @@ describe('origin failures', () => {
     // 502, not a 504 at the timeout: a refused connection is reported as such.
     problem(res, { status: 502, code: 'ORIGIN_UNREACHABLE' });
     assertRateHeaders(res);
-    origin = await startOrigin({ port, token: ORIGIN_TOKEN });
+    origin = await startOrigin({ port });
     const ok = await gw.fetch('/up', { headers: bearer(key.key) });
     assert.equal(ok.status, 200, ok.text);
     assert.equal(origin.stats.total, 1);

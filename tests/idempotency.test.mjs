@@ -58,7 +58,7 @@ function post(p, { idem, body = '{"amount":100}', headers = {}, apiKey = key.key
 }
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   key = await gw.createKey({ project: 'idem', plan: 'big' });
 });
@@ -427,7 +427,7 @@ describe('origin unreachable', () => {
     assertRateHeaders(r1);
     const r2 = await post('/pay', { idem: k });
     problem(r2, { status: 502, code: 'ORIGIN_UNREACHABLE' });
-    origin = await startOrigin({ port, token: ORIGIN_TOKEN });
+    origin = await startOrigin({ port });
     const r3 = await post('/pay', { idem: k });
     assert.equal(r3.status, 201, `${r3.status} ${r3.text}`);
     assert.equal(r3.headers['idempotent-replayed'], undefined);
@@ -447,7 +447,7 @@ describe('crash mid-request (persisted state)', () => {
   let g;
   before(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'postguard-crash-'));
-    crashOrigin = await startOrigin({ token: ORIGIN_TOKEN });
+    crashOrigin = await startOrigin();
   });
   after(async () => {
     await g?.dispose();

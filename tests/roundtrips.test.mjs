@@ -18,7 +18,7 @@ let tiny;
 
 before(async () => {
   process.env.POSTGUARD_ROOT = prepareCountingRoot(); // this file's process only
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({
     originUrl: origin.url,
     vars: { POSTGUARD_CONFIG: cfg({ plans: { big: { requests_per_window: 100000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },

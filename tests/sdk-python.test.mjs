@@ -64,7 +64,7 @@ before(async () => {
   const setup = await run('bash', [path.join(ROOT, 'scripts', 'setup-clients-py.sh')]);
   assert.equal(setup.code, 0, `setup-clients-py.sh failed:\n${setup.out}`);
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-sdk-py-'));
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   proxy = await startFaultProxy({ target: gw.url, cutRate: 0, seed: FAULT_SEED });
   receiver = await startReceiver();

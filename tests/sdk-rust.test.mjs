@@ -57,7 +57,7 @@ async function startCaptures(rcv) {
 }
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   proxy = await startFaultProxy({ target: gw.url, cutRate: 0, seed: FAULT_SEED });
   receiver = await startReceiver();

@@ -35,7 +35,7 @@ const figure = (name, obj) => console.log(`# sdk-ts ${name} ${JSON.stringify(obj
 const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {

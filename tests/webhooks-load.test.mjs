@@ -25,7 +25,7 @@ let gw;
 let rcv;
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {

@@ -7,10 +7,13 @@ import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 import { parse as parseToml } from 'smol-toml';
+import { TEST_SIGNING_SECRET } from './origin.mjs';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
 export const ORIGIN_TOKEN = 'test-origin-token-fedcba9876543210';
+/** Signs requests to the origin; tests/support/origin.mjs verifies with the same value. */
+export { TEST_SIGNING_SECRET as ORIGIN_SIGNING_SECRET } from './origin.mjs';
 export const REQUEST_ID_RE = /^req_([0-9A-HJKMNP-TV-Z]{26}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 export const KEY_ID_RE = /^key_[0-9A-HJKMNP-TV-Z]{26}$/;
 export const API_KEY_RE = /^pgk_[A-Za-z0-9_-]{43}$/;
@@ -175,7 +178,7 @@ export async function applyD1Migrations(mf, toml, root = process.env.POSTGUARD_R
 
 export async function startGateway({
   vars = {},
-  secrets = { ADMIN_TOKEN, ORIGIN_TOKEN },
+  secrets = { ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET: TEST_SIGNING_SECRET },
   originUrl,
   persistDir,
   migrate = true,

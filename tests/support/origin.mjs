@@ -1,7 +1,7 @@
 // A real local demo origin for postguard (plain node:http).
 //
-// Module:  const o = await startOrigin({ port: 0, token });  o.url, o.stats, await o.close()
-// CLI:     node tests/support/origin.mjs --port 8788   (token from ORIGIN_TOKEN, default dev-origin-token)
+// Module:  const o = await startOrigin({ port: 0, secret });  o.url, o.stats, await o.close()
+// CLI:     node tests/support/origin.mjs --port 8788   (secret from ORIGIN_SIGNING_SECRET, default the tests' one)
 //
 // Every request (except the /__demo/ control API) is an "execution": it is counted in total and
 // per Idempotency-Key header value, its X-Postguard-Signature is verified, and it is recorded.
@@ -21,11 +21,51 @@ import http from 'node:http';
 import crypto from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 
-export const DEFAULT_ORIGIN_TOKEN = 'dev-origin-token';
+/** The signing secret of the tests (tests/support/gateway.mjs sets it as ORIGIN_SIGNING_SECRET). */
+export const TEST_SIGNING_SECRET = 'test-origin-signing-secret-5f3c9a1e7b2d4c60';
 const MAX_RECORDS = 500;
+/** How old a signature's `t` may be (s): older ones are refused as replays. */
+export const MAX_SIGNATURE_AGE_S = 300;
 
-/** Verify `t=<unix s>,v1=<base64 HMAC-SHA256(token, "<t>.<request id>.<METHOD>.<path?query>.<hex sha256(body)>")>`. */
-export function verifySignature({ token, header, requestId, method, target, bodySha256, nowS = Date.now() / 1000 }) {
+/**
+ * The string postguard signs: `v2` and each field on its own line (ADR 0015, README "Security").
+ * `identity` holds the forwarded header values (absent ones sign as '').
+ */
+export function canonicalString({ t, requestId, method, target, bodySha256, identity = {} }) {
+  return [
+    'v2',
+    t,
+    requestId ?? '',
+    method,
+    target,
+    bodySha256,
+    identity.project ?? '',
+    identity.keyPrefix ?? '',
+    identity.plan ?? '',
+    identity.idempotencyKey ?? '',
+    identity.contentType ?? '',
+    identity.clientIp ?? '',
+  ].join('\n');
+}
+
+/** The identity fields of a forwarded request, from its (lower-cased) headers. */
+export function identityOf(headers) {
+  return {
+    project: headers['x-postguard-project'],
+    keyPrefix: headers['x-postguard-key-prefix'],
+    plan: headers['x-postguard-plan'],
+    idempotencyKey: headers['idempotency-key'],
+    contentType: headers['content-type'],
+    clientIp: headers['x-postguard-client-ip'],
+  };
+}
+
+/**
+ * Verify `t=<unix s>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, canonicalString)>`: the secret, a
+ * fresh `t` (within MAX_SIGNATURE_AGE_S), and every signed field as received — a replay with a
+ * changed project, plan, key prefix, Idempotency-Key, content type or client IP fails.
+ */
+export function verifySignature({ secret, header, requestId, method, target, bodySha256, identity, nowS = Date.now() / 1000 }) {
   if (typeof header !== 'string' || header.length === 0) return { ok: false, reason: 'missing' };
   const parts = {};
   for (const piece of header.split(',')) {
@@ -35,17 +75,12 @@ export function verifySignature({ token, header, requestId, method, target, body
     if (name in parts) return { ok: false, reason: `duplicate ${name}` };
     parts[name] = piece.slice(i + 1).trim();
   }
-  if (!/^\d+$/.test(parts.t ?? '') || !parts.v1) return { ok: false, reason: 'malformed' };
+  if (!/^\d+$/.test(parts.t ?? '') || !parts.v2) return { ok: false, reason: 'malformed' };
   const t = Number(parts.t);
-  if (Math.abs(nowS - t) > 300) return { ok: false, reason: 'stale timestamp', t };
-  const msg = `${parts.t}.${requestId ?? ''}.${method}.${target}.${bodySha256}`;
-  const expected = crypto.createHmac('sha256', token).update(msg).digest();
-  let got;
-  try {
-    got = Buffer.from(parts.v1, 'base64');
-  } catch {
-    return { ok: false, reason: 'bad base64' };
-  }
+  if (Math.abs(nowS - t) > MAX_SIGNATURE_AGE_S) return { ok: false, reason: 'stale timestamp', t };
+  const msg = canonicalString({ t: parts.t, requestId, method, target, bodySha256, identity });
+  const expected = crypto.createHmac('sha256', secret).update(msg).digest();
+  const got = Buffer.from(parts.v2, 'base64');
   const ok = got.length === expected.length && crypto.timingSafeEqual(got, expected);
   return { ok, reason: ok ? null : 'mismatch', t };
 }
@@ -99,7 +134,7 @@ function sendJson(res, status, obj, extraHeaders = {}) {
   res.end(body);
 }
 
-export async function startOrigin({ port = 0, host = '127.0.0.1', token = DEFAULT_ORIGIN_TOKEN, log = false } = {}) {
+export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_SIGNING_SECRET, log = false } = {}) {
   const stats = createStats();
   const sockets = new Set();
   const timers = new Set();
@@ -148,7 +183,8 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', token = DEFAUL
       execution = stats.byKey[idemKey];
     }
     const sig = verifySignature({
-      token,
+      secret,
+      identity: identityOf(req.headers),
       header: req.headers['x-postguard-signature'],
       requestId: req.headers['x-request-id'],
       method: req.method,
@@ -260,7 +296,7 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', token = DEFAUL
     url: `http://${host}:${realPort}`,
     port: realPort,
     stats,
-    token,
+    secret,
     close: kill,
     kill,
   };
@@ -277,13 +313,13 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     else if (args[i] === '--host') host = args[++i];
     else if (args[i].startsWith('--host=')) host = args[i].slice(7);
     else if (args[i] === '--help' || args[i] === '-h') {
-      console.log('usage: node tests/support/origin.mjs [--port 8788] [--host 127.0.0.1]   (ORIGIN_TOKEN env = HMAC key)');
+      console.log('usage: node tests/support/origin.mjs [--port 8788] [--host 127.0.0.1]   (ORIGIN_SIGNING_SECRET env = HMAC key)');
       process.exit(0);
     }
   }
-  const token = process.env.ORIGIN_TOKEN || DEFAULT_ORIGIN_TOKEN;
-  const origin = await startOrigin({ port, host, token, log: true });
-  console.log(`demo origin listening on ${origin.url} (signature key from ORIGIN_TOKEN${process.env.ORIGIN_TOKEN ? '' : ', default'})`);
+  const secret = process.env.ORIGIN_SIGNING_SECRET || TEST_SIGNING_SECRET;
+  const origin = await startOrigin({ port, host, secret, log: true });
+  console.log(`demo origin listening on ${origin.url} (signature key from ORIGIN_SIGNING_SECRET${process.env.ORIGIN_SIGNING_SECRET ? '' : ', default'})`);
   const stop = async () => {
     await origin.kill();
     process.exit(0);

@@ -14,6 +14,7 @@ import {
 const CONFIG = {
   webhooks: { schedule_s: [1, 1], timeout_ms: 20000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   plans: { big: { requests_per_window: 100000 }, small: { requests_per_window: 20 } },
+  rate_limit: { stats_cost: 5 },
 };
 
 let origin;
@@ -320,7 +321,7 @@ describe('endpoints whose cost a caller controls (issue 15.6)', () => {
     assert.deepEqual(await paths(`/Case?${tag}`), [], '? is literal');
   });
 
-  it('/audit and /stats consume the key\'s budget (audit_cost 1, stats_cost 5); /me and the webhook endpoints do not', async () => {
+  it('/audit and /stats consume the key\'s budget (audit_cost 1 by default, stats_cost 5 as configured); /me and the webhook endpoints do not', async () => {
     const p = await project('budget', 'small');
     const remaining = (res) => Number(res.headers['x-ratelimit-remaining']);
     const me = await api('GET', '/_postguard/v1/me', p.key);

@@ -92,7 +92,7 @@ impl Default for RateLimitConfig {
         RateLimitConfig {
             costs: Vec::new(),
             audit_cost: 1,
-            stats_cost: 5,
+            stats_cost: 1,
         }
     }
 }
@@ -884,7 +884,7 @@ mod tests {
                 c.settings.rate_limit.audit_cost,
                 c.settings.rate_limit.stats_cost
             ),
-            (1, 5)
+            (1, 1)
         );
         assert_eq!(
             err_field(r#"{"webhooks":{"max_subscriptions_per_project":0}}"#),

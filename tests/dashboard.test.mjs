@@ -123,7 +123,7 @@ async function view(page, name) {
 }
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   receiverA = await startReceiver({ behaviour: () => ({ status: 400, body: 'not yet' }) });
   receiverB = await startReceiver();

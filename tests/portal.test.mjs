@@ -5,13 +5,13 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
-import { startGateway, problem, poll, ADMIN_TOKEN, ORIGIN_TOKEN, bearer } from './support/gateway.mjs';
+import { startGateway, problem, poll, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET, bearer } from './support/gateway.mjs';
 
 let origin;
 let gw;
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url });
 });
 after(async () => {
@@ -127,9 +127,10 @@ describe('POST /_postguard/v1/portal-sessions', () => {
       if (token.length > 24) assert.ok(!p.detail.includes(token.slice(4, 24)), 'the detail does not repeat the token');
     }
     // The signed link of another deployment (another ADMIN_TOKEN) is not valid here.
-    const other = await startGateway({ secrets: { ADMIN_TOKEN: 'another-admin-token', ORIGIN_TOKEN } });
+    const otherAdmin = 'another-admin-token-0123456789abcdef';
+    const other = await startGateway({ secrets: { ADMIN_TOKEN: otherAdmin, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET } });
     try {
-      const foreign = await other.admin('POST', '/_postguard/v1/portal-links', { project: 'x' }, { token: 'another-admin-token' });
+      const foreign = await other.admin('POST', '/_postguard/v1/portal-links', { project: 'x' }, { token: otherAdmin });
       assert.equal(foreign.status, 201);
       problem(await exchange(foreign.json.url.split('#portal=')[1]), { status: 401, code: 'UNAUTHORIZED' });
     } finally {

@@ -229,7 +229,7 @@ pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
 /// Asks the key's Durable Object, which holds the authoritative revoked
 /// flag, charging `cost` to the key's limiter (0: a peek). A revoked key is
 /// refused whatever this isolate or KV still cache; with a cost, an
-/// exhausted budget is a 429. The verdict's headers go on the answer.
+/// exhausted budget is a 429 (with the rate-limit headers).
 pub async fn confirm(caller: &Caller, env: &Env, rc: &RequestCtx, cost: u32) -> Handled<Verdict> {
     let req = AdmitRequest {
         cost,

@@ -2,7 +2,8 @@
 // (tests/support/counting.mjs): Durable Object round trips, SQL statements by kind, alarm
 // calls, KV reads and origin fetches. These are the design's invariants (ADR 0001, 0006):
 // one object call before the origin, one after only when a response is stored or a claim
-// released, the stored body riding in the admit reply, no object call for a bad key.
+// released, the stored body riding in the admit reply, no object call for a bad key (and
+// no KV read for one seen in the last 10 s), one cost-0 object call per gateway endpoint.
 // Counts, not timings; bench/counters.mjs prints the same table for RESULTS.md.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -103,9 +104,21 @@ describe('calls per request', () => {
     });
   });
 
-  it('unknown key (401): one KV read, no object call', async () => {
-    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer pgk_${'B'.repeat(43)}` } }), 401), {
+  it('unknown key (401): no object call, and no KV read while the negative cache remembers it (ADR 0015)', async () => {
+    // The warm-up made the one KV read; the next requests within 10 s cost nothing.
+    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer pgk_${'B'.repeat(43)}` } }), 401), {});
+  });
+
+  it('a new unknown key (401): one KV read, no object call', async () => {
+    const stamp = Date.now().toString(36);
+    const fresh = (i) => `pgk_${`C${stamp}x${i + 1}`.padEnd(43, 'C')}`;
+    expectCounts(await perRequest((i) => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${fresh(i)}` } }), 401), {
       'KV.get': 1,
     });
+  });
+
+  it('gateway endpoints ask the key\'s object (cost 0): /webhooks is one /admit round trip', async () => {
+    const counts = await perRequest(() => gw.fetch('/_postguard/v1/webhooks', { headers: { authorization: `Bearer ${key}` } }), 200);
+    assert.equal(counts['object round trip /admit'], 1, JSON.stringify(counts));
   });
 });

@@ -148,13 +148,8 @@ impl Signer {
 #[serde(deny_unknown_fields)]
 pub struct LinkRequest {
     pub project: String,
-    /// Absent means the default; `null` is refused like any other non-integer.
-    #[serde(default, deserialize_with = "present_u64")]
+    #[serde(default)]
     pub ttl_s: Option<u64>,
-}
-
-fn present_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    u64::deserialize(d).map(Some)
 }
 
 /// Parses and validates a link request; returns the project and the TTL.
@@ -377,7 +372,6 @@ mod tests {
             br#"{"project":"acme","ttl_s":-1}"#,
             br#"{"project":"acme","ttl_s":1.5}"#,
             br#"{"project":"acme","ttl_s":"60"}"#,
-            br#"{"project":"acme","ttl_s":null}"#,
             br#"{"project":"a b"}"#,
             br#"{"project":""}"#,
             br#"{"ttl_s":60}"#,

@@ -24,7 +24,7 @@ let gwShort;
 const receivers = [];
 
 before(async () => {
-  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(BASE) } });
   gwShort = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(SHORT) } });
 });

@@ -1,5 +1,7 @@
 //! Who is calling: an API key (looked up by hash in KV, cached briefly per
-//! isolate) or the operator (`ADMIN_TOKEN`, compared in constant time).
+//! isolate), the operator (`ADMIN_TOKEN`) or the origin (`ORIGIN_TOKEN`).
+//! The token is classified once (`Credential::classify`); each endpoint
+//! family accepts one kind and answers 403 to a valid credential of another.
 //!
 //! The cache never weakens revocation: the key's Durable Object holds the
 //! authoritative revoked flag and is consulted on every proxied request.
@@ -8,12 +10,14 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use postguard_core::config::{Config, Plan};
+use postguard_core::credential::Credential;
 use postguard_core::ids;
 use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
 
 use crate::bindings;
+use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 
 const CACHE_TTL_MS: u64 = 30_000;
@@ -32,13 +36,18 @@ pub fn forget(hash_hex: &str) {
     KEYS.with(|c| c.borrow_mut().remove(hash_hex));
 }
 
-fn bearer(req: &Request) -> Option<String> {
-    let value = req.headers().get("Authorization").ok().flatten()?;
-    ids::bearer(&value).map(str::to_string)
+/// The request's credential.
+pub fn credential(req: &Request, cfg: &Config) -> Credential {
+    let header = req.headers().get("Authorization").ok().flatten();
+    Credential::classify(header.as_deref(), &cfg.admin_token, &cfg.origin_token)
 }
 
 fn invalid(detail: &str) -> Problem {
     Problem::new(ErrorCode::InvalidApiKey, detail)
+}
+
+fn refuse(code: ErrorCode, detail: &str) -> Handled<()> {
+    Err(Problem::new(code, detail).into())
 }
 
 /// Looks up a well-formed key by hash. `Ok(None)`: unknown.
@@ -74,20 +83,19 @@ pub struct ApiKey {
 
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
-pub async fn api_key(req: &Request, env: &Env) -> worker::Result<Result<ApiKey, Problem>> {
-    let Some(token) = bearer(req) else {
-        return Ok(Err(invalid(
-            "send the API key as 'Authorization: Bearer <key>'",
-        )));
+async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
+    let token = match cred {
+        Credential::ApiKey(t) => t,
+        Credential::Missing => {
+            return Err(invalid("send the API key as 'Authorization: Bearer <key>'").into())
+        }
+        _ => return Err(invalid("the API key is malformed").into()),
     };
-    if !ids::is_well_formed_api_key(&token) {
-        return Ok(Err(invalid("the API key is malformed")));
-    }
     let hash = ids::sha256_hex(&token);
     match lookup(env, &hash).await? {
-        Some(record) if record.revoked_at.is_none() => Ok(Ok(ApiKey { record, hash })),
-        Some(_) => Ok(Err(invalid("the API key has been revoked"))),
-        None => Ok(Err(invalid("the API key is not known"))),
+        Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
+        Some(_) => Err(invalid("the API key has been revoked").into()),
+        None => Err(invalid("the API key is not known").into()),
     }
 }
 
@@ -100,31 +108,29 @@ pub struct Caller {
 /// Authenticates the API key and resolves its plan. A plan missing from the
 /// configuration is the operator's error (`CONFIG_INVALID`), not the client's.
 pub async fn api_caller(
-    req: &Request,
+    cred: Credential,
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
-) -> worker::Result<Result<Caller, Problem>> {
-    let key = match api_key(req, env).await? {
-        Ok(k) => k,
-        Err(p) => return Ok(Err(p)),
-    };
+) -> Handled<Caller> {
+    let key = api_key(cred, env).await?;
     rc.note(|f| {
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
     });
     match cfg.settings.plans.get(&key.record.plan) {
-        Some(plan) => Ok(Ok(Caller {
+        Some(plan) => Ok(Caller {
             plan: plan.clone(),
             key,
-        })),
-        None => Ok(Err(Problem::new(
+        }),
+        None => Err(Problem::new(
             ErrorCode::ConfigInvalid,
             format!(
                 "plans: the key's plan '{}' is not configured",
                 key.record.plan
             ),
-        ))),
+        )
+        .into()),
     }
 }
 
@@ -135,80 +141,74 @@ pub fn revoked(key: &ApiKey) -> Problem {
     invalid("the API key has been revoked")
 }
 
+/// Whether an API-key-shaped token names a stored key (`live_only`: one that
+/// is not revoked).
+async fn is_known_key(env: &Env, token: &str, live_only: bool) -> worker::Result<bool> {
+    let rec = lookup(env, &ids::sha256_hex(token)).await?;
+    Ok(rec.is_some_and(|r| !live_only || r.revoked_at.is_none()))
+}
+
 /// Operator authentication for `/_postguard/v1/keys…`: 401 `UNAUTHORIZED` for a
 /// wrong or missing token, 403 `FORBIDDEN` for a valid credential of another
-/// kind (an API key, or the origin's token).
-pub async fn operator(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-) -> worker::Result<Result<(), Problem>> {
-    let Some(token) = bearer(req) else {
-        return Ok(Err(Problem::new(
-            ErrorCode::Unauthorized,
+/// kind (a live API key, or the origin's token).
+pub async fn operator(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
+    use ErrorCode::{Forbidden, Unauthorized};
+    match credential(req, cfg) {
+        Credential::Operator => Ok(()),
+        Credential::Missing => refuse(
+            Unauthorized,
             "send the operator token as 'Authorization: Bearer <ADMIN_TOKEN>'",
-        )));
-    };
-    if ids::secrets_equal(&token, &cfg.admin_token) {
-        return Ok(Ok(()));
-    }
-    if ids::secrets_equal(&token, &cfg.origin_token) {
-        return Ok(Err(Problem::new(
-            ErrorCode::Forbidden,
-            "the origin token cannot call operator endpoints",
-        )));
-    }
-    if ids::is_well_formed_api_key(&token) {
-        if let Some(rec) = lookup(env, &ids::sha256_hex(&token)).await? {
-            if rec.revoked_at.is_none() {
-                return Ok(Err(Problem::new(
-                    ErrorCode::Forbidden,
-                    "API keys cannot call operator endpoints",
-                )));
-            }
+        ),
+        Credential::Origin => refuse(Forbidden, "the origin token cannot call operator endpoints"),
+        Credential::ApiKey(t) if is_known_key(env, &t, true).await? => {
+            refuse(Forbidden, "API keys cannot call operator endpoints")
         }
+        _ => refuse(Unauthorized, "the operator token is wrong"),
     }
-    Ok(Err(Problem::new(
-        ErrorCode::Unauthorized,
-        "the operator token is wrong",
-    )))
 }
 
 /// The origin's authentication for publishing (`ORIGIN_TOKEN`): 401
 /// `UNAUTHORIZED` for a wrong or missing token, 403 `FORBIDDEN` for the
 /// operator's token or an API key.
-pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> worker::Result<Result<(), Problem>> {
-    let Some(token) = bearer(req) else {
-        return Ok(Err(Problem::new(
-            ErrorCode::Unauthorized,
+pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
+    use ErrorCode::{Forbidden, Unauthorized};
+    match credential(req, cfg) {
+        Credential::Origin => Ok(()),
+        Credential::Missing => refuse(
+            Unauthorized,
             "send the origin token as 'Authorization: Bearer <ORIGIN_TOKEN>'",
-        )));
-    };
-    if ids::secrets_equal(&token, &cfg.origin_token) {
-        return Ok(Ok(()));
-    }
-    if ids::secrets_equal(&token, &cfg.admin_token) {
-        return Ok(Err(Problem::new(
-            ErrorCode::Forbidden,
+        ),
+        Credential::Operator => refuse(
+            Forbidden,
             "events are published with the origin token, not the operator token",
-        )));
+        ),
+        Credential::ApiKey(t) if is_known_key(env, &t, false).await? => {
+            refuse(Forbidden, "API keys cannot publish events")
+        }
+        _ => refuse(Unauthorized, "the origin token is wrong"),
     }
-    if ids::is_well_formed_api_key(&token) && lookup(env, &ids::sha256_hex(&token)).await?.is_some()
-    {
-        return Ok(Err(Problem::new(
-            ErrorCode::Forbidden,
-            "API keys cannot publish events",
-        )));
-    }
-    Ok(Err(Problem::new(
-        ErrorCode::Unauthorized,
-        "the origin token is wrong",
-    )))
 }
 
-/// Whether the bearer is the operator token (for endpoints that answer 403 to it).
-pub fn is_operator(req: &Request, cfg: &Config) -> bool {
-    bearer(req).is_some_and(|t| {
-        ids::secrets_equal(&t, &cfg.admin_token) || ids::secrets_equal(&t, &cfg.origin_token)
-    })
+/// An API-key caller of an endpoint that belongs to a key (or its project):
+/// the operator's and the origin's tokens are valid credentials of the wrong
+/// kind here, 403 with `forbidden`.
+pub async fn key_holder(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    forbidden: &str,
+) -> Handled<Caller> {
+    let cred = credential(req, cfg);
+    if cred.is_secret() {
+        return Err(Problem::new(ErrorCode::Forbidden, forbidden).into());
+    }
+    api_caller(cred, env, cfg, rc).await
+}
+
+/// The project of an API-key caller of the webhook endpoints.
+pub async fn project(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<String> {
+    let forbidden = "webhooks and deliveries belong to a project: use one of its API keys";
+    let caller = key_holder(req, env, cfg, rc, forbidden).await?;
+    Ok(caller.key.record.project)
 }

@@ -1,12 +1,12 @@
-//! Rendering responses: problem+json, JSON resources, and header helpers.
+//! Building responses (JSON resources, raw bodies) and subrequests; problems
+//! are rendered by `reject::render`.
 
-use postguard_core::problem::PROBLEM_CONTENT_TYPE;
-use postguard_core::Problem;
 use serde::Serialize;
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{js_sys, web_sys, Headers, Response, Result};
 
+use crate::reject::Handled;
 use crate::runtime::RequestCtx;
 
 pub type HeaderList = Vec<(String, String)>;
@@ -50,36 +50,23 @@ pub fn respond(
     })
 }
 
-pub fn problem(rc: &RequestCtx, p: &Problem, extra: &[(&str, String)]) -> Result<Response> {
-    let mut all: Vec<(&str, String)> = extra.to_vec();
-    all.push(("Content-Type", PROBLEM_CONTENT_TYPE.to_string()));
-    all.push(("Cache-Control", "no-store".to_string()));
-    if let Some(s) = p.retry_after_s {
-        all.push(("Retry-After", s.to_string()));
-    }
-    if let Some(allow) = p.allow {
-        all.push(("Allow", allow.to_string()));
-    }
-    respond(
-        rc,
-        p.status(),
-        &[],
-        &all,
-        Some(p.to_json(&rc.request_id).into_bytes()),
-    )
-}
-
+/// A JSON resource.
 pub fn json<T: Serialize>(
     rc: &RequestCtx,
     status: u16,
     value: &T,
     extra: &[(&str, String)],
-) -> Result<Response> {
+) -> Handled {
     let body = serde_json::to_vec(value)?;
     let mut all: Vec<(&str, String)> = extra.to_vec();
     all.push(("Content-Type", "application/json".to_string()));
     all.push(("Cache-Control", "no-store".to_string()));
-    respond(rc, status, &[], &all, Some(body))
+    Ok(respond(rc, status, &[], &all, Some(body))?)
+}
+
+/// 204 with no body.
+pub fn no_content(rc: &RequestCtx) -> Handled {
+    Ok(respond(rc, 204, &[], &[], None)?)
 }
 
 /// The declared `Content-Length`, if present and numeric.
@@ -128,9 +115,4 @@ pub fn request_init(method: &str, body: &[u8]) -> web_sys::RequestInit {
 pub async fn read_body(resp: &web_sys::Response) -> Result<Vec<u8>> {
     let buf = JsFuture::from(resp.array_buffer()?).await?;
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
-}
-
-/// Rate-limit headers in the owned form `respond` takes.
-pub fn rate_headers(v: &postguard_core::rate_limit::Verdict) -> Vec<(&'static str, String)> {
-    postguard_core::rate_limit::headers(v)
 }

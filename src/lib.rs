@@ -6,32 +6,36 @@ mod admin;
 mod audit;
 mod auth;
 mod bindings;
+mod cron;
 mod durable;
-mod guard_client;
 mod http;
 mod pipeline;
+mod reject;
+mod request;
 mod runtime;
 mod webhooks;
 
 pub use durable::key_guard::KeyGuard;
 
-use postguard_core::{ErrorCode, Problem};
+use postguard_core::Problem;
 use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
+use reject::Handled;
+
 /// Every request: load the configuration, dispatch to the gateway's own
-/// endpoints or the proxy pipeline, then record the audit row after the
-/// response. No error escapes as a bare 500.
+/// endpoints or the proxy pipeline, render a rejection, then record the audit
+/// row after the response. No error escapes as a bare 500.
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let rc = runtime::RequestCtx::new();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return http::problem(&rc, &runtime::config_problem(&e), &[]),
+        Err(e) => return reject::render(&rc, Err(runtime::config_problem(&e).into())),
     };
     let seen = audit::Seen::of(&req);
-    let resp = handle(req, &env, &cfg, &rc).await?;
+    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc).await)?;
     if cfg.settings.audit.enabled {
         audit::record(&env, &ctx, audit::row(seen, &rc, resp.status_code()));
     }
@@ -43,34 +47,16 @@ async fn handle(
     env: &Env,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
-) -> Result<Response> {
+) -> Handled {
     // The body limit applies to every request; a declared length is refused
     // before anything else runs (chunked bodies are checked once read).
     if http::content_length(&req).is_some_and(|len| len > cfg.settings.max_body_bytes) {
-        return http::problem(
-            rc,
-            &Problem::payload_too_large(cfg.settings.max_body_bytes),
-            &[],
-        );
+        return Err(Problem::payload_too_large(cfg.settings.max_body_bytes).into());
     }
-    let outcome = if req.path().starts_with(admin::PREFIX) {
+    if req.path().starts_with(postguard_core::routes::PREFIX) {
         admin::route(req, env, cfg, rc).await
     } else {
         pipeline::proxy(req, env, cfg, rc).await
-    };
-    match outcome {
-        Ok(resp) => Ok(resp),
-        Err(e) => {
-            worker::console_error!("{} internal error: {}", rc.request_id, e);
-            http::problem(
-                rc,
-                &Problem::new(
-                    ErrorCode::Internal,
-                    "the gateway failed to handle this request; it is safe to retry with the same Idempotency-Key",
-                ),
-                &[],
-            )
-        }
     }
 }
 
@@ -88,32 +74,11 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
     }
 }
 
-/// Cron: retention of the audit log and the delivery log, and re-queueing of
-/// deliveries whose next attempt is overdue.
+/// Cron: the scheduled jobs (`cron.rs`).
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    let cfg = match runtime::config(&env) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e);
-            return;
-        }
-    };
-    let days = cfg.settings.retention.audit_days;
-    match audit::sweep(&env, days).await {
-        Ok(n) => worker::console_log!(
-            "audit retention: deleted {} rows older than {} days",
-            n,
-            days
-        ),
-        Err(e) => worker::console_error!("audit retention failed: {}", e),
-    }
-    if let Err(e) = webhooks::consumer::sweep(&env, cfg.settings.retention.deliveries_days).await {
-        worker::console_error!("delivery retention failed: {}", e);
-    }
-    match webhooks::consumer::requeue_stuck(&env).await {
-        Ok(0) => {}
-        Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
-        Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),
+    match runtime::config(&env) {
+        Ok(cfg) => cron::run(&env, &cfg).await,
+        Err(e) => worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e),
     }
 }

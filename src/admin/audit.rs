@@ -1,19 +1,20 @@
 //! `GET /_postguard/v1/audit` and `GET /_postguard/v1/stats`: an API key sees
 //! its own project; the operator sees everything and may filter by project.
 
-use postguard_core::audit::{
-    encode_cursor, parse_days, quantile_offset, Arg, AuditQuery, AuditRow,
-};
+use postguard_core::audit::{bounded, parse_days, quantile_offset, Arg, AuditQuery, AuditRow};
 use postguard_core::config::Config;
-use postguard_core::{ids, ErrorCode, Problem};
+use postguard_core::credential::Credential;
+use postguard_core::page::{encode_cursor, Page};
+use postguard_core::{ErrorCode, Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{D1Database, Env, Request, Response, Result};
+use worker::{D1Database, Env, Request, Result};
 
-use super::validation;
 use crate::auth;
 use crate::bindings;
 use crate::http;
+use crate::reject::Handled;
+use crate::request::query_pairs;
 use crate::runtime::{now_ms, RequestCtx};
 
 /// Whose rows a caller may read.
@@ -22,30 +23,19 @@ enum Scope {
     Project(String),
 }
 
-async fn scope(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<std::result::Result<Scope, Problem>> {
-    let token = req
-        .headers()
-        .get("Authorization")?
-        .and_then(|h| ids::bearer(&h).map(str::to_string));
-    if let Some(t) = &token {
-        if ids::secrets_equal(t, &cfg.admin_token) {
-            return Ok(Ok(Scope::All));
-        }
-        if ids::secrets_equal(t, &cfg.origin_token) {
-            return Ok(Err(Problem::new(
-                ErrorCode::Forbidden,
-                "the origin token cannot read the audit log",
-            )));
+async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<Scope> {
+    match auth::credential(req, cfg) {
+        Credential::Operator => Ok(Scope::All),
+        Credential::Origin => Err(Problem::new(
+            ErrorCode::Forbidden,
+            "the origin token cannot read the audit log",
+        )
+        .into()),
+        cred => {
+            let caller = auth::api_caller(cred, env, cfg, rc).await?;
+            Ok(Scope::Project(caller.key.record.project))
         }
     }
-    Ok(auth::api_caller(req, env, cfg, rc)
-        .await?
-        .map(|c| Scope::Project(c.key.record.project)))
 }
 
 fn js(args: &[Arg]) -> Vec<JsValue> {
@@ -97,46 +87,20 @@ impl From<DbRow> for AuditRow {
     }
 }
 
-#[derive(Serialize)]
-struct Page {
-    data: Vec<AuditRow>,
-    next_cursor: Option<String>,
-}
-
-fn query_pairs(req: &Request) -> Result<Vec<(String, String)>> {
-    Ok(req
-        .url()?
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect())
-}
-
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
-    let scope = match scope(req, env, cfg, rc).await? {
-        Ok(s) => s,
-        Err(p) => return http::problem(rc, &p, &[]),
-    };
+pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let scope = scope(req, env, cfg, rc).await?;
     let pairs = query_pairs(req)?;
     let all = matches!(scope, Scope::All);
-    let mut q = match AuditQuery::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())), all) {
-        Ok(q) => q,
-        Err(detail) => return http::problem(rc, &validation(detail), &[]),
-    };
+    let mut q = AuditQuery::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())), all)?;
     if let Scope::Project(p) = scope {
         q.project = Some(p);
     }
     let (sql, args) = q.to_sql();
     let db = env.d1(bindings::DB)?;
     let rows: Vec<DbRow> = db.prepare(sql).bind(&js(&args))?.all().await?.results()?;
-    let mut data: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
-    let limit = q.limit as usize;
-    let next_cursor = if data.len() > limit {
-        data.truncate(limit);
-        data.last().map(|r| encode_cursor(r.time, &r.request_id))
-    } else {
-        None
-    };
-    http::json(rc, 200, &Page { data, next_cursor }, &[])
+    let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
+    let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
+    http::json(rc, 200, &page, &[])
 }
 
 #[derive(Serialize, Deserialize)]
@@ -188,11 +152,8 @@ async fn percentile(
     Ok(rows.first().map(|r| r.response_time_ms))
 }
 
-pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
-    let scope = match scope(req, env, cfg, rc).await? {
-        Ok(s) => s,
-        Err(p) => return http::problem(rc, &p, &[]),
-    };
+pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let scope = scope(req, env, cfg, rc).await?;
     let pairs = query_pairs(req)?;
     let mut days = None;
     let mut project = None;
@@ -200,16 +161,10 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> R
         match k.as_str() {
             "days" => days = Some(v.as_str()),
             "project" if matches!(scope, Scope::All) => project = Some(v.clone()),
-            other => {
-                let shown: String = other.chars().take(64).collect();
-                return http::problem(rc, &validation(format!("{shown}: unknown parameter")), &[]);
-            }
+            other => return Err(Invalid::field(&bounded(other, 64), "unknown parameter").into()),
         }
     }
-    let days = match parse_days(days) {
-        Ok(d) => d,
-        Err(detail) => return http::problem(rc, &validation(detail), &[]),
-    };
+    let days = parse_days(days)?;
     if let Scope::Project(p) = scope {
         project = Some(p);
     }
@@ -217,11 +172,7 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> R
         .as_deref()
         .is_some_and(|p| !postguard_core::config::is_valid_name(p))
     {
-        return http::problem(
-            rc,
-            &validation("project: must be 1-64 characters of [A-Za-z0-9._-]"),
-            &[],
-        );
+        return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into());
     }
     // Whole UTC days, today included.
     let today_start = now_ms() / 86_400_000 * 86_400_000;

@@ -2,14 +2,15 @@
 //! Peeks at the limiter (cost 0): asking does not consume budget.
 
 use postguard_core::config::Config;
-use postguard_core::guard::{AdmitRequest, AdmitResponse};
-use postguard_core::{ErrorCode, Problem};
+use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse};
+use postguard_core::rate_limit;
 use serde::Serialize;
-use worker::{Env, Request, Response, Result};
+use worker::{Env, Request};
 
 use crate::auth;
-use crate::guard_client::{call, Op};
-use crate::http::{self, rate_headers};
+use crate::durable::client::call;
+use crate::http;
+use crate::reject::Handled;
 use crate::runtime::RequestCtx;
 
 #[derive(Serialize)]
@@ -23,30 +24,17 @@ struct Me<'a> {
     window_s: u64,
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
-    if auth::is_operator(req, cfg) {
-        return http::problem(
-            rc,
-            &Problem::new(
-                ErrorCode::Forbidden,
-                "/me describes an API key; the operator token has none",
-            ),
-            &[],
-        );
-    }
-    let (key, plan) = match auth::api_caller(req, env, cfg, rc).await? {
-        Ok(c) => (c.key, c.plan),
-        Err(p) => return http::problem(rc, &p, &[]),
-    };
+pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let forbidden = "/me describes an API key; the operator token has none";
+    let auth::Caller { key, plan } = auth::key_holder(req, env, cfg, rc, forbidden).await?;
     let peek = AdmitRequest {
         cost: 0,
         quota: plan.quota(),
         claim: None,
     };
-    let (decision, _): (AdmitResponse, Vec<u8>) =
-        call(env, &key.record.id, Op::Admit, &peek, &[]).await?;
+    let (decision, _) = call::<Admit>(env, &key.record.id, &peek, &[]).await?;
     let verdict = match decision {
-        AdmitResponse::Revoked => return http::problem(rc, &auth::revoked(&key), &[]),
+        AdmitResponse::Revoked => return Err(auth::revoked(&key).into()),
         AdmitResponse::Limited { verdict } | AdmitResponse::Admitted { verdict, .. } => verdict,
     };
     let me = Me {
@@ -58,5 +46,5 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Res
         reset: verdict.reset_epoch_s,
         window_s: verdict.window_s,
     };
-    http::json(rc, 200, &me, &rate_headers(&verdict))
+    http::json(rc, 200, &me, &rate_limit::headers(&verdict))
 }

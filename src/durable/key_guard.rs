@@ -2,10 +2,11 @@
 //! rate-limit window, its revoked flag and its Idempotency-Key records.
 //!
 //! Concurrency: every handler reads its request body first (the only `await`
-//! before the decision), then reads state, decides (`postguard_core::guard`)
-//! and writes with synchronous SQL calls — no `await` in between — so two
-//! requests can never interleave between check and claim. Alarm scheduling
-//! happens after the writes and only ever moves an alarm earlier.
+//! before the decision), then runs the core's orchestration
+//! (`postguard_core::store`) over [`Sql`], a synchronous storage port — no
+//! `await` between reading state and writing the decision, so two requests
+//! can never interleave between check and claim. Alarm scheduling happens
+//! after the writes and only ever moves an alarm earlier.
 //!
 //! Tables: `meta(k, v)` (window, revoked), `idem(k, record, expires_at)`,
 //! `idem_body(k, seq, data)` (response bodies in chunks under the row limit).
@@ -14,12 +15,10 @@
 use std::cell::Cell;
 
 use postguard_core::frame;
-use postguard_core::guard::{
-    self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, ReleaseRequest,
-};
-use postguard_core::idempotency::{Decision, Record};
+use postguard_core::guard::{Admit, Complete, GuardError, Operation, Release, Reply, Revoke};
+use postguard_core::idempotency::Record;
 use postguard_core::rate_limit::Window;
-use serde::Serialize;
+use postguard_core::store::{self, GuardStore, LimiterState};
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
     SqlStorageValue, State,
@@ -37,14 +36,7 @@ CREATE TABLE IF NOT EXISTS idem_body (k TEXT NOT NULL, seq INTEGER NOT NULL, dat
 /// Body chunk size: well under SQLite-in-DO's 2 MB row limit.
 const CHUNK: usize = 512 * 1024;
 /// Records deleted per alarm run; more are left to an immediate next run.
-const SWEEP_BATCH: i64 = 500;
-
-/// Revoked flag and rate window, as cached in memory.
-#[derive(Clone, Copy)]
-struct LimiterState {
-    revoked: bool,
-    window: Option<Window>,
-}
+const SWEEP_BATCH: usize = 500;
 
 #[durable_object]
 pub struct KeyGuard {
@@ -59,8 +51,8 @@ pub struct KeyGuard {
     alarm_at: Cell<u64>,
 }
 
-fn err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
+fn storage(e: impl std::fmt::Display) -> GuardError {
+    GuardError::Storage(e.to_string())
 }
 
 /// An absolute alarm time. (`worker` reads a bare integer as an offset from
@@ -75,78 +67,122 @@ fn int(v: u64) -> SqlStorageValue {
     SqlStorageValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-impl KeyGuard {
-    fn sql(&self) -> Result<&SqlStorage> {
-        if !self.schema_ready.get() {
-            self.sql.exec(SCHEMA, None)?;
-            self.schema_ready.set(true);
-        }
-        Ok(&self.sql)
+/// The storage port over the object's SQLite tables.
+struct Sql<'a> {
+    sql: &'a SqlStorage,
+    limiter: &'a Cell<Option<LimiterState>>,
+}
+
+type Sr<T> = std::result::Result<T, GuardError>;
+
+impl Sql<'_> {
+    fn exec(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<worker::SqlCursor> {
+        self.sql.exec(query, Some(binds)).map_err(storage)
     }
 
-    fn limiter(&self, sql: &SqlStorage) -> Result<LimiterState> {
-        if let Some(state) = self.limiter.get() {
-            return Ok(state);
+    /// The first column of each row.
+    fn column(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<Vec<SqlStorageValue>> {
+        let mut out = Vec::new();
+        for row in self.exec(query, binds)?.raw() {
+            out.extend(row.map_err(storage)?.into_iter().next());
         }
-        let state = LimiterState {
-            revoked: Self::meta_get(sql, "revoked")?.is_some(),
-            window: Self::meta_get(sql, "window")?.and_then(|s| serde_json::from_str(&s).ok()),
-        };
-        self.limiter.set(Some(state));
-        Ok(state)
+        Ok(out)
     }
 
-    fn meta_get(sql: &SqlStorage, k: &str) -> Result<Option<String>> {
-        let rows = sql
-            .exec("SELECT v FROM meta WHERE k = ?", vec![k.into()])?
-            .raw();
-        for row in rows {
-            if let Some(SqlStorageValue::String(s)) = row?.into_iter().next() {
-                return Ok(Some(s));
-            }
-        }
-        Ok(None)
+    fn meta_get(&self, k: &str) -> Sr<Option<String>> {
+        let values = self.column("SELECT v FROM meta WHERE k = ?", vec![k.into()])?;
+        Ok(values.into_iter().find_map(|v| match v {
+            SqlStorageValue::String(s) => Some(s),
+            _ => None,
+        }))
     }
 
-    fn meta_put(sql: &SqlStorage, k: &str, v: &str) -> Result<()> {
-        sql.exec(
+    fn meta_put(&self, k: &str, v: &str) -> Sr<()> {
+        self.exec(
             "INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
             vec![k.into(), v.into()],
         )?;
         Ok(())
     }
+}
 
-    fn record(sql: &SqlStorage, key: &str) -> Result<Option<Record>> {
-        let rows = sql
-            .exec("SELECT record FROM idem WHERE k = ?", vec![key.into()])?
-            .raw();
-        for row in rows {
-            if let Some(SqlStorageValue::String(s)) = row?.into_iter().next() {
-                return serde_json::from_str(&s).map(Some).map_err(err);
-            }
+impl GuardStore for Sql<'_> {
+    type Error = GuardError;
+
+    fn limiter(&mut self) -> Sr<LimiterState> {
+        if let Some(state) = self.limiter.get() {
+            return Ok(state);
         }
-        Ok(None)
+        let state = LimiterState {
+            revoked: self.meta_get("revoked")?.is_some(),
+            window: self
+                .meta_get("window")?
+                .and_then(|s| serde_json::from_str(&s).ok()),
+        };
+        self.limiter.set(Some(state));
+        Ok(state)
     }
 
-    fn put_record(sql: &SqlStorage, key: &str, rec: &Record) -> Result<()> {
-        let text = serde_json::to_string(rec).map_err(err)?;
-        sql.exec(
+    fn put_window(&mut self, window: Window) -> Sr<()> {
+        self.meta_put("window", &serde_json::to_string(&window).map_err(storage)?)?;
+        let current = self.limiter()?;
+        self.limiter.set(Some(LimiterState {
+            window: Some(window),
+            ..current
+        }));
+        Ok(())
+    }
+
+    fn put_revoked(&mut self, at_ms: u64) -> Sr<()> {
+        let current = self.limiter()?;
+        self.meta_put("revoked", &at_ms.to_string())?;
+        self.limiter.set(Some(LimiterState {
+            revoked: true,
+            ..current
+        }));
+        Ok(())
+    }
+
+    fn record(&mut self, key: &str) -> Sr<Option<Record>> {
+        let values = self.column("SELECT record FROM idem WHERE k = ?", vec![key.into()])?;
+        match values.into_iter().next() {
+            Some(SqlStorageValue::String(s)) => serde_json::from_str(&s).map(Some).map_err(storage),
+            _ => Ok(None),
+        }
+    }
+
+    fn put_record(&mut self, key: &str, record: &Record) -> Sr<()> {
+        let text = serde_json::to_string(record).map_err(storage)?;
+        self.exec(
             "INSERT INTO idem (k, record, expires_at) VALUES (?, ?, ?)
              ON CONFLICT(k) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
-            vec![key.into(), text.into(), int(rec.expires_at_ms())],
+            vec![key.into(), text.into(), int(record.expires_at_ms())],
         )?;
         Ok(())
     }
 
-    fn delete_body(sql: &SqlStorage, key: &str) -> Result<()> {
-        sql.exec("DELETE FROM idem_body WHERE k = ?", vec![key.into()])?;
+    fn delete_record(&mut self, key: &str) -> Sr<()> {
+        self.exec("DELETE FROM idem WHERE k = ?", vec![key.into()])?;
         Ok(())
     }
 
-    /// Writes a body for a key that has none.
-    fn put_body(sql: &SqlStorage, key: &str, body: &[u8]) -> Result<()> {
+    fn body(&mut self, key: &str) -> Sr<Vec<u8>> {
+        let chunks = self.column(
+            "SELECT data FROM idem_body WHERE k = ? ORDER BY seq",
+            vec![key.into()],
+        )?;
+        let mut out = Vec::new();
+        for c in chunks {
+            if let SqlStorageValue::Blob(b) = c {
+                out.extend_from_slice(&b);
+            }
+        }
+        Ok(out)
+    }
+
+    fn put_body(&mut self, key: &str, body: &[u8]) -> Sr<()> {
         for (seq, chunk) in body.chunks(CHUNK).enumerate() {
-            sql.exec(
+            self.exec(
                 "INSERT INTO idem_body (k, seq, data) VALUES (?, ?, ?)",
                 vec![
                     key.into(),
@@ -158,20 +194,60 @@ impl KeyGuard {
         Ok(())
     }
 
-    fn body(sql: &SqlStorage, key: &str) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for row in sql
-            .exec(
-                "SELECT data FROM idem_body WHERE k = ? ORDER BY seq",
-                vec![key.into()],
-            )?
-            .raw()
-        {
-            if let Some(SqlStorageValue::Blob(b)) = row?.into_iter().next() {
-                out.extend_from_slice(&b);
-            }
+    fn delete_body(&mut self, key: &str) -> Sr<()> {
+        self.exec("DELETE FROM idem_body WHERE k = ?", vec![key.into()])?;
+        Ok(())
+    }
+
+    fn expired(&mut self, now_ms: u64, limit: usize) -> Sr<Vec<String>> {
+        let keys = self.column(
+            "SELECT k FROM idem WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
+            vec![int(now_ms), int(limit as u64)],
+        )?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|v| match v {
+                SqlStorageValue::String(s) => Some(s),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn next_expiry(&mut self) -> Sr<Option<u64>> {
+        let min = self.column("SELECT MIN(expires_at) FROM idem", vec![])?;
+        Ok(min.into_iter().next().and_then(|v| match v {
+            SqlStorageValue::Integer(i) => u64::try_from(i).ok(),
+            _ => None,
+        }))
+    }
+}
+
+/// The request of operation `O` from a frame.
+fn decode<O: Operation>(frame_bytes: Vec<u8>) -> Sr<(O::Request, Vec<u8>)> {
+    frame::decode(frame_bytes).map_err(|e| GuardError::BadRequest(e.to_string()))
+}
+
+/// The framed reply of operation `O`.
+fn reply<O: Operation>(reply: Sr<(O::Response, Vec<u8>)>) -> Result<Response> {
+    let (head, payload): (Reply<O::Response>, Vec<u8>) = match reply {
+        Ok((r, p)) => (Ok(r), p),
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let bytes =
+        frame::encode(&head, &payload).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    Ok(Response::from_bytes(bytes)?.with_status(200))
+}
+
+impl KeyGuard {
+    fn store(&self) -> Sr<Sql<'_>> {
+        if !self.schema_ready.get() {
+            self.sql.exec(SCHEMA, None).map_err(storage)?;
+            self.schema_ready.set(true);
         }
-        Ok(out)
+        Ok(Sql {
+            sql: &self.sql,
+            limiter: &self.limiter,
+        })
     }
 
     /// Makes sure an alarm fires no later than `at` (epoch ms).
@@ -195,142 +271,31 @@ impl KeyGuard {
         Ok(())
     }
 
-    async fn admit(&self, frame_bytes: Vec<u8>) -> Result<Response> {
-        let (req, _): (AdmitRequest, Vec<u8>) = frame::decode(frame_bytes).map_err(err)?;
-        let now = now_ms();
-        // ---- synchronous section: read, decide, write ----
-        let sql = self.sql()?;
-        let LimiterState { revoked, window } = self.limiter(sql)?;
-        let record = match &req.claim {
-            Some(c) => Self::record(sql, &c.key)?,
-            None => None,
-        };
-        let plan = guard::admit(revoked, window, record.as_ref(), &req, now);
-        if let Some(w) = plan.window {
-            Self::meta_put(sql, "window", &serde_json::to_string(&w).map_err(err)?)?;
-            self.limiter.set(Some(LimiterState {
-                revoked,
-                window: Some(w),
-            }));
-        }
-        let mut payload = Vec::new();
-        if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
-            Self::put_record(sql, &c.key, new_claim)?;
-            // A claim that replaces an expired record drops its old body.
-            if record.is_some() {
-                Self::delete_body(sql, &c.key)?;
-            }
-        }
-        if let (
-            Some(c),
-            AdmitResponse::Admitted {
-                idempotency: Some(Decision::Replay),
-                replay: Some(r),
-                ..
-            },
-        ) = (&req.claim, &plan.response)
-        {
-            if !r.body_omitted {
-                payload = Self::body(sql, &c.key)?;
-            }
-        }
-        // ---- end of synchronous section ----
-        if let Some(rec) = &plan.claim {
-            self.alarm_by(rec.expires_at_ms()).await?;
-        }
-        framed(&plan.response, &payload)
+    /// Runs one operation: decode, the synchronous orchestration, then the
+    /// alarm for what it wrote.
+    async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
+        let (req, _) = decode::<Admit>(frame_bytes)?;
+        let done = store::admit(&mut self.store()?, &req, now_ms())?;
+        self.arm(done.alarm_by).await?;
+        Ok((done.answer, done.payload))
     }
 
-    async fn complete(&self, frame_bytes: Vec<u8>) -> Result<Response> {
-        let (req, body): (CompleteRequest, Vec<u8>) = frame::decode(frame_bytes).map_err(err)?;
-        let now = now_ms();
-        let sql = self.sql()?;
-        let current = Self::record(sql, &req.key)?;
-        let stored = guard::complete(current.as_ref(), &req, now);
-        if let Some(rec) = &stored {
-            Self::put_record(sql, &req.key, rec)?;
-            // Only an in-progress claim completes, and claiming removed any
-            // older body, so there is nothing to delete first.
-            if !req.response.body_omitted {
-                Self::put_body(sql, &req.key, &body)?;
-            }
-        }
-        if let Some(rec) = &stored {
-            self.alarm_by(rec.expires_at_ms()).await?;
-        }
-        framed(
-            &Ack {
-                applied: stored.is_some(),
-            },
-            &[],
-        )
+    async fn complete(
+        &self,
+        frame_bytes: Vec<u8>,
+    ) -> Sr<(<Complete as Operation>::Response, Vec<u8>)> {
+        let (req, body) = decode::<Complete>(frame_bytes)?;
+        let done = store::complete(&mut self.store()?, &req, &body, now_ms())?;
+        self.arm(done.alarm_by).await?;
+        Ok((done.answer, Vec::new()))
     }
 
-    fn release(&self, frame_bytes: Vec<u8>) -> Result<Response> {
-        let (req, _): (ReleaseRequest, Vec<u8>) = frame::decode(frame_bytes).map_err(err)?;
-        let sql = self.sql()?;
-        let current = Self::record(sql, &req.key)?;
-        let applied = guard::should_release(current.as_ref(), &req);
-        if applied {
-            // Only an in-flight claim is released, and it has no body.
-            sql.exec(
-                "DELETE FROM idem WHERE k = ?",
-                vec![req.key.as_str().into()],
-            )?;
+    async fn arm(&self, at: Option<u64>) -> Sr<()> {
+        match at {
+            Some(at) => self.alarm_by(at).await.map_err(storage),
+            None => Ok(()),
         }
-        framed(&Ack { applied }, &[])
     }
-
-    fn revoke(&self) -> Result<Response> {
-        let sql = self.sql()?;
-        let current = self.limiter(sql)?;
-        Self::meta_put(sql, "revoked", &now_ms().to_string())?;
-        self.limiter.set(Some(LimiterState {
-            revoked: true,
-            ..current
-        }));
-        framed(&Ack { applied: true }, &[])
-    }
-
-    /// Deletes expired records (one bounded batch) and re-arms the alarm for
-    /// the next expiry.
-    fn sweep(&self, now: u64) -> Result<Option<u64>> {
-        let sql = self.sql()?;
-        let expired: Vec<String> = sql
-            .exec(
-                "SELECT k FROM idem WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
-                vec![int(now), SWEEP_BATCH.into()],
-            )?
-            .raw()
-            .filter_map(|row| match row.ok()?.into_iter().next()? {
-                SqlStorageValue::String(s) => Some(s),
-                _ => None,
-            })
-            .collect();
-        for k in &expired {
-            sql.exec("DELETE FROM idem WHERE k = ?", vec![k.as_str().into()])?;
-            Self::delete_body(sql, k)?;
-        }
-        if expired.len() as i64 == SWEEP_BATCH {
-            return Ok(Some(now));
-        }
-        let next = sql
-            .exec("SELECT MIN(expires_at) FROM idem", None)?
-            .raw()
-            .next()
-            .and_then(|r| r.ok())
-            .and_then(|r| r.into_iter().next())
-            .and_then(|v| match v {
-                SqlStorageValue::Integer(i) => u64::try_from(i).ok(),
-                _ => None,
-            });
-        Ok(next)
-    }
-}
-
-fn framed<T: Serialize>(meta: &T, payload: &[u8]) -> Result<Response> {
-    let bytes = frame::encode(meta, payload).map_err(err)?;
-    Ok(Response::from_bytes(bytes)?.with_status(200))
 }
 
 impl DurableObject for KeyGuard {
@@ -347,27 +312,36 @@ impl DurableObject for KeyGuard {
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         let path = req.path();
         let body = req.bytes().await?;
-        let result = match path.as_str() {
-            "/admit" => self.admit(body).await,
-            "/complete" => self.complete(body).await,
-            "/release" => self.release(body),
-            "/revoke" => self.revoke(),
-            _ => return Response::error("unknown key-guard operation", 404),
-        };
-        match result {
-            Ok(r) => Ok(r),
-            Err(e) => Response::error(format!("key guard error: {e}"), 500),
+        match path.as_str() {
+            Admit::PATH => reply::<Admit>(self.admit(body).await),
+            Complete::PATH => reply::<Complete>(self.complete(body).await),
+            Release::PATH => reply::<Release>(
+                decode::<Release>(body)
+                    .and_then(|(r, _)| Ok((store::release(&mut self.store()?, &r)?, Vec::new()))),
+            ),
+            Revoke::PATH => reply::<Revoke>(
+                decode::<Revoke>(body)
+                    .and_then(|_| Ok((store::revoke(&mut self.store()?, now_ms())?, Vec::new()))),
+            ),
+            other => reply::<Revoke>(Err(GuardError::UnknownOperation(
+                other.chars().take(64).collect(),
+            ))),
         }
     }
 
     async fn alarm(&self) -> Result<Response> {
         self.alarm_at.set(0);
         let now = now_ms();
-        if let Some(next) = self.sweep(now)? {
+        let next = store::sweep(&mut self.store().map_err(err)?, now, SWEEP_BATCH).map_err(err)?;
+        if let Some(next) = next {
             let at = next.max(now);
             self.state.storage().set_alarm(at_epoch_ms(at)).await?;
             self.alarm_at.set(at);
         }
         Response::ok("swept")
     }
+}
+
+fn err(e: GuardError) -> worker::Error {
+    worker::Error::RustError(e.to_string())
 }

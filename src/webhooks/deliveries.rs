@@ -5,17 +5,15 @@ use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::url_guard::check_url;
-use postguard_core::Problem;
+use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Response, Result};
+use worker::{Env, Request, Result};
 
-use super::subscriptions::project_or_answer;
-use super::{num, policy, project_of, text, Job};
-use crate::admin::validation;
-use crate::bindings;
-use crate::http;
+use super::{num, policy, text, Job};
+use crate::reject::Handled;
 use crate::runtime::RequestCtx;
+use crate::{auth, bindings, http};
 
 const STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead_letter"];
 
@@ -60,8 +58,8 @@ struct Page {
 
 const COLUMNS: &str = "id, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at";
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
+pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
     let mut sql = format!("SELECT {COLUMNS} FROM deliveries WHERE project = ?");
     let mut args: Vec<JsValue> = vec![text(&project)];
     let mut limit = 50u32;
@@ -113,9 +111,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
             }
             Ok(())
         })();
-        if let Err(detail) = parsed {
-            return http::problem(rc, &validation(detail), &[]);
-        }
+        parsed.map_err(Invalid)?;
     }
     sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
     args.push(num(u64::from(limit) + 1));
@@ -145,16 +141,10 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>
         .await
 }
 
-pub async fn get(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
+pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
     let Some(delivery) = load(env, &project, id).await? else {
-        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
+        return Err(Problem::not_found("delivery", id).into());
     };
     let attempts: Vec<Attempt> = env
         .d1(bindings::DB)?
@@ -183,7 +173,7 @@ async fn queue_manual(
     rc: &RequestCtx,
     d: &Delivery,
     redirect_url: Option<String>,
-) -> Result<Response> {
+) -> Handled {
     let job = Job {
         delivery_id: d.id.clone(),
         not_before: None,
@@ -200,16 +190,10 @@ async fn queue_manual(
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.
-pub async fn retry(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
+pub async fn retry(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
     let Some(d) = load(env, &project, id).await? else {
-        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
+        return Err(Problem::not_found("delivery", id).into());
     };
     queue_manual(env, rc, &d, None).await
 }
@@ -228,27 +212,15 @@ pub async fn redirect(
     cfg: &Config,
     rc: &RequestCtx,
     id: &str,
-) -> Result<Response> {
-    let project = match project_of(&req, env, cfg, rc).await? {
-        Ok(p) => p,
-        Err(p) => return http::problem(rc, &p, &[]),
-    };
+) -> Handled {
+    let project = auth::project(&req, env, cfg, rc).await?;
     let body = req.bytes().await?;
     let url = match serde_json::from_slice::<RedirectBody>(&body) {
-        Ok(b) => match check_url(&b.url, &policy(cfg)) {
-            Ok(u) => u,
-            Err(detail) => return http::problem(rc, &validation(detail), &[]),
-        },
-        Err(e) => {
-            return http::problem(
-                rc,
-                &validation(format!("body must be a JSON object {{url}}: {e}")),
-                &[],
-            )
-        }
+        Ok(b) => check_url(&b.url, &policy(cfg))?,
+        Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),
     };
     let Some(d) = load(env, &project, id).await? else {
-        return http::problem(rc, &Problem::not_found("delivery", id), &[]);
+        return Err(Problem::not_found("delivery", id).into());
     };
     queue_manual(env, rc, &d, Some(url)).await
 }

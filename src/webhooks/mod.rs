@@ -15,13 +15,8 @@ pub mod subscriptions;
 use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
-use postguard_core::{ErrorCode, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Result};
-
-use crate::auth;
-use crate::runtime::RequestCtx;
 
 /// One delivery attempt to make. Attempts are numbered when they run
 /// (`attempts_made + 1` in D1), so manual retries and redirects continue the
@@ -62,25 +57,6 @@ pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
     }
 }
 
-/// The project of an API-key caller. The operator's and the origin's tokens
-/// are valid credentials of the wrong kind here: 403.
-pub async fn project_of(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<std::result::Result<String, Problem>> {
-    if auth::is_operator(req, cfg) {
-        return Ok(Err(Problem::new(
-            ErrorCode::Forbidden,
-            "webhooks and deliveries belong to a project: use one of its API keys",
-        )));
-    }
-    Ok(auth::api_caller(req, env, cfg, rc)
-        .await?
-        .map(|c| c.key.record.project))
-}
-
 pub fn text(s: &str) -> JsValue {
     JsValue::from_str(s)
 }
@@ -93,8 +69,8 @@ pub fn num(v: u64) -> JsValue {
     JsValue::from_f64(v as f64)
 }
 
-/// `prefix_` + a ULID.
+/// `prefix` + a ULID of now.
 pub fn new_id(prefix: &str) -> String {
     let (now, rnd) = crate::runtime::new_ulid_parts();
-    ids::key_id(now, rnd).replacen("key_", prefix, 1)
+    ids::prefixed(prefix, now, rnd)
 }

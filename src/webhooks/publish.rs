@@ -5,13 +5,13 @@
 use postguard_core::config::Config;
 use postguard_core::webhooks::events;
 use serde::{Deserialize, Serialize};
-use worker::{Env, Request, Response, Result};
+use worker::{Env, Request};
 
 use super::{new_id, num, text, Job};
-use crate::admin::validation;
 use crate::auth;
 use crate::bindings;
 use crate::http;
+use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 
 #[derive(Serialize)]
@@ -32,20 +32,10 @@ struct Exists {
     id: String,
 }
 
-pub async fn publish(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<Response> {
-    if let Err(p) = auth::origin(&req, env, cfg).await? {
-        return http::problem(rc, &p, &[]);
-    }
+pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    auth::origin(&req, env, cfg).await?;
     let body = req.bytes().await?;
-    let input = match events::parse_publish(&body) {
-        Ok(i) => i,
-        Err(detail) => return http::problem(rc, &validation(detail), &[]),
-    };
+    let input = events::parse_publish(&body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
     let db = env.d1(bindings::DB)?;
@@ -117,7 +107,7 @@ pub async fn publish(
         if e.to_string().contains("UNIQUE constraint failed: events") {
             return http::json(rc, 202, &Accepted { id: &event_id }, &[]);
         }
-        return Err(e);
+        return Err(e.into());
     }
     if !jobs.is_empty() {
         env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;

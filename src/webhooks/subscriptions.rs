@@ -1,18 +1,19 @@
 //! `/_postguard/v1/webhooks`: create (secret shown once), list, get, delete,
 //! rotate-secret (the previous secret keeps signing for 24 h).
 
-use postguard_core::audit::{decode_cursor, encode_cursor};
 use postguard_core::config::Config;
-use postguard_core::keys::parse_limit;
+use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::webhooks::{events, signature};
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
-use worker::{Env, Request, Response, Result};
+use worker::{Env, Request, Result};
 
-use super::{new_id, num, opt_text, policy, project_of, text};
-use crate::admin::{query_param, validation};
+use super::{new_id, num, opt_text, policy, text};
+use crate::auth;
 use crate::bindings;
 use crate::http;
+use crate::reject::Handled;
+use crate::request::query_param;
 use crate::runtime::{now_ms, random_bytes, RequestCtx};
 
 /// How long a rotated-out secret keeps signing.
@@ -51,40 +52,16 @@ impl From<Row> for Subscription {
     }
 }
 
-#[derive(Serialize)]
-struct Page {
-    data: Vec<Subscription>,
-    next_cursor: Option<String>,
-}
-
 fn new_secret() -> Result<String> {
     let bytes =
         random_bytes::<24>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     Ok(signature::new_secret(&bytes))
 }
 
-macro_rules! project_or_answer {
-    ($req:expr, $env:expr, $cfg:expr, $rc:expr) => {
-        match project_of($req, $env, $cfg, $rc).await? {
-            Ok(p) => p,
-            Err(p) => return http::problem($rc, &p, &[]),
-        }
-    };
-}
-pub(crate) use project_or_answer;
-
-pub async fn create(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Result<Response> {
-    let project = project_or_answer!(&req, env, cfg, rc);
+pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let project = auth::project(&req, env, cfg, rc).await?;
     let body = req.bytes().await?;
-    let input = match events::parse_subscription(&body, &policy(cfg)) {
-        Ok(i) => i,
-        Err(detail) => return http::problem(rc, &validation(detail), &[]),
-    };
+    let input = events::parse_subscription(&body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
@@ -105,21 +82,15 @@ pub async fn create(
     http::json(rc, 201, &sub, &[])
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
-    let limit = match parse_limit(query_param(req, "limit")?.as_deref()) {
-        Ok(l) => l,
-        Err(d) => return http::problem(rc, &validation(d), &[]),
-    };
+pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let mut sql =
         "SELECT id, url, events, description, created_at FROM subscriptions WHERE project = ?"
             .to_string();
     let mut args = vec![text(&project)];
     if let Some(c) = query_param(req, "cursor")? {
-        let (t, id) = match decode_cursor(&c) {
-            Ok(x) => x,
-            Err(d) => return http::problem(rc, &validation(d), &[]),
-        };
+        let (t, id) = decode_cursor(&c)?;
         sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
         args.extend([num(t), num(t), text(&id)]);
     }
@@ -132,14 +103,13 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Re
         .all()
         .await?
         .results()?;
-    let mut data: Vec<Subscription> = rows.into_iter().map(Subscription::from).collect();
-    let next_cursor = if data.len() > limit as usize {
-        data.truncate(limit as usize);
-        data.last().map(|s| encode_cursor(s.created_at, &s.id))
-    } else {
-        None
-    };
-    http::json(rc, 200, &Page { data, next_cursor }, &[])
+    let subs: Vec<Subscription> = rows.into_iter().map(Subscription::from).collect();
+    let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
+    http::json(rc, 200, &page, &[])
+}
+
+fn not_found(id: &str) -> Problem {
+    Problem::not_found("webhook subscription", id)
 }
 
 async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscription>> {
@@ -152,18 +122,12 @@ async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscription>
     Ok(row.map(Subscription::from))
 }
 
-pub async fn get(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
-    match load(env, &project, id).await? {
-        Some(s) => http::json(rc, 200, &s, &[]),
-        None => http::problem(rc, &Problem::not_found("webhook subscription", id), &[]),
-    }
+pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    http::json(rc, 200, &sub, &[])
 }
 
 /// Runs one UPDATE/DELETE on a subscription; whether it matched a row (one
@@ -178,19 +142,13 @@ async fn write_one(env: &Env, sql: &str, binds: &[worker::wasm_bindgen::JsValue]
     Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
 }
 
-pub async fn delete(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
+pub async fn delete(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
     let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
     if !write_one(env, sql, &[text(id), text(&project)]).await? {
-        return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
+        return Err(not_found(id).into());
     }
-    http::respond(rc, 204, &[], &[], None)
+    http::no_content(rc)
 }
 
 #[derive(Serialize)]
@@ -198,14 +156,8 @@ struct Rotated {
     secret: String,
 }
 
-pub async fn rotate(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Result<Response> {
-    let project = project_or_answer!(req, env, cfg, rc);
+pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
     let secret = new_secret()?;
     let sql = "UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?";
     let binds = [
@@ -215,7 +167,7 @@ pub async fn rotate(
         text(&project),
     ];
     if !write_one(env, sql, &binds).await? {
-        return http::problem(rc, &Problem::not_found("webhook subscription", id), &[]);
+        return Err(not_found(id).into());
     }
     http::json(rc, 200, &Rotated { secret }, &[])
 }

@@ -7,7 +7,7 @@
 //! a replay costs one (`admit` answers with the stored response).
 //! See `docs/adr/0001-one-durable-object-per-api-key.md`.
 
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::idempotency::{decide, Decision, Record, StoredResponse};
 use crate::rate_limit::{check, Quota, Verdict, Window};
@@ -166,6 +166,65 @@ pub struct ReleaseRequest {
 pub fn should_release(record: Option<&Record>, req: &ReleaseRequest) -> bool {
     matches!(record, Some(Record::InFlight { request_id, .. }) if *request_id == req.request_id)
 }
+
+/// The object protocol: each operation of the key's object tied to its path
+/// and its request and response types, so the caller (`src/durable/client.rs`)
+/// and the object (`src/durable/key_guard.rs`) cannot disagree. Both travel
+/// in a `frame` (JSON header + raw payload); the object answers a [`Reply`].
+pub trait Operation {
+    const PATH: &'static str;
+    type Request: Serialize + DeserializeOwned;
+    type Response: Serialize + DeserializeOwned;
+}
+
+/// Rate check + claim (payload of the answer: a replay's body).
+pub struct Admit;
+/// Store the origin's response (payload of the request: its body).
+pub struct Complete;
+/// Drop a claim.
+pub struct Release;
+/// Flag the key as revoked.
+pub struct Revoke;
+
+/// `revoke` carries nothing but its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeRequest {}
+
+impl Operation for Admit {
+    const PATH: &'static str = "/admit";
+    type Request = AdmitRequest;
+    type Response = AdmitResponse;
+}
+impl Operation for Complete {
+    const PATH: &'static str = "/complete";
+    type Request = CompleteRequest;
+    type Response = Ack;
+}
+impl Operation for Release {
+    const PATH: &'static str = "/release";
+    type Request = ReleaseRequest;
+    type Response = Ack;
+}
+impl Operation for Revoke {
+    const PATH: &'static str = "/revoke";
+    type Request = RevokeRequest;
+    type Response = Ack;
+}
+
+/// Why the object could not run an operation, as it crosses back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
+pub enum GuardError {
+    #[error("unknown key-guard operation {0}")]
+    UnknownOperation(String),
+    #[error("malformed request frame: {0}")]
+    BadRequest(String),
+    #[error("key-guard storage failed: {0}")]
+    Storage(String),
+}
+
+/// The object's answer to every operation (the frame's JSON header).
+pub type Reply<T> = Result<T, GuardError>;
 
 #[cfg(test)]
 mod tests {
@@ -384,5 +443,23 @@ mod tests {
             AdmitResponse::Admitted { verdict, .. } => assert_eq!(verdict.remaining, 1),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn replies_cross_as_typed_values() {
+        let err: Reply<Ack> = Err(GuardError::Storage("disk".into()));
+        let f = crate::frame::encode(&err, b"").unwrap();
+        let (back, _): (Reply<Ack>, Vec<u8>) = crate::frame::decode(f).unwrap();
+        assert_eq!(back, err);
+        let ok: Reply<Ack> = Ok(Ack { applied: true });
+        let f = crate::frame::encode(&ok, b"x").unwrap();
+        let (back, p): (Reply<<Complete as Operation>::Response>, Vec<u8>) =
+            crate::frame::decode(f).unwrap();
+        assert_eq!((back, p), (ok, b"x".to_vec()));
+        let paths = [Admit::PATH, Complete::PATH, Release::PATH, Revoke::PATH];
+        assert_eq!(
+            paths.len(),
+            paths.iter().collect::<std::collections::HashSet<_>>().len()
+        );
     }
 }

@@ -119,7 +119,7 @@ pub fn origin_signature(
     path_and_query: &str,
     body: &[u8],
 ) -> String {
-    let body_hash = crate::idempotency::hex(&Sha256::digest(body));
+    let body_hash = format!("{:x}", Sha256::digest(body));
     let signed = format!("{t}.{request_id}.{method}.{path_and_query}.{body_hash}");
     let sig = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
         Ok(mut mac) => {

@@ -87,17 +87,7 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
-    hex(&h.finalize())
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    s
+    format!("{:x}", h.finalize())
 }
 
 /// Whether an origin answer is final and so stored under the key: 2xx, 3xx

@@ -11,14 +11,20 @@ pub const API_KEY_LEN: usize = 4 + 43;
 /// The public part of a key shown in logs and dashboards.
 pub const KEY_PREFIX_LEN: usize = 12;
 
-/// `req_` + a ULID made of the time and 80 random bits.
+/// `prefix` + a ULID made of the time and 80 random bits: every identifier
+/// postguard issues (`req_`, `key_`, `sub_`, `dlv_`, `evt_`).
+pub fn prefixed(prefix: &str, now_ms: u64, random: u128) -> String {
+    format!("{prefix}{}", Ulid::from_parts(now_ms, random))
+}
+
+/// `req_` + a ULID.
 pub fn request_id(now_ms: u64, random: u128) -> String {
-    format!("req_{}", Ulid::from_parts(now_ms, random))
+    prefixed("req_", now_ms, random)
 }
 
 /// `key_` + a ULID: the public identifier of an API key.
 pub fn key_id(now_ms: u64, random: u128) -> String {
-    format!("key_{}", Ulid::from_parts(now_ms, random))
+    prefixed("key_", now_ms, random)
 }
 
 /// A new API key from 32 random bytes.
@@ -45,7 +51,7 @@ pub fn is_well_formed_api_key(s: &str) -> bool {
 
 /// Lower-case hex SHA-256: how API keys are stored.
 pub fn sha256_hex(s: &str) -> String {
-    crate::idempotency::hex(&Sha256::digest(s.as_bytes()))
+    format!("{:x}", Sha256::digest(s.as_bytes()))
 }
 
 /// Constant-time comparison of two secrets. Both are hashed first so that

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{is_valid_name, Settings};
+use crate::Invalid;
 
 /// An API key as stored (by hash) and listed. Never holds the key itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +30,7 @@ pub struct CreateKey {
 pub const MAX_NAME_LEN: usize = 200;
 
 /// Parses and validates a create request; the error is a client-facing detail.
-pub fn parse_create(body: &[u8], settings: &Settings) -> Result<CreateKey, String> {
+pub fn parse_create(body: &[u8], settings: &Settings) -> Result<CreateKey, Invalid> {
     let req: CreateKey = serde_json::from_slice(body)
         .map_err(|e| format!("body must be a JSON object {{project, plan, name?}}: {e}"))?;
     if !is_valid_name(&req.project) {
@@ -41,13 +42,14 @@ pub fn parse_create(body: &[u8], settings: &Settings) -> Result<CreateKey, Strin
             "plan: unknown plan '{}' (configured: {})",
             truncate(&req.plan, 64),
             known.join(", ")
-        ));
+        )
+        .into());
     }
     if let Some(name) = &req.name {
         if name.chars().count() > MAX_NAME_LEN || name.chars().any(char::is_control) {
-            return Err(format!(
-                "name: at most {MAX_NAME_LEN} characters, no control characters"
-            ));
+            return Err(
+                format!("name: at most {MAX_NAME_LEN} characters, no control characters").into(),
+            );
         }
     }
     Ok(req)
@@ -62,16 +64,7 @@ pub fn reverse_time(created_at_ms: u64) -> String {
     format!("{:016x}", u64::MAX - created_at_ms)
 }
 
-/// Parses `?limit=`: default 50, 1..=200.
-pub fn parse_limit(raw: Option<&str>) -> Result<u32, String> {
-    match raw {
-        None => Ok(50),
-        Some(s) => match s.parse::<u32>() {
-            Ok(n) if (1..=200).contains(&n) => Ok(n),
-            _ => Err("limit: must be an integer between 1 and 200".into()),
-        },
-    }
-}
+pub use crate::page::parse_limit;
 
 #[cfg(test)]
 mod tests {
@@ -107,15 +100,5 @@ mod tests {
     fn reverse_time_sorts_newest_first() {
         assert!(reverse_time(2) < reverse_time(1));
         assert_eq!(reverse_time(0).len(), 16);
-    }
-
-    #[test]
-    fn limits() {
-        assert_eq!(parse_limit(None), Ok(50));
-        assert_eq!(parse_limit(Some("200")), Ok(200));
-        assert!(parse_limit(Some("201")).is_err());
-        assert!(parse_limit(Some("0")).is_err());
-        assert!(parse_limit(Some("-1")).is_err());
-        assert!(parse_limit(Some("x")).is_err());
     }
 }

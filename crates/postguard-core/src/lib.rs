@@ -7,15 +7,20 @@
 
 pub mod audit;
 pub mod config;
+pub mod credential;
 pub mod frame;
 pub mod guard;
 pub mod headers;
 pub mod idempotency;
 pub mod ids;
 pub mod keys;
+pub mod page;
 pub mod pattern;
 pub mod problem;
+pub mod proxy;
 pub mod rate_limit;
+pub mod routes;
+pub mod store;
 pub mod webhooks;
 
-pub use problem::{ErrorCode, Problem};
+pub use problem::{ErrorCode, Invalid, Problem};

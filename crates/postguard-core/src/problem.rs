@@ -122,6 +122,57 @@ impl ErrorCode {
     }
 }
 
+/// Client input that failed validation; the message is the client-facing
+/// detail (`field: why`) of a 400 `VALIDATION_ERROR`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl Invalid {
+    /// `field: why`.
+    pub fn field(field: &str, why: &str) -> Self {
+        Invalid(format!("{field}: {why}"))
+    }
+}
+
+/// The detail, as text (for tests and logs).
+impl std::ops::Deref for Invalid {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for Invalid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<String> for Invalid {
+    fn from(s: String) -> Self {
+        Invalid(s)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(s: &str) -> Self {
+        Invalid(s.to_string())
+    }
+}
+
+impl From<Invalid> for String {
+    fn from(e: Invalid) -> Self {
+        e.0
+    }
+}
+
+impl From<Invalid> for Problem {
+    fn from(e: Invalid) -> Self {
+        Problem::new(ErrorCode::ValidationError, e.0)
+    }
+}
+
 /// An error answer before it is rendered: a code and a human detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::url_guard::{check_url, UrlPolicy};
 use crate::config::is_valid_name;
+use crate::Invalid;
 
 /// The longest event type or event id.
 pub const MAX_TYPE_LEN: usize = 128;
@@ -47,7 +48,7 @@ pub struct NewSubscription {
 }
 
 /// Reads a JSON object into `T`, naming the field in errors.
-fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Invalid> {
     // serde would also read a struct from a JSON array; only an object is valid.
     if body.trim_ascii_start().first() != Some(&b'{') {
         return Err("body: must be a JSON object".into());
@@ -65,7 +66,7 @@ fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let path = err.path().to_string();
     let inner = err.into_inner();
     if inner.is_syntax() || inner.is_eof() {
-        return Err(format!("body: must be a valid JSON object ({inner})"));
+        return Err(format!("body: must be a valid JSON object ({inner})").into());
     }
     let msg = inner.to_string();
     // Unknown and missing members are reported on their parent: name the member.
@@ -73,20 +74,20 @@ fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
         .strip_prefix("unknown field `")
         .and_then(|r| r.split('`').next())
     {
-        return Err(format!("{name}: unknown field"));
+        return Err(format!("{name}: unknown field").into());
     }
     if let Some(name) = msg
         .strip_prefix("missing field `")
         .and_then(|r| r.split('`').next())
     {
-        return Err(format!("{name}: is required"));
+        return Err(format!("{name}: is required").into());
     }
     // serde_json appends " at line L column C"; the field name says enough.
     let msg = msg.split(" at line ").next().unwrap_or(&msg);
     if path == "." || path.is_empty() {
-        return Err(format!("body: {msg}"));
+        return Err(format!("body: {msg}").into());
     }
-    Err(format!("{path}: {msg}"))
+    Err(format!("{path}: {msg}").into())
 }
 
 /// 1-128 of `[A-Za-z0-9._:-]`.
@@ -103,7 +104,7 @@ fn is_valid_filter(s: &str) -> bool {
 }
 
 /// Parses and validates a publish body.
-pub fn parse_publish(body: &[u8]) -> Result<Publish, String> {
+pub fn parse_publish(body: &[u8]) -> Result<Publish, Invalid> {
     let p: Publish = from_json(body)?;
     if !is_valid_name(&p.project) {
         return Err("project: must be 1-64 of [A-Za-z0-9._-]".into());
@@ -126,24 +127,24 @@ pub fn parse_publish(body: &[u8]) -> Result<Publish, String> {
 }
 
 /// Parses and validates a new subscription; `url` comes back normalised.
-pub fn parse_subscription(body: &[u8], policy: &UrlPolicy) -> Result<NewSubscription, String> {
+pub fn parse_subscription(body: &[u8], policy: &UrlPolicy) -> Result<NewSubscription, Invalid> {
     let mut s: NewSubscription = from_json(body)?;
     s.url = check_url(&s.url, policy)?;
     if s.events.is_empty() || s.events.len() > MAX_FILTERS {
-        return Err(format!("events: must list 1 to {MAX_FILTERS} event types"));
+        return Err(format!("events: must list 1 to {MAX_FILTERS} event types").into());
     }
     for (i, f) in s.events.iter().enumerate() {
         if !is_valid_filter(f) {
             return Err(format!(
                 "events[{i}]: must be \"*\", an event type (1-128 of [A-Za-z0-9._:-]) or a type followed by \".*\""
-            ));
+            ).into());
         }
     }
     if let Some(d) = &s.description {
         if d.chars().count() > MAX_DESCRIPTION_CHARS {
-            return Err(format!(
-                "description: longer than {MAX_DESCRIPTION_CHARS} characters"
-            ));
+            return Err(
+                format!("description: longer than {MAX_DESCRIPTION_CHARS} characters").into(),
+            );
         }
         if d.chars().any(char::is_control) {
             return Err("description: must not contain control characters".into());

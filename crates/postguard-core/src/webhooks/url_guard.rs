@@ -25,6 +25,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::Invalid;
 use ipnet::{Ipv4Net, Ipv6Net};
 use url::{Host, Url};
 
@@ -187,16 +188,16 @@ fn is_allowed_host(policy: &UrlPolicy, host: &str) -> bool {
 /// Checks a subscriber's webhook URL. `Ok` carries the normalised URL to
 /// store and deliver to; `Err` a detail naming the rule broken, starting
 /// with `url: `.
-pub fn check_url(raw: &str, policy: &UrlPolicy) -> Result<String, String> {
+pub fn check_url(raw: &str, policy: &UrlPolicy) -> Result<String, Invalid> {
     if raw.len() > MAX_URL_LEN {
-        return Err(format!("url: longer than {MAX_URL_LEN} characters"));
+        return Err(format!("url: longer than {MAX_URL_LEN} characters").into());
     }
     let url = Url::parse(raw).map_err(|e| format!("url: not a valid absolute URL ({e})"))?;
     match url.scheme() {
         "https" => {}
         "http" if policy.allow_insecure => {}
         "http" => return Err("url: scheme http is not allowed, use https".into()),
-        other => return Err(format!("url: scheme {other} is not allowed, use https")),
+        other => return Err(format!("url: scheme {other} is not allowed, use https").into()),
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("url: must not contain a user name or password".into());
@@ -218,7 +219,7 @@ pub fn check_url(raw: &str, policy: &UrlPolicy) -> Result<String, String> {
             Host::Ipv6(a) => Some(IpAddr::V6(a)),
             Host::Domain(d) => {
                 if is_localhost_name(d) {
-                    return Err(format!("url: host {d} is a localhost name"));
+                    return Err(format!("url: host {d} is a localhost name").into());
                 }
                 // Defensive: a domain that still reads as an address (e.g. a
                 // trailing dot the parser kept) is judged as that address.
@@ -226,12 +227,12 @@ pub fn check_url(raw: &str, policy: &UrlPolicy) -> Result<String, String> {
             }
         };
         if let Some(why) = ip.and_then(|ip| ip_refusal(host_str, ip)) {
-            return Err(why);
+            return Err(why.into());
         }
     }
     let out = String::from(url);
     if out.len() > MAX_URL_LEN {
-        return Err(format!("url: longer than {MAX_URL_LEN} characters"));
+        return Err(format!("url: longer than {MAX_URL_LEN} characters").into());
     }
     Ok(out)
 }

@@ -1,0 +1,549 @@
+//! The proxy pipeline's decisions (CONTRACT §2), phase by phase: which
+//! methods are proxied, the preflight checks of a request, what the key's
+//! object answered (→ forward, replay or a problem), the request sent to the
+//! origin, and what is recorded under the Idempotency-Key afterwards.
+//! `src/pipeline.rs` runs these phases and does their I/O.
+
+use crate::config::{Config, Plan, Settings};
+use crate::guard::{AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
+use crate::headers::{first_invalid_value, forward_request_headers, storable_response_headers};
+use crate::idempotency::{self, Decision, Mode, StoredResponse};
+use crate::keys::KeyRecord;
+use crate::rate_limit::Verdict;
+use crate::{ErrorCode, Problem};
+
+/// The methods the gateway forwards: the runtime's request type cannot carry
+/// others faithfully.
+pub const PROXIED_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+/// [`PROXIED_METHODS`] as an `Allow` header value.
+pub const PROXIED_ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// 405 for a method the gateway does not forward; checked before anything
+/// else (no authentication, no budget).
+pub fn check_method(method: &str) -> Result<(), Problem> {
+    if PROXIED_METHODS.contains(&method) {
+        return Ok(());
+    }
+    Err(Problem::new(
+        ErrorCode::MethodNotAllowed,
+        format!("method {method} is not supported by the gateway"),
+    )
+    .with_allow(PROXIED_ALLOW))
+}
+
+/// Whether a request of `method` carries a body to read and forward.
+pub fn has_body(method: &str) -> bool {
+    !matches!(method, "GET" | "HEAD")
+}
+
+/// The client's request as the pipeline sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incoming {
+    /// Upper-cased.
+    pub method: String,
+    pub path: String,
+    /// Path with `?query`, as signed and fingerprinted.
+    pub path_and_query: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The outcome of the checks made before the key's object is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preflight {
+    /// A problem to answer *after* the limiter (it consumes budget and
+    /// carries the rate-limit headers); such a request claims nothing.
+    pub early: Option<Problem>,
+    /// The claim to attempt under the request's Idempotency-Key.
+    pub claim: Option<Claim>,
+    /// The parsed Idempotency-Key, for the audit row.
+    pub idempotency_key: Option<String>,
+}
+
+fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Body limit, Idempotency-Key (mode and syntax) and header values, in that
+/// order: the first failing check is the answer.
+pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Preflight {
+    let mut out = Preflight {
+        early: None,
+        claim: None,
+        idempotency_key: None,
+    };
+    if req.body.len() as u64 > settings.max_body_bytes {
+        out.early = Some(Problem::payload_too_large(settings.max_body_bytes));
+        return out;
+    }
+    let mode = settings.idempotency_mode(&req.method, &req.path);
+    let raw = header(&req.headers, "Idempotency-Key").filter(|_| mode != Mode::Off);
+    match (raw.map(idempotency::parse_key), mode) {
+        (Some(Ok(k)), _) => out.idempotency_key = Some(k),
+        (Some(Err(e)), _) => {
+            out.early = Some(Problem::new(
+                ErrorCode::IdempotencyKeyInvalid,
+                e.to_string(),
+            ));
+            return out;
+        }
+        (None, Mode::Required) => {
+            out.early = Some(Problem::new(
+                ErrorCode::IdempotencyKeyRequired,
+                format!(
+                    "{} {} requires an Idempotency-Key header (1-255 visible ASCII characters)",
+                    req.method, req.path
+                ),
+            ));
+            return out;
+        }
+        (None, _) => {}
+    }
+    // Other header values with control characters: the more specific
+    // Idempotency-Key answers above win.
+    if let Some(name) = first_invalid_value(&req.headers) {
+        let shown: String = name.chars().take(64).collect();
+        out.early = Some(Problem::new(
+            ErrorCode::ValidationError,
+            format!("header {shown} contains a control character"),
+        ));
+        return out;
+    }
+    out.claim = out.idempotency_key.as_ref().map(|k| Claim {
+        key: k.clone(),
+        fingerprint: idempotency::fingerprint(&req.method, &req.path_and_query, &req.body),
+        request_id: request_id.to_string(),
+        lease_ms: u64::from(settings.idempotency.lease_s) * 1000,
+    });
+    out
+}
+
+/// 401 for a key its object says is revoked.
+pub fn revoked_key() -> Problem {
+    Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked")
+}
+
+/// What to do once the key's object answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// The key was revoked: 401 (the shell also drops its cached record).
+    Revoked,
+    /// Answer this problem, with the rate-limit headers of `verdict`.
+    Refused { problem: Problem, verdict: Verdict },
+    /// Answer the stored response (its body came with the object's answer).
+    Replay {
+        verdict: Verdict,
+        stored: StoredResponse,
+    },
+    /// Forward to the origin (under the claim, if one was asked for).
+    Forward { verdict: Verdict },
+}
+
+/// The object answered a replay without the response to replay.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the key guard answered a replay without a stored response")]
+pub struct ReplayMissing;
+
+/// The object's answer, and any preflight problem, as the next step.
+pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admission, ReplayMissing> {
+    let (verdict, decision, replay) = match resp {
+        AdmitResponse::Revoked => return Ok(Admission::Revoked),
+        AdmitResponse::Limited { verdict } => {
+            let problem = Problem::new(
+                ErrorCode::RateLimitExceeded,
+                format!(
+                    "this API key may send {} requests per {} s; retry after the window resets",
+                    verdict.limit, verdict.window_s
+                ),
+            )
+            .with_retry_after(verdict.retry_after_s());
+            return Ok(Admission::Refused { problem, verdict });
+        }
+        AdmitResponse::Admitted {
+            verdict,
+            idempotency,
+            replay,
+        } => (verdict, idempotency, replay),
+    };
+    let problem = match (early, decision) {
+        (Some(p), _) => p,
+        (None, Some(Decision::InProgress { retry_after_s })) => Problem::new(
+            ErrorCode::IdempotencyKeyInProgress,
+            "a request with this Idempotency-Key is still being processed; retry later to get its result",
+        )
+        .with_retry_after(retry_after_s),
+        (None, Some(Decision::Conflict)) => Problem::new(
+            ErrorCode::IdempotencyKeyReuseConflict,
+            "this Idempotency-Key was already used with a different request (method, path, query or body differ)",
+        ),
+        (None, Some(Decision::Replay)) => {
+            let stored = replay.ok_or(ReplayMissing)?;
+            return Ok(Admission::Replay { verdict, stored });
+        }
+        (None, Some(Decision::Execute) | None) => return Ok(Admission::Forward { verdict }),
+    };
+    Ok(Admission::Refused { problem, verdict })
+}
+
+/// The request sent to the origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Whether the answer must be buffered (to be stored under a claim)
+    /// rather than streamed through.
+    pub buffer: bool,
+}
+
+/// The origin's view of the request (CONTRACT §5): its base path + the
+/// client's path and query, the client's headers minus hop-by-hop ones and
+/// `Authorization`, and the gateway's own headers with the signature over
+/// what the origin sees.
+pub fn origin_request(
+    cfg: &Config,
+    req: Incoming,
+    key: &KeyRecord,
+    claim: Option<&Claim>,
+    request_id: &str,
+    now_s: u64,
+) -> OriginRequest {
+    let origin_path = format!(
+        "{}{}",
+        cfg.origin_url.path().trim_end_matches('/'),
+        req.path_and_query
+    );
+    let signature = crate::headers::origin_signature(
+        &cfg.origin_token,
+        now_s,
+        request_id,
+        &req.method,
+        &origin_path,
+        &req.body,
+    );
+    let mut headers = forward_request_headers(&req.headers);
+    let mut added = vec![
+        ("X-Request-Id", request_id),
+        ("X-Postguard-Project", &key.project),
+        ("X-Postguard-Key-Prefix", &key.prefix),
+        ("X-Postguard-Plan", &key.plan),
+        ("X-Postguard-Signature", &signature),
+    ];
+    if let Some(c) = claim {
+        added.push(("Idempotency-Key", &c.key));
+    }
+    for (name, value) in added {
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        headers.push((name.to_string(), value.to_string()));
+    }
+    OriginRequest {
+        url: format!(
+            "{}{origin_path}",
+            cfg.origin_url.origin().ascii_serialization()
+        ),
+        method: req.method,
+        headers,
+        body: req.body,
+        buffer: claim.is_some(),
+    }
+}
+
+/// Why the origin gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    Timeout,
+    Unreachable(String),
+}
+
+impl Failure {
+    pub fn problem(&self, timeout_ms: u32) -> Problem {
+        match self {
+            Failure::Timeout => Problem::new(
+                ErrorCode::OriginTimeout,
+                format!("the origin did not answer within {timeout_ms} ms"),
+            ),
+            Failure::Unreachable(_) => Problem::new(
+                ErrorCode::OriginUnreachable,
+                "the origin could not be reached",
+            ),
+        }
+    }
+}
+
+/// What becomes of a claim once the origin answered (or failed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Store the response; the body goes along unless `body_omitted`.
+    Complete(CompleteRequest),
+    /// Drop the claim, so that a retry runs again.
+    Release(ReleaseRequest),
+}
+
+/// What the origin answered a claimed request.
+#[derive(Debug, Clone, Copy)]
+pub struct Answered<'a> {
+    pub status: u16,
+    pub headers: &'a [(String, String)],
+    pub body_len: usize,
+}
+
+/// The settlement of `claim` once the origin answered (`None`: it did not).
+pub fn settle(
+    settings: &Settings,
+    plan: &Plan,
+    claim: &Claim,
+    answer: Option<Answered>,
+) -> Settlement {
+    let release = || {
+        Settlement::Release(ReleaseRequest {
+            key: claim.key.clone(),
+            request_id: claim.request_id.clone(),
+        })
+    };
+    let Some(Answered {
+        status,
+        headers,
+        body_len,
+    }) = answer
+    else {
+        return release();
+    };
+    if !idempotency::is_storable_status(status) {
+        return release();
+    }
+    let idem = &settings.idempotency;
+    Settlement::Complete(CompleteRequest {
+        key: claim.key.clone(),
+        request_id: claim.request_id.clone(),
+        ttl_ms: u64::from(plan.idempotency_ttl_s) * 1000,
+        response: StoredResponse {
+            status,
+            headers: storable_response_headers(headers, idem.store_set_cookie),
+            body_omitted: body_len as u64 > idem.max_stored_body_bytes,
+            body_len: body_len as u64,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawEnv;
+
+    fn cfg() -> Config {
+        let raw = RawEnv {
+            origin_url: Some("http://127.0.0.1:8787/api/".into()),
+            admin_token: Some("admin-secret".into()),
+            origin_token: Some("origin-secret".into()),
+            postguard_config: None,
+        };
+        match Config::load(&raw) {
+            Ok(c) => c,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn incoming(method: &str, headers: &[(String, String)], body: &[u8]) -> Incoming {
+        Incoming {
+            method: method.into(),
+            path: "/orders".into(),
+            path_and_query: "/orders?x=1".into(),
+            headers: headers.to_vec(),
+            body: body.to_vec(),
+        }
+    }
+
+    fn verdict() -> Verdict {
+        Verdict {
+            admitted: true,
+            limit: 2,
+            remaining: 1,
+            reset_ms: 60_000,
+            reset_in_s: 60,
+            reset_epoch_s: 60,
+            window_s: 60,
+        }
+    }
+
+    #[test]
+    fn method_list_and_allow_header_agree() {
+        assert_eq!(PROXIED_METHODS.join(", "), PROXIED_ALLOW);
+        assert!(check_method("PATCH").is_ok());
+        let p = check_method("TRACE").unwrap_err();
+        assert_eq!((p.status(), p.allow), (405, Some(PROXIED_ALLOW)));
+    }
+
+    #[test]
+    fn preflight_checks_in_contract_order() {
+        let c = cfg();
+        let s = &c.settings;
+        let big = vec![0u8; s.max_body_bytes as usize + 1];
+        let bad_key = h(&[("idempotency-key", ""), ("x", "a\u{1}")]);
+        let p = preflight(s, &incoming("POST", &bad_key, &big), "r");
+        assert_eq!(p.early.map(|p| p.code), Some(ErrorCode::PayloadTooLarge));
+        let p = preflight(s, &incoming("POST", &bad_key, b"{}"), "r");
+        assert_eq!(
+            p.early.map(|p| p.code),
+            Some(ErrorCode::IdempotencyKeyInvalid)
+        );
+        let p = preflight(s, &incoming("POST", &[], b"{}"), "r");
+        assert_eq!(
+            p.early.map(|p| p.code),
+            Some(ErrorCode::IdempotencyKeyRequired)
+        );
+        let ctl = h(&[("idempotency-key", "k1"), ("x", "a\u{1}")]);
+        let p = preflight(s, &incoming("POST", &ctl, b"{}"), "r");
+        assert_eq!(p.early.map(|p| p.code), Some(ErrorCode::ValidationError));
+        assert_eq!(p.claim, None, "a request answered early claims nothing");
+        assert_eq!(p.idempotency_key.as_deref(), Some("k1"));
+        let ok = h(&[("Idempotency-Key", "\"k1\"")]);
+        let p = preflight(s, &incoming("POST", &ok, b"{}"), "req_1");
+        assert_eq!(p.early, None);
+        let claim = p.claim.unwrap();
+        assert_eq!(
+            (claim.key.as_str(), claim.request_id.as_str()),
+            ("k1", "req_1")
+        );
+        assert_eq!(
+            claim.fingerprint,
+            idempotency::fingerprint("POST", "/orders?x=1", b"{}")
+        );
+        // GET is not idempotency-checked by default: the header is ignored.
+        let p = preflight(s, &incoming("GET", &ok, b""), "r");
+        assert_eq!((p.early, p.claim), (None, None));
+    }
+
+    #[test]
+    fn admission_maps_each_answer() {
+        let v = verdict();
+        assert_eq!(
+            admission(AdmitResponse::Revoked, None),
+            Ok(Admission::Revoked)
+        );
+        let limited = AdmitResponse::Limited { verdict: v };
+        let Ok(Admission::Refused { problem, .. }) = admission(limited, None) else {
+            panic!()
+        };
+        assert_eq!(problem.code, ErrorCode::RateLimitExceeded);
+        let admitted = |d: Option<Decision>, r: Option<StoredResponse>| AdmitResponse::Admitted {
+            verdict: v,
+            idempotency: d,
+            replay: r,
+        };
+        let code = |a: Result<Admission, ReplayMissing>| match a {
+            Ok(Admission::Refused { problem, .. }) => Some(problem.code),
+            _ => None,
+        };
+        let early = Problem::payload_too_large(1);
+        assert_eq!(
+            code(admission(admitted(None, None), Some(early))),
+            Some(ErrorCode::PayloadTooLarge)
+        );
+        let busy = Some(Decision::InProgress { retry_after_s: 3 });
+        assert_eq!(
+            code(admission(admitted(busy, None), None)),
+            Some(ErrorCode::IdempotencyKeyInProgress)
+        );
+        let conflict = Some(Decision::Conflict);
+        assert_eq!(
+            code(admission(admitted(conflict, None), None)),
+            Some(ErrorCode::IdempotencyKeyReuseConflict)
+        );
+        assert_eq!(
+            admission(admitted(Some(Decision::Replay), None), None),
+            Err(ReplayMissing)
+        );
+        let run = admission(admitted(Some(Decision::Execute), None), None);
+        assert_eq!(run, Ok(Admission::Forward { verdict: v }));
+    }
+
+    #[test]
+    fn origin_request_signs_what_the_origin_sees() {
+        let c = cfg();
+        let key = KeyRecord {
+            id: "key_1".into(),
+            prefix: "pgk_abcdefgh".into(),
+            project: "acme".into(),
+            plan: "trial".into(),
+            name: None,
+            created_at: 0,
+            revoked_at: None,
+        };
+        let headers = h(&[
+            ("authorization", "Bearer x"),
+            ("x-request-id", "spoofed"),
+            ("accept", "a"),
+        ]);
+        let req = incoming("POST", &headers, b"{}");
+        let o = origin_request(&c, req, &key, None, "req_1", 100);
+        assert_eq!(o.url, "http://127.0.0.1:8787/api/orders?x=1");
+        assert!(!o.buffer);
+        let get = |n: &str| {
+            o.headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(get("authorization"), Vec::<&str>::new());
+        assert_eq!(get("x-request-id"), vec!["req_1"]);
+        assert_eq!(get("x-postguard-project"), vec!["acme"]);
+        let sig = crate::headers::origin_signature(
+            "origin-secret",
+            100,
+            "req_1",
+            "POST",
+            "/api/orders?x=1",
+            b"{}",
+        );
+        assert_eq!(get("x-postguard-signature"), vec![sig.as_str()]);
+        assert_eq!(get("idempotency-key"), Vec::<&str>::new());
+    }
+
+    fn answered(status: u16, body_len: usize) -> Answered<'static> {
+        Answered {
+            status,
+            headers: &[],
+            body_len,
+        }
+    }
+
+    #[test]
+    fn settlement_stores_final_answers_and_releases_the_rest() {
+        let c = cfg();
+        let plan = &c.settings.plans["trial"];
+        let claim = Claim {
+            key: "k".into(),
+            fingerprint: "f".into(),
+            request_id: "r".into(),
+            lease_ms: 1,
+        };
+        assert!(matches!(
+            settle(&c.settings, plan, &claim, None),
+            Settlement::Release(_)
+        ));
+        assert!(matches!(
+            settle(&c.settings, plan, &claim, Some(answered(503, 0))),
+            Settlement::Release(_)
+        ));
+        let big = c.settings.idempotency.max_stored_body_bytes as usize + 1;
+        let Settlement::Complete(done) =
+            settle(&c.settings, plan, &claim, Some(answered(201, big)))
+        else {
+            panic!()
+        };
+        assert!(done.response.body_omitted);
+        assert_eq!(done.ttl_ms, u64::from(plan.idempotency_ttl_s) * 1000);
+    }
+}

@@ -1,0 +1,28 @@
+//! The scheduled jobs (cron trigger): retention of the audit log and of the
+//! delivery log, and re-queueing of deliveries whose next attempt is overdue.
+//! Each job logs its own failure; none stops the others.
+
+use postguard_core::config::Config;
+use worker::Env;
+
+use crate::{audit, webhooks};
+
+pub async fn run(env: &Env, cfg: &Config) {
+    let days = cfg.settings.retention.audit_days;
+    match audit::sweep(env, days).await {
+        Ok(n) => worker::console_log!(
+            "audit retention: deleted {} rows older than {} days",
+            n,
+            days
+        ),
+        Err(e) => worker::console_error!("audit retention failed: {}", e),
+    }
+    if let Err(e) = webhooks::consumer::sweep(env, cfg.settings.retention.deliveries_days).await {
+        worker::console_error!("delivery retention failed: {}", e);
+    }
+    match webhooks::consumer::requeue_stuck(env).await {
+        Ok(0) => {}
+        Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
+        Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),
+    }
+}

@@ -20,7 +20,7 @@ pub async fn run(env: &Env, cfg: &Config) {
     if let Err(e) = webhooks::consumer::sweep(env, cfg.settings.retention.deliveries_days).await {
         worker::console_error!("delivery retention failed: {}", e);
     }
-    match webhooks::consumer::requeue_stuck(env).await {
+    match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
         Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
         Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),

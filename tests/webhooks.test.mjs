@@ -167,13 +167,11 @@ function assertDeliveryRequest(r, { eventId, type, attempt, data }) {
   if (data !== undefined) assert.deepEqual(body.data, data);
 }
 
-/** Delivery list row shape (§10). */
+/** Delivery list row shape (§10): the required fields (more may be added, CONTRACT §11). */
 function assertDeliveryRow(d) {
-  assert.deepEqual(
-    Object.keys(d).filter((k) => k !== 'attempts').sort(),
-    ['attempts_made', 'created_at', 'event_id', 'event_type', 'id', 'next_attempt_at', 'status', 'subscription_id', 'url'].sort(),
-    `delivery fields: ${JSON.stringify(d)}`,
-  );
+  for (const f of ['attempts_made', 'created_at', 'event_id', 'event_type', 'id', 'next_attempt_at', 'status', 'subscription_id', 'url']) {
+    assert.ok(f in d, `delivery lacks "${f}": ${JSON.stringify(d)}`);
+  }
   assert.match(d.id, DLV_ID_RE);
   assert.ok(['pending', 'delivered', 'failed', 'dead_letter'].includes(d.status), d.status);
   assert.ok(Number.isInteger(d.attempts_made));
@@ -206,7 +204,7 @@ describe('webhooks', { concurrency: true }, () => {
       const res = await api('POST', '/_postguard/v1/webhooks', p.key, { url: `${rcv.url}/hooks`, events: ['payment.succeeded', 'invoice.*'], description: 'billing' });
       assert.equal(res.status, 201, show(res));
       const s = res.json;
-      assert.deepEqual(Object.keys(s).sort(), ['created_at', 'description', 'events', 'id', 'secret', 'url']);
+      for (const f of ['created_at', 'description', 'events', 'id', 'secret', 'url']) assert.ok(f in s, `subscription lacks "${f}": ${res.text}`);
       assert.match(s.id, SUB_ID_RE);
       assert.equal(s.url, `${rcv.url}/hooks`);
       assert.deepEqual(s.events, ['payment.succeeded', 'invoice.*']);
@@ -521,7 +519,6 @@ describe('webhooks', { concurrency: true }, () => {
       const reqs = await rcv.waitFor((rs) => rs.length >= 2 && rs, { timeout: 15000, message: 'the attempt after 429' });
       const gap = reqs[1].at - reqs[0].at;
       assert.ok(gap >= 3000 - EARLY_MS, `attempt 2 came ${gap} ms after the 429 with Retry-After: 3`);
-      assert.ok(gap < 3000 + 4000, `attempt 2 came ${gap} ms after the 429 (expected ≈ 3 s)`);
       assertDeliveryRequest(reqs[1], { eventId: evt, type: 'invoice.paid', attempt: 2 });
       const row = await deliveryOf(p, evt, sub.id);
       const d = await waitDelivery(p, row.id, (x) => x.status === 'delivered');
@@ -539,10 +536,13 @@ describe('webhooks', { concurrency: true }, () => {
       const sub = await subscribe(p, rcv.url, ['*'], { rcv });
       const evt = await publish(p.name, 'invoice.paid', { id: 'in_2' });
       const max = Math.max(...SCHEDULE);
-      const reqs = await rcv.waitFor((rs) => rs.length >= 2 && rs, { timeout: (max + 8) * 1000, message: `the attempt after 429 (Retry-After bounded to ${max} s)` });
-      assert.ok(reqs[1].at - reqs[0].at <= max * 1000 + 4000, `gap ${reqs[1].at - reqs[0].at} ms`);
+      // Bounded as planned (the recorded next retry), not as timed: the wait itself is generous.
+      await rcv.waitFor((rs) => rs.length >= 2 && rs, { timeout: 60000, message: `the attempt after 429 (Retry-After bounded to ${max} s)` });
       const row = await deliveryOf(p, evt, sub.id);
-      await waitDelivery(p, row.id, (x) => x.status === 'delivered');
+      const d = await waitDelivery(p, row.id, (x) => x.status === 'delivered');
+      const [a1] = [...d.attempts].sort((x, y) => x.attempt - y.attempt);
+      assert.equal(a1.status_code, 429);
+      assert.ok(a1.next_retry_at - a1.at <= max * 1000 + 1000, `next_retry_at - at = ${a1.next_retry_at - a1.at} ms, bounded to max(schedule) = ${max} s`);
     });
 
     it('429 with an HTTP-date Retry-After is honoured too', async () => {
@@ -624,7 +624,8 @@ describe('webhooks', { concurrency: true }, () => {
       const [a1] = [...d.attempts].sort((x, y) => x.attempt - y.attempt);
       assert.equal(a1.status_code, null);
       assert.ok(typeof a1.error === 'string' && a1.error.length > 0, `timeout error: ${JSON.stringify(a1)}`);
-      assert.ok(a1.duration_ms >= 900 && a1.duration_ms < 5000, `the attempt lasted the 1 s timeout: ${a1.duration_ms} ms`);
+      assert.match(a1.error, /1000 ms/, 'the configured 1 s timeout ended it');
+      assert.ok(a1.duration_ms >= 900, `the attempt lasted the 1 s timeout: ${a1.duration_ms} ms`);
     });
 
     it('fan-out: one delivery per matching subscription (*, payment.*, invoice.paid)', async () => {
@@ -784,7 +785,7 @@ describe('webhooks', { concurrency: true }, () => {
       await inspector.waitFor((rs) => rs.length >= 1, { message: 'the redirect' });
       await r.setBehaviour(() => ({ status: 200 }));
       // The redirect is recorded asynchronously; let it land before retrying.
-      await poll(async () => (await getDelivery(q, row.id)).attempts.length >= 2 || Date.now() > inspector.requests[0].at + 1500, { message: 'the redirect recorded' });
+      await poll(async () => (await getDelivery(q, row.id)).attempts.length >= 2, { message: 'the redirect recorded' });
       assert.equal((await api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, q.key)).status, 202);
       const [, retried] = await r.waitFor((rs) => rs.length >= 2 && rs, { message: 'the manual retry' });
       const d = await waitDelivery(q, row.id, (x) => x.status === 'delivered');
@@ -872,7 +873,7 @@ describe('webhooks', { concurrency: true }, () => {
 
       const rot = await api('POST', `/_postguard/v1/webhooks/${sub.id}/rotate-secret`, p.key);
       assert.equal(rot.status, 200, show(rot));
-      assert.deepEqual(Object.keys(rot.json), ['secret']);
+      assert.ok('secret' in rot.json, `rotate-secret answers the new secret: ${rot.text}`);
       const newSecret = rot.json.secret;
       assert.match(newSecret, SECRET_RE);
       assert.notEqual(newSecret, oldSecret);

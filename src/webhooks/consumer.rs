@@ -1,19 +1,26 @@
-//! The queue consumer: one message = one delivery attempt. Loads the delivery,
-//! signs and sends it, records the attempt, and decides with
-//! `postguard_core::webhooks::retry::classify` whether it is delivered, retried
-//! (a new delayed message, chained past the queue's 12 h maximum) or
-//! dead-lettered. Messages that fail unexpectedly are retried by the queue and
-//! end in the dead-letter queue, whose consumer marks the delivery dead_letter.
+//! The queue consumer: one message = one delivery job. It only does I/O; the
+//! decisions are `postguard_core::webhooks::delivery` (ADR 0009):
+//! load → [`delivery::plan`] → claim the attempt number (compare-and-set) →
+//! sign and send → [`delivery::settle`] → enqueue the follow-up → record the
+//! attempt and apply the status write (compare-and-set; a lost one is settled
+//! again on a fresh read). Messages that fail unexpectedly are retried by the
+//! queue and end in the dead-letter queue, whose jobs take the same path and
+//! dead-letter the delivery.
 //!
-//! A batch costs two D1 round trips whatever its size: one query loads every
-//! due delivery, one `batch()` records every attempt (bench/webhooks.mjs).
+//! A batch costs three D1 round trips whatever its size: one query loads
+//! every due delivery, one `batch()` claims their attempt numbers, one
+//! `batch()` records every attempt (bench/webhooks.mjs).
 
 use postguard_core::config::Config;
 use postguard_core::ids;
+use postguard_core::webhooks::delivery::{
+    self, Attempted, Claim, Delivery, Plan, Status, Transition, Write, CONTENDED_DELAY_S,
+};
 use postguard_core::webhooks::events::excerpt;
-use postguard_core::webhooks::retry::{self, AttemptResult, Outcome};
+use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::signature;
 use serde::Deserialize;
+use worker::d1::{D1Database, D1PreparedStatement};
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Env, MessageBuilder, MessageExt, Result};
 
@@ -65,13 +72,35 @@ struct Target {
     event_id: String,
     event_type: String,
     url: String,
-    status: String,
+    status: Status,
     attempts_made: u32,
     next_attempt_at: Option<u64>,
     payload: String,
     secret: Option<String>,
     previous_secret: Option<String>,
     previous_secret_until: Option<u64>,
+}
+
+impl Target {
+    fn snapshot(&self) -> Delivery {
+        Delivery {
+            status: self.status,
+            attempts_made: self.attempts_made,
+            next_attempt_at: self.next_attempt_at,
+            subscribed: self.secret.is_some(),
+        }
+    }
+}
+
+type Msg = worker::Message<serde_json::Value>;
+
+/// A job the core said to run, with its claim on an attempt number.
+struct Claimed<'a> {
+    m: &'a Msg,
+    job: Job,
+    target: &'a Target,
+    claim: Claim,
+    gave_up: Option<delivery::GiveUp>,
 }
 
 const EXCERPT_CHARS: usize = 512;
@@ -82,105 +111,161 @@ pub async fn handle(
     env: &Env,
     cfg: &Config,
 ) -> Result<()> {
+    let from_dlq = batch.queue() == bindings::DELIVERIES_DLQ;
     let messages = batch.messages()?;
-    let mut jobs = Vec::new();
-    for m in &messages {
-        match serde_json::from_value::<Job>(m.body().clone()) {
-            Ok(job) => jobs.push((m, job)),
-            Err(e) => {
-                worker::console_error!("dropping a malformed delivery message: {}", e);
-                m.ack();
-            }
-        }
-    }
-    if batch.queue() == bindings::DELIVERIES_DLQ {
-        let work = jobs
-            .iter()
-            .map(|(m, job)| async move { settle(m, give_up(env, job).await) });
-        futures_util::future::join_all(work).await;
-        return Ok(());
-    }
-
-    let now = now_ms();
-    let mut due: Vec<(&worker::Message<serde_json::Value>, Job)> = Vec::new();
-    let mut waiting = Vec::new();
-    for (m, job) in jobs {
-        match job.not_before {
-            // A long delay is chained: not yet time → wait another hop.
-            Some(nb) if nb > now + 1_000 => waiting.push((m, job, (nb - now).div_ceil(1000))),
-            _ if due.iter().any(|(_, d)| *d == job) => m.ack(), // the same message twice
-            // Another job for a delivery already in this batch (a manual retry
-            // next to its scheduled attempt): sent again to run a second later,
-            // after this one is recorded, so the two never number their
-            // attempts from the same snapshot. (Not `retry()`: that would count
-            // towards the dead-letter queue.)
-            _ if due.iter().any(|(_, d)| d.delivery_id == job.delivery_id) => {
-                waiting.push((m, job, 1))
-            }
-            _ => due.push((m, job)),
-        }
-    }
-    let hops = waiting
-        .into_iter()
-        .map(|(m, job, remaining)| async move { settle(m, send_later(env, job, remaining).await) });
-    futures_util::future::join_all(hops).await;
-    if due.is_empty() {
-        return Ok(());
-    }
-
-    let ids: Vec<&str> = due.iter().map(|(_, j)| j.delivery_id.as_str()).collect();
+    let (due, mut later) = sort(&messages, from_dlq);
+    let ids: Vec<&str> = due.iter().map(|(_, j, _)| j.delivery_id.as_str()).collect();
     let targets = match load_many(env, &ids).await {
         Ok(t) => t,
         Err(e) => {
-            worker::console_error!(
-                "loading {} deliveries failed, the queue will retry them: {}",
-                ids.len(),
-                e
-            );
-            due.iter().for_each(|(m, _)| m.retry());
+            retry_all("loading", due.iter().map(|(m, _, _)| *m), &e);
+            hop(env, later).await;
             return Ok(());
         }
     };
-    let work = due.iter().map(|(m, job)| {
-        let target = targets.iter().find(|t| t.id == job.delivery_id);
-        async move { (*m, attempt(env, cfg, job, target).await) }
-    });
+    let claims = plan_all(due, &targets, now_ms(), &mut later);
+    let won = match claim_all(env, &claims).await {
+        Ok(won) => won,
+        Err(e) => {
+            retry_all("claiming", claims.iter().map(|c| c.m), &e);
+            hop(env, later).await;
+            return Ok(());
+        }
+    };
+    let (won, lost): (Vec<_>, Vec<_>) = claims.into_iter().zip(won).partition(|(_, w)| *w);
+    // Lost to an attempt in another batch: planned again on a fresh read.
+    later.extend(
+        lost.into_iter()
+            .map(|(c, _)| (c.m, c.job, CONTENDED_DELAY_S)),
+    );
+    hop(env, later).await;
+    let won: Vec<Claimed> = won.into_iter().map(|(c, _)| c).collect();
+    run_all(env, cfg, &won).await;
+    Ok(())
+}
+
+type Due<'a> = (&'a Msg, Job, delivery::Job);
+type Later<'a> = (&'a Msg, Job, u64);
+
+/// The batch's jobs to run now, and those to send again later.
+fn sort(messages: &[Msg], from_dlq: bool) -> (Vec<Due<'_>>, Vec<Later<'_>>) {
+    let mut due: Vec<Due> = Vec::new();
+    let mut later = Vec::new();
+    for m in messages {
+        let Some((job, kind)) = parse(m, from_dlq) else {
+            m.ack();
+            continue;
+        };
+        if !job.manual && due.iter().any(|(_, d, _)| *d == job) {
+            // The same scheduled job twice (manual ones are distinct requests).
+            m.ack();
+        } else if due.iter().any(|(_, d, _)| d.delivery_id == job.delivery_id) {
+            // Another job of a delivery already in this batch: it runs again
+            // a second later, planned on what this one leaves.
+            later.push((m, job, CONTENDED_DELAY_S));
+        } else {
+            due.push((m, job, kind));
+        }
+    }
+    (due, later)
+}
+
+/// Asks the core what each job does; acknowledges the ones with nothing to do.
+fn plan_all<'a>(
+    due: Vec<Due<'a>>,
+    targets: &'a [Target],
+    now: u64,
+    later: &mut Vec<Later<'a>>,
+) -> Vec<Claimed<'a>> {
+    let mut claims = Vec::new();
+    for (m, job, kind) in due {
+        // `None` once retention removed the delivery.
+        let Some(target) = targets.iter().find(|t| t.id == job.delivery_id) else {
+            m.ack();
+            continue;
+        };
+        let (claim, gave_up) = match delivery::plan(kind, &target.snapshot(), now) {
+            Plan::Send(claim) => (claim, None),
+            Plan::GiveUp(claim, why) => (claim, Some(why)),
+            Plan::Wait { delay_s } => {
+                later.push((m, job, delay_s));
+                continue;
+            }
+            Plan::Drop(_) => {
+                m.ack(); // superseded, duplicate, finished
+                continue;
+            }
+        };
+        claims.push(Claimed {
+            m,
+            job,
+            target,
+            claim,
+            gave_up,
+        });
+    }
+    claims
+}
+
+/// Runs the claimed attempts at once, records them, then acknowledges them.
+async fn run_all(env: &Env, cfg: &Config, won: &[Claimed<'_>]) {
+    let work = won
+        .iter()
+        .map(|c| async move { (c.m, attempt(env, cfg, c).await) });
     let mut records = Vec::new();
     let mut recorded = Vec::new();
     for (m, outcome) in futures_util::future::join_all(work).await {
         match outcome {
-            Ok(Some(rec)) => {
+            Ok(rec) => {
                 records.push(rec);
                 recorded.push(m);
             }
-            other => settle(m, other.map(|_| ())),
+            Err(e) => retry_all("an attempt", [m], &e),
         }
     }
-    match record_all(env, &records).await {
+    match record_all(env, cfg, &records).await {
         Ok(()) => recorded.iter().for_each(|m| m.ack()),
-        Err(e) => {
-            // The requests were sent: retrying repeats them (at-least-once),
-            // which beats losing their outcome.
-            worker::console_error!(
-                "recording {} attempts failed, the queue will retry them: {}",
-                records.len(),
-                e
-            );
-            recorded.iter().for_each(|m| m.retry());
-        }
+        // The requests were sent: retrying repeats them under new numbers
+        // (at-least-once), which beats losing their outcome.
+        Err(e) => retry_all("recording", recorded, &e),
     }
-    Ok(())
 }
 
-/// Acknowledges a message whose work is done, or hands it back to the queue.
-fn settle(m: &worker::Message<serde_json::Value>, outcome: Result<()>) {
-    match outcome {
-        Ok(()) => m.ack(),
-        Err(e) => {
-            worker::console_error!("delivery message failed, the queue will retry it: {}", e);
-            m.retry();
-        }
+/// Hands messages back to the queue after a failure of `what`.
+fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &worker::Error) {
+    let mut n = 0;
+    for m in messages {
+        m.retry();
+        n += 1;
     }
+    worker::console_error!(
+        "{} failed, the queue will retry {} messages: {}",
+        what,
+        n,
+        e
+    );
+}
+
+/// A message's job and what it asks for; `None` (logged) when malformed or
+/// when it asks for nothing.
+fn parse(m: &Msg, from_dlq: bool) -> Option<(Job, delivery::Job)> {
+    let job = serde_json::from_value::<Job>(m.body().clone())
+        .map_err(|e| worker::console_error!("dropping a malformed delivery message: {}", e))
+        .ok()?;
+    let redirect = job.redirect_url.is_some();
+    let kind = delivery::Job::from_message(job.not_before, job.manual, redirect, from_dlq)?;
+    Some((job, kind))
+}
+
+/// Sends each job again after its delay (a queue hop), then acknowledges it.
+async fn hop(env: &Env, later: Vec<Later<'_>>) {
+    let hops = later.into_iter().map(|(m, job, delay_s)| async move {
+        match send_later(env, job, delay_s).await {
+            Ok(()) => m.ack(),
+            Err(e) => retry_all("re-sending a job", [m], &e),
+        }
+    });
+    futures_util::future::join_all(hops).await;
 }
 
 const TARGET_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
@@ -191,6 +276,9 @@ const TARGET_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.url, d.st
 /// The deliveries of one batch, in one query (a batch holds at most 100
 /// messages, within D1's limit on bound parameters).
 async fn load_many(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let marks = vec!["?"; ids.len()].join(", ");
     let binds: Vec<JsValue> = ids.iter().map(|id| text(id)).collect();
     env.d1(bindings::DB)?
@@ -201,80 +289,119 @@ async fn load_many(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
         .results()
 }
 
-async fn load(env: &Env, delivery_id: &str) -> Result<Option<Target>> {
-    Ok(load_many(env, &[delivery_id]).await?.into_iter().next())
-}
-
 async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
-    let delay = u32::try_from(retry::next_hop(delay_s)).unwrap_or(u32::MAX);
+    let delay = u32::try_from(delay_s).unwrap_or(u32::MAX);
     env.queue(bindings::DELIVERIES)?
         .send(MessageBuilder::new(job).delay_seconds(delay).build())
         .await
 }
 
-/// How a job relates to the delivery's schedule.
-enum Kind {
-    /// The scheduled attempt, or a manual retry of a delivery still being
-    /// retried: its outcome drives the schedule.
-    Scheduled,
-    /// A manual retry of a finished (delivered or dead-lettered) delivery:
-    /// success makes it delivered, failure leaves it as it was.
-    ManualFinal,
-    /// A redirect: recorded, nothing else changes.
-    Redirect,
+/// Runs `statements` in one D1 `batch()` (one round trip, one transaction);
+/// for each, whether it changed a row (a compare-and-set that held).
+async fn changed(db: &D1Database, statements: Vec<D1PreparedStatement>) -> Result<Vec<bool>> {
+    if statements.is_empty() {
+        return Ok(Vec::new());
+    }
+    db.batch(statements)
+        .await?
+        .iter()
+        .map(|r| Ok(r.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0))
+        .collect()
 }
 
-/// One attempt of one delivery (`target` is `None` once retention removed
-/// it). Returns what to record, or `None` when there is nothing to record.
-async fn attempt(
-    env: &Env,
-    cfg: &Config,
-    job: &Job,
-    target: Option<&Target>,
-) -> Result<Option<Recorded>> {
-    let now = now_ms();
-    let Some(t) = target else {
-        return Ok(None); // removed by retention
-    };
-    let in_progress = t.status == "pending" || t.status == "failed";
-    let kind = if job.redirect_url.is_some() {
-        Kind::Redirect
-    } else if job.manual {
-        if in_progress {
-            Kind::Scheduled
-        } else {
-            Kind::ManualFinal
-        }
-    } else if in_progress && job.not_before == t.next_attempt_at {
-        Kind::Scheduled
-    } else {
-        return Ok(None); // superseded or duplicate (queues deliver at least once)
-    };
-    let number = t.attempts_made + 1;
+/// Claims each attempt's number (`attempts_made = n` where the delivery is
+/// still as loaded) before anything is sent, so two batches never send the
+/// same number: the loser sends nothing.
+async fn claim_all(env: &Env, claims: &[Claimed<'_>]) -> Result<Vec<bool>> {
+    let db = env.d1(bindings::DB)?;
+    let statements = claims
+        .iter()
+        .map(|c| {
+            let e = c.claim.expect;
+            db.prepare("UPDATE deliveries SET attempts_made = ?, updated_at = ? WHERE id = ? AND status = ? AND attempts_made = ?")
+                .bind(&[
+                    num(u64::from(c.claim.attempt.number)),
+                    num(now_ms()),
+                    text(&c.job.delivery_id),
+                    text(e.status.as_str()),
+                    num(u64::from(e.attempts_made)),
+                ])
+        })
+        .collect::<Result<_>>()?;
+    changed(&db, statements).await
+}
+
+/// One claimed attempt: sent (or given up), settled by the core on the
+/// delivery as claimed, its follow-up job enqueued. Returns what to record.
+async fn attempt(env: &Env, cfg: &Config, c: &Claimed<'_>) -> Result<Recorded> {
+    let started = now_ms();
     let request_id = ids_now();
-    let Some(secret) = t.secret.clone() else {
-        if !matches!(kind, Kind::Scheduled) {
-            return Ok(None);
+    let url = c
+        .job
+        .redirect_url
+        .as_deref()
+        .unwrap_or(&c.target.url)
+        .to_string();
+    let number = c.claim.attempt.number;
+    let (result, error, excerpt) = match c.gave_up {
+        Some(why) => (Attempted::GaveUp(why), Some(why.reason().to_string()), None),
+        None => {
+            let sent = sign_and_send(cfg, c.target, &url, number, &request_id, started).await?;
+            (Attempted::Sent(sent.0), sent.1, sent.2)
         }
-        return Ok(Some(Recorded {
-            delivery_id: job.delivery_id.clone(),
-            status: Some("dead_letter".into()),
-            attempt: Attempt {
-                number,
-                url: t.url.clone(),
-                status_code: None,
-                error: Some("the subscription was deleted".into()),
-                excerpt: None,
-                duration_ms: 0,
-                request_id,
-                at: now,
-                next_at: None,
-            },
-        }));
     };
-    let url = job.redirect_url.clone().unwrap_or_else(|| t.url.clone());
+    let done = now_ms();
+    let seen = c.claim.claimed(&c.target.snapshot());
+    let schedule = &cfg.settings.webhooks.schedule_s;
+    let transition = delivery::settle(&seen, &c.claim.attempt, &result, schedule, done);
+    follow_up(env, &c.job.delivery_id, &transition).await?;
+    let duration_ms = done - started;
+    let row = AttemptRow {
+        number,
+        url,
+        error,
+        excerpt,
+        duration_ms,
+        request_id,
+        at: started,
+    };
+    let (delivery_id, claim) = (c.job.delivery_id.clone(), c.claim);
+    Ok(Recorded {
+        delivery_id,
+        claim,
+        result,
+        row,
+        transition,
+    })
+}
+
+/// The next scheduled job, enqueued before the attempt is recorded: a crash
+/// in between repeats an attempt rather than losing the delivery.
+async fn follow_up(env: &Env, delivery_id: &str, t: &Transition) -> Result<()> {
+    match t.follow_up {
+        Some(f) => {
+            send_later(
+                env,
+                Job::scheduled(delivery_id.to_string(), f.at),
+                f.delay_s,
+            )
+            .await
+        }
+        None => Ok(()),
+    }
+}
+
+/// Signs and POSTs attempt `number`: its result, error text and response excerpt.
+async fn sign_and_send(
+    cfg: &Config,
+    t: &Target,
+    url: &str,
+    number: u32,
+    request_id: &str,
+    now: u64,
+) -> Result<(AttemptResult, Option<String>, Option<String>)> {
     let timestamp = now / 1000;
-    let mut secrets = vec![secret.as_str()];
+    let mut secrets: Vec<&str> = t.secret.as_deref().into_iter().collect();
     if let (Some(prev), Some(until)) = (t.previous_secret.as_deref(), t.previous_secret_until) {
         if now < until {
             secrets.push(prev);
@@ -286,24 +413,18 @@ async fn attempt(
     let number_s = number.to_string();
     let ts_s = timestamp.to_string();
     let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
-    let (result, error, excerpt_text) = match send(
-        &url,
-        body,
-        &[
-            ("Content-Type", "application/json"),
-            ("User-Agent", "postguard-webhooks/0.1"),
-            ("webhook-id", t.event_id.as_str()),
-            ("webhook-timestamp", ts_s.as_str()),
-            ("webhook-signature", sig.as_str()),
-            ("X-Event-Id", t.event_id.as_str()),
-            ("X-Event-Type", t.event_type.as_str()),
-            ("X-Delivery-Attempt", number_s.as_str()),
-            ("X-Request-Id", request_id.as_str()),
-        ],
-        timeout_ms,
-    )
-    .await
-    {
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("User-Agent", "postguard-webhooks/0.1"),
+        ("webhook-id", t.event_id.as_str()),
+        ("webhook-timestamp", ts_s.as_str()),
+        ("webhook-signature", sig.as_str()),
+        ("X-Event-Id", t.event_id.as_str()),
+        ("X-Event-Type", t.event_type.as_str()),
+        ("X-Delivery-Attempt", number_s.as_str()),
+        ("X-Request-Id", request_id),
+    ];
+    Ok(match send(url, body, &headers, timeout_ms).await {
         None => (
             AttemptResult::Timeout,
             Some(format!("no answer within {timeout_ms} ms")),
@@ -311,59 +432,17 @@ async fn attempt(
         ),
         Some(Err(e)) => {
             let msg = e.to_string();
-            let msg = if msg.trim().is_empty() {
-                "network error".to_string()
-            } else {
-                msg
-            };
-            (
-                AttemptResult::NetworkError,
-                Some(format!("network error: {msg}")),
-                None,
-            )
+            let error = format!("network error: {}", msg.trim())
+                .trim_end_matches(": ")
+                .to_string();
+            (AttemptResult::NetworkError, Some(error), None)
         }
         Some(Ok((code, retry_after, bytes))) => (
             AttemptResult::Status { code, retry_after },
             None,
             Some(excerpt(&bytes, EXCERPT_CHARS)),
         ),
-    };
-    let done = now_ms();
-    let status_code = match &result {
-        AttemptResult::Status { code, .. } => Some(*code),
-        _ => None,
-    };
-    let outcome = retry::classify(&result, number, &cfg.settings.webhooks.schedule_s, done);
-    let mut rec = Attempt {
-        number,
-        url,
-        status_code,
-        error,
-        excerpt: excerpt_text,
-        duration_ms: done - now,
-        request_id,
-        at: now,
-        next_at: None,
-    };
-    let new_status = match (kind, outcome) {
-        (Kind::Redirect, _) => None,
-        (_, Outcome::Delivered) => Some("delivered".to_string()),
-        (Kind::ManualFinal, _) => Some(t.status.clone()),
-        (Kind::Scheduled, Outcome::DeadLetter) => Some("dead_letter".to_string()),
-        (Kind::Scheduled, Outcome::Retry { delay_s }) => {
-            // The next attempt is queued before this one is recorded: a crash
-            // in between repeats an attempt rather than losing the delivery.
-            let at = done + delay_s * 1000;
-            send_later(env, Job::scheduled(job.delivery_id.clone(), at), delay_s).await?;
-            rec.next_at = Some(at);
-            Some("failed".to_string())
-        }
-    };
-    Ok(Some(Recorded {
-        delivery_id: job.delivery_id.clone(),
-        attempt: rec,
-        status: new_status,
-    }))
+    })
 }
 
 fn ids_now() -> String {
@@ -372,134 +451,191 @@ fn ids_now() -> String {
 }
 
 /// One attempt as recorded in the delivery log.
-struct Attempt {
+struct AttemptRow {
     number: u32,
     url: String,
-    status_code: Option<u16>,
     error: Option<String>,
     excerpt: Option<String>,
     duration_ms: u64,
     request_id: String,
     at: u64,
-    next_at: Option<u64>,
 }
 
-/// An attempt to record, and (for `Some(status)`) the delivery's new status
-/// and next planned attempt.
+/// An attempt to record, and what the core made of it.
 struct Recorded {
     delivery_id: String,
-    attempt: Attempt,
-    status: Option<String>,
+    claim: Claim,
+    result: Attempted,
+    row: AttemptRow,
+    transition: Transition,
 }
 
-/// Writes each attempt row, counts it and updates its delivery: every
-/// attempt of a batch in one D1 `batch()` (one round trip, one transaction).
-async fn record_all(env: &Env, records: &[Recorded]) -> Result<()> {
+/// How often a lost status write is settled again on a fresh read before
+/// giving up (the attempt stays recorded; another attempt decides).
+const SETTLE_ROUNDS: usize = 3;
+
+/// Writes every attempt row and applies every status write in one D1
+/// `batch()`. A compare-and-set that did not hold (another attempt wrote
+/// first) is settled again on a fresh read, its row's next retry corrected.
+async fn record_all(env: &Env, cfg: &Config, records: &[Recorded]) -> Result<()> {
     if records.is_empty() {
         return Ok(());
     }
     let db = env.d1(bindings::DB)?;
-    let opt_num = |v: Option<u64>| v.map_or(JsValue::NULL, num);
     let mut statements = Vec::with_capacity(records.len() * 2);
+    let mut writes = Vec::new();
     for r in records {
-        let a = &r.attempt;
-        statements.push(db
-            .prepare(
-                "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&[
-                text(&r.delivery_id),
-                text(&a.request_id),
-                num(u64::from(a.number)),
-                text(&a.url),
-                opt_num(a.status_code.map(u64::from)),
-                opt_text(a.error.as_deref()),
-                opt_text(a.excerpt.as_deref()),
-                num(a.duration_ms),
-                num(a.at),
-                opt_num(a.next_at),
-            ])?);
-        statements.push(match &r.status {
-            Some(status) => db
-                .prepare(
-                    "UPDATE deliveries SET status = ?, attempts_made = MAX(attempts_made, ?), next_attempt_at = ?, updated_at = ? WHERE id = ?",
-                )
-                .bind(&[text(status), num(u64::from(a.number)), opt_num(a.next_at), num(now_ms()), text(&r.delivery_id)])?,
-            None => db
-                .prepare("UPDATE deliveries SET attempts_made = MAX(attempts_made, ?), updated_at = ? WHERE id = ?")
-                .bind(&[num(u64::from(a.number)), num(now_ms()), text(&r.delivery_id)])?,
-        });
+        statements.push(insert_attempt(&db, r)?);
+        if let Some(w) = r.transition.write {
+            statements.push(cas(&db, &r.delivery_id, &w)?);
+            writes.push((r, statements.len() - 1));
+        }
     }
-    db.batch(statements).await?;
+    let ok = changed(&db, statements).await?;
+    let mut lost: Vec<&Recorded> = writes
+        .into_iter()
+        .filter(|(_, i)| !ok[*i])
+        .map(|(r, _)| r)
+        .collect();
+    for _ in 0..SETTLE_ROUNDS {
+        if lost.is_empty() {
+            return Ok(());
+        }
+        lost = settle_again(env, cfg, &db, &lost).await?;
+    }
+    worker::console_warn!(
+        "{} deliveries changed under every re-settle; left to their later attempts",
+        lost.len()
+    );
     Ok(())
 }
 
-/// A message the main queue could not process after all its retries: the
-/// delivery is dead-lettered with a recorded reason, never dropped silently.
-async fn give_up(env: &Env, job: &Job) -> Result<()> {
-    if job.redirect_url.is_some() {
-        return Ok(());
+/// Settles `lost` again on a fresh read; returns those that lost again.
+async fn settle_again<'a>(
+    env: &Env,
+    cfg: &Config,
+    db: &D1Database,
+    lost: &[&'a Recorded],
+) -> Result<Vec<&'a Recorded>> {
+    let ids: Vec<&str> = lost.iter().map(|r| r.delivery_id.as_str()).collect();
+    let fresh = load_many(env, &ids).await?;
+    let now = now_ms();
+    let mut statements = Vec::new();
+    let mut writes = Vec::new();
+    for r in lost {
+        let Some(t) = fresh.iter().find(|t| t.id == r.delivery_id) else {
+            continue;
+        };
+        let schedule = &cfg.settings.webhooks.schedule_s;
+        let tr = delivery::settle(&t.snapshot(), &r.claim.attempt, &r.result, schedule, now);
+        follow_up(env, &r.delivery_id, &tr).await?;
+        statements.push(
+            db.prepare(
+                "UPDATE attempts SET next_retry_at = ? WHERE delivery_id = ? AND request_id = ?",
+            )
+            .bind(&[
+                opt_num(tr.follow_up.map(|f| f.at)),
+                text(&r.delivery_id),
+                text(&r.row.request_id),
+            ])?,
+        );
+        if let Some(w) = tr.write {
+            statements.push(cas(db, &r.delivery_id, &w)?);
+            writes.push((*r, statements.len() - 1));
+        }
     }
-    let Some(t) = load(env, &job.delivery_id).await? else {
-        return Ok(());
-    };
-    if t.status == "delivered" {
-        return Ok(());
-    }
-    let rec = Recorded {
-        delivery_id: job.delivery_id.clone(),
-        status: Some("dead_letter".into()),
-        attempt: Attempt {
-            number: t.attempts_made + 1,
-            url: t.url.clone(),
-            status_code: None,
-            error: Some(
-                "the delivery job failed repeatedly inside the gateway (dead-letter queue)".into(),
-            ),
-            excerpt: None,
-            duration_ms: 0,
-            request_id: ids_now(),
-            at: now_ms(),
-            next_at: None,
-        },
-    };
-    record_all(env, std::slice::from_ref(&rec)).await
+    let ok = changed(db, statements).await?;
+    Ok(writes
+        .into_iter()
+        .filter(|(_, i)| !ok[*i])
+        .map(|(r, _)| r)
+        .collect())
 }
 
-/// Cron safety net: deliveries whose next attempt is overdue by 15 minutes
-/// (a lost message, a failed enqueue) are queued again.
-pub async fn requeue_stuck(env: &Env) -> Result<u32> {
+fn opt_num(v: Option<u64>) -> JsValue {
+    v.map_or(JsValue::NULL, num)
+}
+
+fn insert_attempt(db: &D1Database, r: &Recorded) -> Result<D1PreparedStatement> {
+    let a = &r.row;
+    let status_code = match &r.result {
+        Attempted::Sent(AttemptResult::Status { code, .. }) => Some(u64::from(*code)),
+        _ => None,
+    };
+    db.prepare(
+        "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&[
+        text(&r.delivery_id),
+        text(&a.request_id),
+        num(u64::from(a.number)),
+        text(&a.url),
+        opt_num(status_code),
+        opt_text(a.error.as_deref()),
+        opt_text(a.excerpt.as_deref()),
+        num(a.duration_ms),
+        num(a.at),
+        opt_num(r.transition.follow_up.map(|f| f.at)),
+    ])
+}
+
+/// The compare-and-set status write: only where the delivery is still as the
+/// core saw it when it settled.
+fn cas(db: &D1Database, id: &str, w: &Write) -> Result<D1PreparedStatement> {
+    db.prepare(
+        "UPDATE deliveries SET status = ?, next_attempt_at = ?, updated_at = ? \
+         WHERE id = ? AND status = ? AND attempts_made = ?",
+    )
+    .bind(&[
+        text(w.status.as_str()),
+        opt_num(w.next_attempt_at),
+        num(now_ms()),
+        text(id),
+        text(w.expect.status.as_str()),
+        num(u64::from(w.expect.attempts_made)),
+    ])
+}
+
+/// Cron safety net: deliveries whose next attempt is overdue by
+/// `webhooks.requeue_after_s` (default 15 minutes: a lost message, a failed
+/// enqueue) are queued again.
+pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     #[derive(Deserialize)]
     struct Stuck {
         id: String,
+        status: Status,
+        next_attempt_at: u64,
     }
-    let cutoff = now_ms().saturating_sub(15 * 60_000);
+    let cutoff = now_ms().saturating_sub(u64::from(after_s) * 1_000);
     let db = env.d1(bindings::DB)?;
     let stuck: Vec<Stuck> = db
-        .prepare("SELECT id FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
+        .prepare("SELECT id, status, next_attempt_at FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
         .bind(&[num(cutoff)])?
         .all()
         .await?
         .results()?;
-    if stuck.is_empty() {
-        return Ok(0);
-    }
-    let n = stuck.len() as u32;
     let at = now_ms();
-    let jobs: Vec<Job> = stuck
-        .iter()
-        .map(|s| Job::scheduled(s.id.clone(), at))
-        .collect();
-    // Re-plan first, so the new jobs are the ones that match `next_attempt_at`.
+    // Re-plan first, so the new jobs are the ones that match `next_attempt_at`;
+    // compare-and-set, so an attempt that moved on meanwhile is left alone.
     let touch: Vec<_> = stuck
         .iter()
         .map(|s| {
-            db.prepare("UPDATE deliveries SET next_attempt_at = ? WHERE id = ?")
-                .bind(&[num(at), text(&s.id)])
+            db.prepare("UPDATE deliveries SET next_attempt_at = ? WHERE id = ? AND status = ? AND next_attempt_at = ?")
+                .bind(&[num(at), text(&s.id), text(s.status.as_str()), num(s.next_attempt_at)])
         })
         .collect::<Result<_>>()?;
-    db.batch(touch).await?;
+    let touched = changed(&db, touch).await?;
+    let jobs: Vec<Job> = stuck
+        .iter()
+        .zip(touched)
+        .filter(|(_, t)| *t)
+        .map(|(s, _)| Job::scheduled(s.id.clone(), at))
+        .collect();
+    if jobs.is_empty() {
+        return Ok(0);
+    }
+    let n = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
     env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
     Ok(n)
 }

@@ -4,6 +4,7 @@
 use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
+use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::url_guard::check_url;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
@@ -15,8 +16,6 @@ use crate::reject::Handled;
 use crate::runtime::RequestCtx;
 use crate::{auth, bindings, http};
 
-const STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead_letter"];
-
 #[derive(Serialize, Deserialize, Clone)]
 pub struct Delivery {
     pub id: String,
@@ -24,7 +23,7 @@ pub struct Delivery {
     pub event_type: String,
     pub subscription_id: String,
     pub url: String,
-    pub status: String,
+    pub status: Status,
     pub attempts_made: u32,
     pub next_attempt_at: Option<u64>,
     pub created_at: u64,
@@ -72,14 +71,10 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         let parsed: std::result::Result<(), String> = (|| {
             match k.as_str() {
                 "status" => {
-                    if !STATUSES.contains(&v.as_str()) {
-                        return Err(
-                            "status: must be one of pending, delivered, failed, dead_letter"
-                                .to_string(),
-                        );
-                    }
+                    let s = Status::parse(v)
+                        .ok_or_else(|| format!("status: must be one of {}", Status::list()))?;
                     sql.push_str(" AND status = ?");
-                    args.push(text(v));
+                    args.push(text(s.as_str()));
                 }
                 "event_type" => {
                     if v.is_empty() || v.len() > 128 {

@@ -16,9 +16,6 @@ use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{now_ms, random_bytes, RequestCtx};
 
-/// How long a rotated-out secret keeps signing.
-pub const ROTATION_OVERLAP_MS: u64 = 24 * 3_600_000;
-
 #[derive(Deserialize)]
 struct Row {
     id: String,
@@ -161,7 +158,7 @@ pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     let secret = new_secret()?;
     let sql = "UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?";
     let binds = [
-        num(now_ms() + ROTATION_OVERLAP_MS),
+        num(now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000),
         text(&secret),
         text(id),
         text(&project),

@@ -6,7 +6,8 @@
 // every secret the test gave (the subscription's secret(s)). The signature check itself is never
 // re-implemented here.
 //
-// behaviour: `(req, n) => ({status, headers, body})` (n = 1-based count of requests received), or
+// behaviour: `(req, n) => ({status, headers, body})` (n = 1-based count of requests received; it may
+//   return a Promise, e.g. to answer slowly), or
 //   'down'  — the server is closed: connections are refused;
 //   'hang'  — the request is read and never answered (the gateway's timeout must fire).
 // setBehaviour() switches at any time ('down' closes the listener, anything else re-opens it on the
@@ -99,16 +100,16 @@ export async function startReceiver({ behaviour = () => ({ status: 200 }), secre
           res.socket?.destroy();
           return;
         }
-        let reply;
-        try {
-          reply = (typeof b === 'function' ? b(r, r.n) : undefined) ?? { status: 200 };
-        } catch (e) {
-          reply = { status: 500, body: String(e) };
-        }
-        const out = reply.body === undefined ? 'ok' : typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body);
-        r.answered = reply.status ?? 200;
-        res.writeHead(reply.status ?? 200, { 'content-type': 'text/plain', ...(reply.headers ?? {}) });
-        res.end(out);
+        const answer = (reply) => {
+          const out = reply.body === undefined ? 'ok' : typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body);
+          r.answered = reply.status ?? 200;
+          if (res.destroyed) return; // the gateway gave up (its timeout) while this reply waited
+          res.writeHead(reply.status ?? 200, { 'content-type': 'text/plain', ...(reply.headers ?? {}) });
+          res.end(out);
+        };
+        new Promise((resolve) => resolve(typeof b === 'function' ? b(r, r.n) : undefined))
+          .then((reply) => reply ?? { status: 200 }, (e) => ({ status: 500, body: String(e) }))
+          .then(answer);
       });
     });
     // Long keep-alive: a server closing an idle pooled connection just as the gateway reuses it

@@ -141,6 +141,11 @@ pub struct WebhooksConfig {
     pub max_payload_bytes: u32,
     pub allow_insecure_urls: bool,
     pub allow_hosts: Vec<String>,
+    /// After `rotate-secret`, how long the old secret keeps signing (s).
+    pub secret_overlap_s: u32,
+    /// The daily job re-queues a delivery whose next attempt is this
+    /// overdue (s): its message was lost (or never enqueued).
+    pub requeue_after_s: u32,
 }
 
 impl Default for WebhooksConfig {
@@ -151,6 +156,8 @@ impl Default for WebhooksConfig {
             max_payload_bytes: 65_536,
             allow_insecure_urls: false,
             allow_hosts: Vec::new(),
+            secret_overlap_s: 86_400,
+            requeue_after_s: 900,
         }
     }
 }
@@ -487,6 +494,18 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
     }
     range("webhooks.timeout_ms", wh.timeout_ms, 100, 600_000)?;
     range(
+        "webhooks.secret_overlap_s",
+        wh.secret_overlap_s,
+        1,
+        30 * 86_400,
+    )?;
+    range(
+        "webhooks.requeue_after_s",
+        wh.requeue_after_s,
+        1,
+        7 * 86_400,
+    )?;
+    range(
         "webhooks.max_payload_bytes",
         wh.max_payload_bytes,
         1_024,
@@ -571,6 +590,8 @@ mod tests {
         assert_eq!(s.idempotency.max_stored_body_bytes, 1 << 20);
         assert_eq!(s.origin.timeout_ms, 30_000);
         assert_eq!(s.webhooks.schedule_s, vec![60, 900, 3600, 86400]);
+        assert_eq!(s.webhooks.secret_overlap_s, 86_400);
+        assert_eq!(s.webhooks.requeue_after_s, 900);
         assert_eq!(s.retention.audit_days, 90);
         assert_eq!(s.max_body_bytes, 10 << 20);
         assert_eq!(s.idempotency_mode("POST", "/x"), Mode::Required);
@@ -672,6 +693,10 @@ mod tests {
         assert_eq!(
             err_field(r#"{"webhooks":{"schedule_s":[60,0]}}"#),
             "webhooks.schedule_s[1]"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"secret_overlap_s":0}}"#),
+            "webhooks.secret_overlap_s"
         );
         assert_eq!(
             err_field(r#"{"retention":{"audit_days":0}}"#),

@@ -115,9 +115,10 @@ impl GuardStore for Sql<'_> {
         }
         let state = LimiterState {
             revoked: self.meta_get("revoked")?.is_some(),
+            // Stored but unreadable fails closed (never a fresh window).
             window: self
                 .meta_get("window")?
-                .and_then(|s| serde_json::from_str(&s).ok()),
+                .map(|s| serde_json::from_str(&s).unwrap_or(Window::UNREADABLE)),
         };
         self.limiter.set(Some(state));
         Ok(state)

@@ -41,6 +41,7 @@ pub fn respond(
         h.set(k, v)?;
     }
     h.set("X-Request-Id", &rc.request_id)?;
+    cors(rc, &h)?;
     let len = body.as_ref().map_or(0, Vec::len) as u64;
     rc.note(|f| f.response_bytes = Some(len));
     let builder = Response::builder().with_status(status).with_headers(h);
@@ -48,6 +49,19 @@ pub fn respond(
         Some(b) if !b.is_empty() => builder.fixed(b),
         _ => builder.empty(),
     })
+}
+
+/// Adds the CORS headers of a cross-origin request, keeping an origin's own
+/// `Access-Control-Allow-Origin` in forwarded mode.
+pub fn cors(rc: &RequestCtx, h: &Headers) -> Result<()> {
+    if rc.origin.is_none() {
+        return Ok(());
+    }
+    let from_origin = h.get("Access-Control-Allow-Origin")?;
+    for (k, v) in rc.cors_headers(from_origin.as_deref()) {
+        h.set(k, &v)?;
+    }
+    Ok(())
 }
 
 /// A JSON resource.

@@ -20,6 +20,7 @@ use crate::auth::{self, Caller};
 use crate::durable::client::call;
 use crate::http::{self, header_pairs, HeaderList};
 use crate::reject::{Extra, Handled, Reject};
+use crate::request::{self, Body};
 use crate::runtime::{now_ms, within, RequestCtx};
 
 pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
@@ -27,7 +28,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     proxy::check_method(&method)?;
     // 1. Authenticate.
     let caller = auth::api_caller(auth::credential(&req, cfg), env, cfg, rc).await?;
-    let incoming = read(&mut req, method).await?;
+    let incoming = read(&mut req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
     // 2 + 3. Rate limit and claim: one round trip to the key's object.
@@ -62,18 +63,22 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     respond(rc, cfg, outcome, &rl)
 }
 
-/// The client's request, body read (a request answered before this point
-/// never has its body read).
-async fn read(req: &mut Request, method: String) -> Handled<Incoming> {
+/// The client's request, body read under the limit (a request answered
+/// before this point never has its body read; an oversized one is answered
+/// 413 after the limiter, with its headers, and never forwarded).
+async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
     let url = req.url()?;
     let path = url.path().to_string();
     let path_and_query = match url.query() {
         Some(q) => format!("{path}?{q}"),
         None => path.clone(),
     };
-    let body = match proxy::has_body(&method) {
-        true => req.bytes().await?,
-        false => Vec::new(),
+    let (body, oversized) = match proxy::has_body(&method) {
+        true => match request::read_bounded(req, max).await? {
+            Body::Read(b) => (b, false),
+            Body::TooLarge => (Vec::new(), true),
+        },
+        false => (Vec::new(), false),
     };
     Ok(Incoming {
         method,
@@ -81,6 +86,7 @@ async fn read(req: &mut Request, method: String) -> Handled<Incoming> {
         path_and_query,
         headers: header_pairs(req.headers()),
         body,
+        oversized,
     })
 }
 
@@ -135,6 +141,30 @@ enum Forwarded {
         headers: HeaderList,
         body: Vec<u8>,
     },
+}
+
+/// A CORS preflight, forwarded to the origin unauthenticated (nothing is
+/// charged, claimed or attributed to a key); the gateway's
+/// `Idempotency-Key` is added to what the origin allows.
+pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let url = req.url()?;
+    let path_and_query = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let headers = header_pairs(req.headers());
+    let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
+    match forward(origin, cfg.settings.origin.timeout_ms).await {
+        Ok(Forwarded::Buffered {
+            status, headers, ..
+        }) => {
+            let mut out = client_response_headers(&headers);
+            postguard_core::cors::merge_forwarded_preflight(&mut out);
+            Ok(http::respond(rc, status, &out, &[], None)?)
+        }
+        Ok(Forwarded::Streaming(resp)) => Ok(resp),
+        Err(failure) => Err(failure.problem(cfg.settings.origin.timeout_ms).into()),
+    }
 }
 
 /// Sends the request to the origin, within its timeout (then aborted).
@@ -253,6 +283,7 @@ fn respond(
                 h.set(k, v)?;
             }
             h.set("X-Request-Id", &rc.request_id)?;
+            http::cors(rc, &h)?;
             let declared = h.get("Content-Length")?.and_then(|v| v.parse().ok());
             rc.note(|f| f.response_bytes = declared);
             Ok(resp.with_headers(h))

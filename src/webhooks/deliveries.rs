@@ -209,7 +209,7 @@ pub async fn redirect(
     id: &str,
 ) -> Handled {
     let project = auth::project(&req, env, cfg, rc).await?;
-    let body = req.bytes().await?;
+    let body = crate::request::body(&mut req, cfg).await?;
     let url = match serde_json::from_slice::<RedirectBody>(&body) {
         Ok(b) => check_url(&b.url, &policy(cfg))?,
         Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),

@@ -34,7 +34,7 @@ struct Exists {
 
 pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     auth::origin(&req, env, cfg).await?;
-    let body = req.bytes().await?;
+    let body = crate::request::body(&mut req, cfg).await?;
     let input = events::parse_publish(&body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));

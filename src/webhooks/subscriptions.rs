@@ -57,7 +57,7 @@ fn new_secret() -> Result<String> {
 
 pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let project = auth::project(&req, env, cfg, rc).await?;
-    let body = req.bytes().await?;
+    let body = crate::request::body(&mut req, cfg).await?;
     let input = events::parse_subscription(&body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;

@@ -203,6 +203,8 @@ pub struct Settings {
     pub retention: RetentionConfig,
     pub audit: AuditConfig,
     pub max_body_bytes: u64,
+    /// `None`: preflights are forwarded to the origin.
+    pub cors: Option<crate::cors::CorsConfig>,
 }
 
 impl Default for Settings {
@@ -229,6 +231,7 @@ impl Default for Settings {
             retention: RetentionConfig::default(),
             audit: AuditConfig::default(),
             max_body_bytes: 10 << 20,
+            cors: None,
         }
     }
 }
@@ -245,8 +248,13 @@ pub struct Config {
 /// Largest stored response body we accept in configuration (bodies are kept
 /// in Durable Object storage, chunked).
 pub const MAX_STORED_BODY_CAP: u64 = 16 << 20;
-/// Cloudflare's request body ceiling on the largest plans.
-pub const MAX_BODY_CAP: u64 = 500 << 20;
+/// Largest `max_body_bytes` accepted: 32 MiB. A proxied body is held up to
+/// three times at once (the runtime's ArrayBuffer, the wasm copy, the copy
+/// handed to the origin fetch) = 96 MiB, which leaves room under an isolate's
+/// 128 MB for the runtime itself and a buffered replay (≤ 16 MiB,
+/// [`MAX_STORED_BODY_CAP`]). Cloudflare's own 100–500 MB request ceiling
+/// would not fit in one isolate.
+pub const MAX_BODY_CAP: u64 = 32 << 20;
 const MAX_TTL_S: u32 = 30 * 86_400;
 
 const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -372,6 +380,41 @@ fn named_member(msg: &str) -> Option<&str> {
     rest.split('`').next()
 }
 
+fn validate_cors(c: &crate::cors::CorsConfig) -> Result<(), ConfigError> {
+    if c.allowed_origins.is_empty() || c.allowed_origins.len() > 100 {
+        return Err(ConfigError::new(
+            "cors.allowed_origins",
+            "must list 1 to 100 origins (or \"*\")",
+        ));
+    }
+    if let Some(bad) = c.allowed_origins.iter().find(|o| {
+        o.as_str() != "*" && Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o)
+    }) {
+        let shown: String = bad.chars().take(64).collect();
+        return Err(ConfigError::new(
+            "cors.allowed_origins",
+            format!("{shown} is not an origin (scheme://host[:port])"),
+        ));
+    }
+    if let Some(m) = c.allowed_methods.iter().find(|m| !valid_method(m, false)) {
+        let shown: String = m.chars().take(16).collect();
+        return Err(ConfigError::new(
+            "cors.allowed_methods",
+            format!("{shown} is not a method"),
+        ));
+    }
+    if c.allowed_headers
+        .iter()
+        .any(|h| h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err(ConfigError::new(
+            "cors.allowed_headers",
+            "header names are letters, digits and '-'",
+        ));
+    }
+    range("cors.max_age_s", c.max_age_s, 0, 86_400)
+}
+
 fn range<T: PartialOrd + std::fmt::Display>(
     field: impl Into<String>,
     v: T,
@@ -482,6 +525,9 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         MAX_STORED_BODY_CAP,
     )?;
     range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
+    if let Some(c) = &s.cors {
+        validate_cors(c)?;
+    }
     let wh = &s.webhooks;
     if wh.schedule_s.is_empty() || wh.schedule_s.len() > 20 {
         return Err(ConfigError::new(

@@ -46,6 +46,9 @@ pub struct Incoming {
     pub path_and_query: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The body crossed `max_body_bytes` (declared or while reading): it was
+    /// not read further and `body` holds nothing of it.
+    pub oversized: bool,
 }
 
 /// The outcome of the checks made before the key's object is asked.
@@ -75,7 +78,7 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Prefl
         claim: None,
         idempotency_key: None,
     };
-    if req.body.len() as u64 > settings.max_body_bytes {
+    if req.oversized || req.body.len() as u64 > settings.max_body_bytes {
         out.early = Some(Problem::payload_too_large(settings.max_body_bytes));
         return out;
     }
@@ -252,6 +255,30 @@ pub fn origin_request(
     }
 }
 
+/// A CORS preflight forwarded to the origin (no key, so none of the key's
+/// headers and no signature: the origin answers it like any preflight).
+pub fn preflight_request(
+    cfg: &Config,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    request_id: &str,
+) -> OriginRequest {
+    let mut headers = forward_request_headers(headers);
+    headers.push(("X-Request-Id".to_string(), request_id.to_string()));
+    OriginRequest {
+        url: format!(
+            "{}{}{}",
+            cfg.origin_url.origin().ascii_serialization(),
+            cfg.origin_url.path().trim_end_matches('/'),
+            path_and_query
+        ),
+        method: "OPTIONS".to_string(),
+        headers,
+        body: Vec::new(),
+        buffer: true,
+    }
+}
+
 /// Why the origin gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -361,6 +388,7 @@ mod tests {
             path_and_query: "/orders?x=1".into(),
             headers: headers.to_vec(),
             body: body.to_vec(),
+            oversized: false,
         }
     }
 

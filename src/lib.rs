@@ -109,9 +109,9 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
 
 /// Cron: the scheduled jobs (`cron.rs`).
 #[event(scheduled)]
-async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match runtime::config(&env) {
-        Ok(cfg) => cron::run(&env, &cfg).await,
+        Ok(cfg) => cron::run(&env, &cfg, &event.cron()).await,
         Err(e) => worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e),
     }
 }

@@ -1,11 +1,20 @@
 //! `POST /_postguard/v1/events` (origin, `ORIGIN_TOKEN`): store the event and
 //! one delivery per matching subscription in D1, enqueue the first attempts,
-//! and only then answer 202. Publishing an id again is a no-op.
+//! and only then answer 202.
+//!
+//! An outbox (migrations/0003_outbox.sql): each delivery gets an `outbox`
+//! row in the same transaction, marked `enqueued_at` once its first attempt
+//! was handed to the queue. If the send fails the origin gets a 500, and its
+//! retry of the same event id (otherwise a no-op) enqueues what is still
+//! unsent; the every-minute cron sweeps rows left unsent past
+//! `webhooks.outbox_after_s`. A job sent twice (a retry racing the sweep) is
+//! dropped by the consumer: a scheduled job runs only while it matches the
+//! delivery's `next_attempt_at`, once.
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::events;
 use serde::{Deserialize, Serialize};
-use worker::{Env, Request};
+use worker::{D1Database, Env, Request, Result};
 
 use super::{new_id, num, text, Job};
 use crate::auth;
@@ -44,9 +53,23 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         .bind(&[text(&input.project), text(&event_id)])?
         .first(None)
         .await?;
-    if existing.is_some() {
-        return http::json(rc, 202, &Accepted { id: &event_id }, &[]);
+    if existing.is_none() {
+        store(&db, cfg, &input, &event_id).await?;
     }
+    flush_event(env, &db, &input.project, &event_id).await?;
+    http::json(rc, 202, &Accepted { id: &event_id }, &[])
+}
+
+/// The event, its deliveries and their outbox rows, in one transaction. A
+/// concurrent publish of the same id is absorbed by the constraints (`INSERT
+/// OR IGNORE` on the events key and on one delivery per event and
+/// subscription): its rows are simply not written.
+async fn store(
+    db: &D1Database,
+    cfg: &Config,
+    input: &events::Publish,
+    event_id: &str,
+) -> Result<()> {
     let subs: Vec<SubRow> = db
         .prepare("SELECT id, url, events FROM subscriptions WHERE project = ?")
         .bind(&[text(&input.project)])?
@@ -55,7 +78,7 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         .results()?;
     let now = now_ms();
     let payload = events::payload(
-        &event_id,
+        event_id,
         &input.event_type,
         &events::rfc3339_ms(now),
         &input.data,
@@ -64,16 +87,15 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     let payload = String::from_utf8_lossy(&payload).into_owned();
     let mut statements = vec![db
         .prepare(
-            "INSERT INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
         )
         .bind(&[
             text(&input.project),
-            text(&event_id),
+            text(event_id),
             text(&input.event_type),
             text(&payload),
             num(now),
         ])?];
-    let mut jobs = Vec::new();
     for sub in subs {
         let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
         if !events::matches(&filters, &input.event_type) {
@@ -82,13 +104,13 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         let delivery_id = new_id("dlv_");
         statements.push(
             db.prepare(
-                "INSERT INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) \
+                "INSERT OR IGNORE INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) \
                  VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
             )
             .bind(&[
                 text(&delivery_id),
                 text(&input.project),
-                text(&event_id),
+                text(event_id),
                 text(&input.event_type),
                 text(&sub.id),
                 text(&sub.url),
@@ -97,20 +119,76 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
                 num(now),
             ])?,
         );
-        jobs.push(Job::scheduled(delivery_id, now));
+        // Only for the delivery actually written (an ignored duplicate has
+        // another id).
+        statements.push(
+            db.prepare(
+                "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
+                 SELECT id, project, event_id, created_at FROM deliveries WHERE id = ?",
+            )
+            .bind(&[text(&delivery_id)])?,
+        );
     }
-    // Durable before the 202: the event and its deliveries in one transaction
-    // (a concurrent publish of the same id loses on the primary key and is the
-    // no-op it would have been a moment later), then the queue. A failed
-    // enqueue is a 500; the daily job re-queues the overdue deliveries.
-    if let Err(e) = db.batch(statements).await {
-        if e.to_string().contains("UNIQUE constraint failed: events") {
-            return http::json(rc, 202, &Accepted { id: &event_id }, &[]);
-        }
-        return Err(e.into());
+    db.batch(statements).await?;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct Unsent {
+    delivery_id: String,
+    next_attempt_at: u64,
+}
+
+/// Enqueues the event's deliveries not yet enqueued, then records them sent.
+async fn flush_event(env: &Env, db: &D1Database, project: &str, event_id: &str) -> Result<()> {
+    let unsent: Vec<Unsent> = db
+        .prepare(
+            "SELECT o.delivery_id, d.next_attempt_at FROM outbox o JOIN deliveries d ON d.id = o.delivery_id \
+             WHERE o.project = ? AND o.event_id = ? AND o.enqueued_at IS NULL",
+        )
+        .bind(&[text(project), text(event_id)])?
+        .all()
+        .await?
+        .results()?;
+    send(env, db, unsent).await.map(|_| ())
+}
+
+/// Sends the first attempts and marks them enqueued (at least once: a crash
+/// between the two re-sends, which the consumer drops as a duplicate).
+async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> {
+    if unsent.is_empty() {
+        return Ok(0);
     }
-    if !jobs.is_empty() {
-        env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
-    }
-    http::json(rc, 202, &Accepted { id: &event_id }, &[])
+    let jobs: Vec<Job> = unsent
+        .iter()
+        .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
+        .collect();
+    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    let now = num(now_ms());
+    let marks = unsent
+        .iter()
+        .map(|u| {
+            db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id = ?")
+                .bind(&[now.clone(), text(&u.delivery_id)])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    db.batch(marks).await?;
+    Ok(unsent.len())
+}
+
+/// The every-minute sweep: outbox rows left unsent for `after_s` (their
+/// publish's send failed and the origin did not retry) are enqueued.
+pub async fn sweep_outbox(env: &Env, after_s: u32) -> Result<usize> {
+    let db = env.d1(bindings::DB)?;
+    let cutoff = now_ms().saturating_sub(u64::from(after_s) * 1000);
+    let unsent: Vec<Unsent> = db
+        .prepare(
+            "SELECT o.delivery_id, d.next_attempt_at FROM outbox o JOIN deliveries d ON d.id = o.delivery_id \
+             WHERE o.enqueued_at IS NULL AND o.created_at <= ? ORDER BY o.created_at LIMIT 500",
+        )
+        .bind(&[num(cutoff)])?
+        .all()
+        .await?
+        .results()?;
+    send(env, &db, unsent).await
 }

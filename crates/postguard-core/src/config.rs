@@ -146,6 +146,10 @@ pub struct WebhooksConfig {
     /// The daily job re-queues a delivery whose next attempt is this
     /// overdue (s): its message was lost (or never enqueued).
     pub requeue_after_s: u32,
+    /// The every-minute sweep enqueues a published delivery whose first
+    /// attempt is still unsent after this long (s): its publish's queue
+    /// send failed and the origin did not retry.
+    pub outbox_after_s: u32,
 }
 
 impl Default for WebhooksConfig {
@@ -158,6 +162,7 @@ impl Default for WebhooksConfig {
             allow_hosts: Vec::new(),
             secret_overlap_s: 86_400,
             requeue_after_s: 900,
+            outbox_after_s: 60,
         }
     }
 }
@@ -551,6 +556,7 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         1,
         7 * 86_400,
     )?;
+    range("webhooks.outbox_after_s", wh.outbox_after_s, 0, 3_600)?;
     range(
         "webhooks.max_payload_bytes",
         wh.max_payload_bytes,

@@ -64,6 +64,27 @@ pub fn cors(rc: &RequestCtx, h: &Headers) -> Result<()> {
     Ok(())
 }
 
+/// Like [`respond`], with a streamed body (a replay from R2, a large
+/// origin answer): never read into the isolate.
+pub fn respond_stream(
+    rc: &RequestCtx,
+    status: u16,
+    headers: &[(String, String)],
+    extra: &[(&str, String)],
+    body: worker::ResponseBody,
+) -> Result<Response> {
+    let h = to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    for (k, v) in extra {
+        h.set(k, v)?;
+    }
+    h.set("X-Request-Id", &rc.request_id)?;
+    cors(rc, &h)?;
+    Ok(Response::builder()
+        .with_status(status)
+        .with_headers(h)
+        .body(body))
+}
+
 /// A JSON resource.
 pub fn json<T: Serialize>(
     rc: &RequestCtx,

@@ -11,6 +11,7 @@ mod durable;
 mod http;
 mod pipeline;
 mod reject;
+mod replays;
 mod request;
 mod runtime;
 mod webhooks;
@@ -36,7 +37,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     };
     rc.cors = cfg.settings.cors.clone();
     let seen = audit::Seen::of(&req);
-    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc).await)?;
+    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc, &ctx).await)?;
     if cfg.settings.audit.enabled {
         audit::record(&env, &ctx, audit::row(seen, &rc, resp.status_code()));
     }
@@ -48,6 +49,7 @@ async fn handle(
     env: &Env,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
+    ctx: &Context,
 ) -> Handled {
     // The body limit is applied by the bounded reader after authentication
     // (request::read_bounded), so a 413 carries the rate-limit headers.
@@ -58,7 +60,7 @@ async fn handle(
     if gateway_path {
         admin::route(req, env, cfg, rc).await
     } else {
-        pipeline::proxy(req, env, cfg, rc).await
+        pipeline::proxy(req, env, cfg, rc, ctx).await
     }
 }
 

@@ -100,7 +100,7 @@ describe('every body is read with a bound', () => {
 
   it('a body of exactly max_body_bytes, chunked, is forwarded whole', async () => {
     const res = await chunkedUpload('/orders', { ...bearer(key), 'idempotency-key': `exact-${Date.now()}` }, MAX);
-    assert.equal(res.status, 200, res.text);
+    assert.equal(res.status, 201, res.text);
     const body = JSON.parse(res.text);
     const expected = crypto.createHash('sha256').update(Buffer.alloc(MAX, 0x61)).digest('hex');
     assert.equal(body.body_sha256, expected);

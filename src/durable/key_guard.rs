@@ -55,6 +55,7 @@ const SWEEP_BATCH: usize = 500;
 #[durable_object]
 pub struct KeyGuard {
     state: State,
+    env: Env,
     /// The object's SQL handle, fetched once (each fetch is two JS calls).
     sql: SqlStorage,
     schema_ready: Cell<bool>,
@@ -355,8 +356,9 @@ impl KeyGuard {
 }
 
 impl DurableObject for KeyGuard {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         KeyGuard {
+            env,
             sql: state.storage().sql(),
             state,
             schema_ready: Cell::new(false),
@@ -389,10 +391,12 @@ impl DurableObject for KeyGuard {
     async fn alarm(&self) -> Result<Response> {
         self.alarm_at.set(0);
         let now = now_ms();
-        let next = self
+        let swept = self
             .atomically(|s| store::sweep(s, now, SWEEP_BATCH))
             .map_err(err)?;
-        if let Some(next) = next {
+        // After the commit: an object whose record is gone is never replayed.
+        crate::replays::delete(&self.env, swept.objects).await;
+        if let Some(next) = swept.next {
             let at = next.max(now);
             self.state.storage().set_alarm(at_epoch_ms(at)).await?;
             self.alarm_at.set(at);

@@ -96,6 +96,9 @@ pub struct IdempotencyConfig {
     pub routes: Vec<RouteRule>,
     pub lease_s: u32,
     pub max_stored_body_bytes: u64,
+    /// Largest response replayed byte for byte (bodies over
+    /// `max_stored_body_bytes` are kept in R2, streamed, never held whole).
+    pub max_replay_bytes: u64,
     /// Whether `Set-Cookie` from the origin is stored and replayed.
     pub store_set_cookie: bool,
 }
@@ -116,6 +119,7 @@ impl Default for IdempotencyConfig {
             routes: Vec::new(),
             lease_s: 60,
             max_stored_body_bytes: 1 << 20,
+            max_replay_bytes: DEFAULT_REPLAY_BYTES,
             store_set_cookie: false,
         }
     }
@@ -253,6 +257,11 @@ pub struct Config {
 /// Largest stored response body we accept in configuration (bodies are kept
 /// in Durable Object storage, chunked).
 pub const MAX_STORED_BODY_CAP: u64 = 16 << 20;
+/// Default `idempotency.max_replay_bytes`: 100 MiB.
+pub const DEFAULT_REPLAY_BYTES: u64 = 100 << 20;
+/// Largest `idempotency.max_replay_bytes` accepted: 1 GiB (such bodies are
+/// streamed to R2 and back, never held in the isolate).
+pub const MAX_REPLAY_CAP: u64 = 1 << 30;
 /// Largest `max_body_bytes` accepted: 32 MiB. A proxied body is held up to
 /// three times at once (the runtime's ArrayBuffer, the wasm copy, the copy
 /// handed to the origin fetch) = 96 MiB, which leaves room under an isolate's
@@ -530,6 +539,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         MAX_STORED_BODY_CAP,
     )?;
     range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
+    range(
+        "idempotency.max_replay_bytes",
+        idem.max_replay_bytes,
+        idem.max_stored_body_bytes,
+        MAX_REPLAY_CAP,
+    )?;
     if let Some(c) = &s.cors {
         validate_cors(c)?;
     }

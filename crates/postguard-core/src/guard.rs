@@ -251,6 +251,7 @@ mod tests {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],
             body_omitted: false,
+            body_object: None,
             body_len: 2,
         }
     }

@@ -279,6 +279,40 @@ pub fn preflight_request(
     }
 }
 
+/// Where a claimed request's response body is kept for replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// In the key's object, with the record (≤ `max_stored_body_bytes`).
+    Inline,
+    /// In R2 (≤ `max_replay_bytes`, the bucket bound).
+    Object,
+    /// Nowhere: a retry gets `IDEMPOTENT_REPLAY_UNAVAILABLE` (410).
+    Unavailable,
+}
+
+/// Where a body of `body_len` bytes is kept; `bucket` says whether the R2
+/// binding is there.
+pub fn keep(settings: &Settings, body_len: u64, bucket: bool) -> Keep {
+    let idem = &settings.idempotency;
+    if body_len <= idem.max_stored_body_bytes {
+        Keep::Inline
+    } else if bucket && body_len <= idem.max_replay_bytes {
+        Keep::Object
+    } else {
+        Keep::Unavailable
+    }
+}
+
+/// The R2 object key of a stored body: per API key id, per Idempotency-Key
+/// (hashed: a key may be any visible ASCII, and is the client's data), per
+/// request (a later claim of an expired key never collides with it).
+pub fn replay_object_key(key_id: &str, idempotency_key: &str, request_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(idempotency_key.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("replays/{key_id}/{hex}/{request_id}")
+}
+
 /// Why the origin gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -351,6 +385,7 @@ pub fn settle(
             status,
             headers: storable_response_headers(headers, idem.store_set_cookie),
             body_omitted: body_len as u64 > idem.max_stored_body_bytes,
+            body_object: None,
             body_len: body_len as u64,
         },
     })

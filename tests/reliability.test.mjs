@@ -11,7 +11,7 @@ import net from 'node:net';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
-import { prepareFailingQueueRoot } from './support/failing-queue.mjs';
+import { prepareFaultyRoot } from './support/injected-faults.mjs';
 import { startGateway, problem, poll, cfg, ADMIN_TOKEN, ORIGIN_TOKEN, parseResponse } from './support/gateway.mjs';
 
 const MAX = 1 << 20; // max_body_bytes in this file's plan
@@ -31,7 +31,7 @@ let key;
 const receivers = [];
 
 before(async () => {
-  process.env.POSTGUARD_ROOT = prepareFailingQueueRoot(); // this file's process only
+  process.env.POSTGUARD_ROOT = prepareFaultyRoot(); // this file's process only
   origin = await startOrigin({ token: ORIGIN_TOKEN });
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   key = (await gw.createKey({ project: 'rel', plan: 'big' })).key;
@@ -139,6 +139,21 @@ function headOnly(path, headers) {
     sock.on('error', reject);
   });
 }
+
+describe("the key's object writes atomically", () => {
+  it('a claim write that fails rolls back the charge made in the same operation', async () => {
+    const k = (await gw.createKey({ project: 'atomic', plan: 'big' })).key;
+    const remaining = async () => Number((await gw.fetch('/items', { headers: bearer(k) })).headers['x-ratelimit-remaining']);
+    const r0 = await remaining();
+    await gw.fetch('/__sql/fail-claim?n=1');
+    const failed = await gw.fetch('/orders', { method: 'POST', headers: { ...bearer(k), 'idempotency-key': `atomic-${Date.now()}` }, body: '{}' });
+    problem(failed, { status: 500, code: 'INTERNAL_ERROR' });
+    const r1 = await remaining();
+    assert.equal(r1, r0 - 1, 'only the GET was charged: the failed admit left no charge without its claim');
+    const again = await gw.fetch('/orders', { method: 'POST', headers: { ...bearer(k), 'idempotency-key': `atomic2-${Date.now()}` }, body: '{}' });
+    assert.equal(again.status, 201, 'the object works on');
+  });
+});
 
 describe('publishing is an outbox', () => {
   async function setup(tag) {

@@ -3,7 +3,8 @@
 //! logged, never propagated to the client.
 
 use postguard_core::audit::{
-    bounded, retention_cutoff_ms, AuditRow, MAX_PATH_LEN, MAX_USER_AGENT_LEN,
+    bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
+    MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -94,7 +95,7 @@ thread_local! {
     static PENDING: RefCell<Vec<AuditRow>> = const { RefCell::new(Vec::new()) };
     /// When the running flusher started (epoch ms; 0 = none). A timestamp,
     /// not a flag: if the runtime drops the flushing task (its `waitUntil`
-    /// cut off), the next request past `STALE_MS` starts a new one.
+    /// cut off), the next request past `FLUSHER_STALE_MS` starts a new one.
     static FLUSHING_SINCE: Cell<u64> = const { Cell::new(0) };
     /// Rows dropped because the queue was full, not yet reported.
     static DROPPED: Cell<u64> = const { Cell::new(0) };
@@ -104,13 +105,6 @@ thread_local! {
 const COALESCE: Duration = Duration::from_millis(20);
 /// Statements per D1 batch (one round trip, one transaction).
 const MAX_BATCH: usize = 100;
-/// Rows one isolate holds at most; more are dropped, counted and logged.
-const MAX_PENDING: usize = 1_000;
-/// Batches one flusher writes at most; what is left waits for the next
-/// request's flusher (each `waitUntil` stays short).
-const MAX_ROUNDS: usize = 10;
-/// A flusher older than this is presumed gone (beyond `waitUntil`'s 30 s).
-const STALE_MS: u64 = 35_000;
 
 /// Queues a row for writing after the response. Rows of concurrent requests
 /// in one isolate are written together: the first request's `waitUntil`
@@ -120,7 +114,7 @@ const STALE_MS: u64 = 35_000;
 pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
     let queued = PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        let room = p.len() < MAX_PENDING;
+        let room = may_queue(p.len());
         if room {
             p.push(row);
         }
@@ -130,8 +124,7 @@ pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
         DROPPED.with(|d| d.set(d.get() + 1));
     }
     let now = now_ms();
-    let since = FLUSHING_SINCE.with(Cell::get);
-    if since != 0 && now.saturating_sub(since) < STALE_MS {
+    if !must_start_flusher(FLUSHING_SINCE.with(Cell::get), now) {
         return;
     }
     FLUSHING_SINCE.with(|f| f.set(now.max(1)));

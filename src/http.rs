@@ -59,7 +59,11 @@ pub fn cors(rc: &RequestCtx, h: &Headers) -> Result<()> {
     }
     let from_origin = h.get("Access-Control-Allow-Origin")?;
     for (k, v) in rc.cors_headers(from_origin.as_deref()) {
-        h.set(k, &v)?;
+        match k {
+            // Keep what the origin varies on.
+            "Vary" => h.append(k, &v)?,
+            _ => h.set(k, &v)?,
+        }
     }
     Ok(())
 }

@@ -153,27 +153,34 @@ async fn flush_event(env: &Env, db: &D1Database, project: &str, event_id: &str) 
     send(env, db, unsent).await.map(|_| ())
 }
 
-/// Sends the first attempts and marks them enqueued (at least once: a crash
-/// between the two re-sends, which the consumer drops as a duplicate).
+/// Messages per `sendBatch` (the queue's limit).
+const SEND_CHUNK: usize = 100;
+
+/// Sends the first attempts, chunk by chunk, marking each chunk enqueued once
+/// sent (at least once: a crash between the two re-sends, which the consumer
+/// drops as a duplicate). A failed chunk stops here; what is unsent stays in
+/// the outbox.
 async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> {
-    if unsent.is_empty() {
-        return Ok(0);
+    let queue = env.queue(bindings::DELIVERIES)?;
+    let mut sent = 0;
+    for chunk in unsent.chunks(SEND_CHUNK) {
+        let jobs: Vec<Job> = chunk
+            .iter()
+            .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
+            .collect();
+        queue.send_batch(jobs).await?;
+        let now = num(now_ms());
+        let marks = chunk
+            .iter()
+            .map(|u| {
+                db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id = ?")
+                    .bind(&[now.clone(), text(&u.delivery_id)])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        db.batch(marks).await?;
+        sent += chunk.len();
     }
-    let jobs: Vec<Job> = unsent
-        .iter()
-        .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
-        .collect();
-    env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
-    let now = num(now_ms());
-    let marks = unsent
-        .iter()
-        .map(|u| {
-            db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id = ?")
-                .bind(&[now.clone(), text(&u.delivery_id)])
-        })
-        .collect::<Result<Vec<_>>>()?;
-    db.batch(marks).await?;
-    Ok(unsent.len())
+    Ok(sent)
 }
 
 /// The every-minute sweep: outbox rows left unsent for `after_s` (their

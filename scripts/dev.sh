@@ -25,12 +25,34 @@ ORIGIN_TOKEN="$ORIGIN_TOKEN" node tests/support/origin.mjs --port 8788 &
 origin_pid=$!
 node scripts/demo-receiver.mjs --port 8789 &
 receiver_pid=$!
-trap 'kill $origin_pid $receiver_pid 2>/dev/null || true' EXIT INT TERM
+# Once the gateway answers, print a fresh portal link for the project "demo"
+# (single use, 1 h): opening it signs the browser in to the dashboard.
+(
+  for _ in $(seq 1 120); do
+    link=$(curl -sf -X POST http://127.0.0.1:8787/_postguard/v1/portal-links \
+      -H "Authorization: Bearer $ADMIN_TOKEN" -d '{"project":"demo"}' 2>/dev/null) && break
+    sleep 0.5
+  done
+  url=$(printf '%s' "${link:-}" | sed -n 's/.*"url":"\([^"]*\)".*/\1/p')
+  if [ -n "$url" ]; then
+    printf '\n  Dashboard portal link for project "demo" (single use, 1 h):\n  %s\n\n' "$url"
+  fi
+) &
+link_pid=$!
+trap 'kill $origin_pid $receiver_pid $link_pid 2>/dev/null || true' EXIT INT TERM
 
 cat <<MSG
 
 postguard is starting on http://127.0.0.1:8787 in front of the demo origin on http://127.0.0.1:8788,
 with a demo webhook receiver on http://127.0.0.1:8789 (it prints what it receives).
+
+  # the dashboard: sign in with the operator token ($ADMIN_TOKEN) or an API key,
+  # or open the portal link printed below once the gateway is up
+  http://127.0.0.1:8787/_postguard/dashboard/
+
+  # a portal link for a project (single use; ttl_s 5..86400, default 3600)
+  curl -s -X POST http://127.0.0.1:8787/_postguard/v1/portal-links \\
+       -H 'Authorization: Bearer $ADMIN_TOKEN' -d '{"project":"demo","ttl_s":3600}'
 
   # create an API key (shown once)
   curl -s -X POST http://127.0.0.1:8787/_postguard/v1/keys \\

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything a fresh machine lacks, and skips what is already there:
 # the wasm32 target, worker-build, the wasm-bindgen-cli matching Cargo.lock,
-# Node 22 (from the npm registry, into .tools/) and the npm packages.
+# Node 22 (from the npm registry, into .tools/), the npm packages, and Debian's
+# Chromium for the dashboard's browser tests (playwright-core drives it; no
+# browser download).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -47,3 +49,34 @@ fi
 bash "$ROOT/scripts/setup-clients-rs.sh"
 bash "$ROOT/scripts/setup-clients-py.sh"
 bash "$ROOT/scripts/setup-clients-ts.sh"
+
+if ! command -v chromium >/dev/null 2>&1; then
+  step "apt-get install chromium (the dashboard's browser tests; ~20 s once)"
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update && apt-get install -y chromium
+  else
+    sudo apt-get update && sudo apt-get install -y chromium
+  fi
+fi
+
+# schemathesis (PyPI) in its own virtualenv, for tests/schemathesis.test.mjs. CPython before
+# 3.11.8 fails inside hypothesis ("AST constructor recursion depth mismatch", CPython gh-106905),
+# so the newest Python 3.12+ on the machine is preferred (pyenv's included), python3 otherwise.
+ST_VERSION=4.32.5
+st_python() {
+  local c
+  for c in python3.13 python3.12 "$HOME"/.pyenv/versions/3.13*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3 python3; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11, 8))' 2>/dev/null; then
+      command -v "$c"; return
+    fi
+  done
+  command -v python3
+}
+py=$(st_python)
+if [ "$("$ROOT/.tools/st/bin/st" --version 2>/dev/null || true)" != "st, version $ST_VERSION" ] ||
+   [ "$("$ROOT/.tools/st/bin/python" --version 2>/dev/null || true)" != "$("$py" --version)" ]; then
+  step "schemathesis $ST_VERSION into .tools/st with $("$py" --version) (~40 s once)"
+  rm -rf "$ROOT/.tools/st"
+  "$py" -m venv "$ROOT/.tools/st"
+  "$ROOT/.tools/st/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
+fi

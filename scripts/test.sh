@@ -2,7 +2,7 @@
 # The whole test suite: host tests of the core, then the end-to-end suite on
 # the real built worker under Miniflare (real Durable Objects and KV) against a
 # real local origin, then a deploy dry run that validates wrangler.toml and
-# the bundle.
+# the bundle. The API document is linted before the build embeds it.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -10,6 +10,9 @@ bash scripts/setup.sh
 
 echo "==> cargo test (core, host)"
 cargo test --workspace --exclude postguard
+
+echo "==> lint the API document (redocly)"
+npx redocly lint openapi/openapi.json
 
 echo "==> build the worker"
 bash scripts/build.sh

@@ -8,11 +8,10 @@ use postguard_core::audit::{
 };
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
-use worker::wasm_bindgen::JsValue;
-
 use worker::{Context, D1Database, D1PreparedStatement, Delay, Env, Result};
 
 use crate::bindings;
+use crate::d1::{num, opt_num, opt_text, text};
 use crate::runtime::{now_ms, RequestCtx};
 
 /// What is known of the request before it is handed to a handler.
@@ -57,35 +56,26 @@ pub fn row(seen: Seen, rc: &RequestCtx, status: u16) -> AuditRow {
     }
 }
 
-fn opt_text(v: &Option<String>) -> JsValue {
-    v.as_deref().map_or(JsValue::NULL, JsValue::from_str)
-}
-
-fn num(v: u64) -> JsValue {
-    JsValue::from_f64(v as f64)
-}
-
 fn insert(db: &D1Database, r: &AuditRow) -> Result<D1PreparedStatement> {
     db.prepare(format!(
         "INSERT OR IGNORE INTO audit_log ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         postguard_core::audit::COLUMNS
     ))
     .bind(&[
-        JsValue::from_str(&r.request_id),
+        text(&r.request_id),
         num(r.time),
-        JsValue::from_str(&r.method),
-        JsValue::from_str(&r.path),
+        text(&r.method),
+        text(&r.path),
         num(u64::from(r.status)),
-        r.response_bytes.map_or(JsValue::NULL, num),
+        opt_num(r.response_bytes),
         num(r.response_time_ms),
-        opt_text(&r.client_ip),
-        opt_text(&r.user_agent),
-        opt_text(&r.key_prefix),
-        opt_text(&r.project),
-        opt_text(&r.idempotency_key),
+        opt_text(r.client_ip.as_deref()),
+        opt_text(r.user_agent.as_deref()),
+        opt_text(r.key_prefix.as_deref()),
+        opt_text(r.project.as_deref()),
+        opt_text(r.idempotency_key.as_deref()),
         num(u64::from(r.replayed)),
-        r.rate_limit_remaining
-            .map_or(JsValue::NULL, |v| num(u64::from(v))),
+        opt_num(r.rate_limit_remaining.map(u64::from)),
     ])
 }
 

@@ -16,6 +16,7 @@ use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
 
+use crate::admin::portal;
 use crate::bindings;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
@@ -89,12 +90,18 @@ async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
         Credential::Missing => {
             return Err(invalid("send the API key as 'Authorization: Bearer <key>'").into())
         }
+        Credential::Session(_) => {
+            return Err(invalid(
+                "a portal session opens the dashboard, not the API: send an API key",
+            )
+            .into())
+        }
         _ => return Err(invalid("the API key is malformed").into()),
     };
     let hash = ids::sha256_hex(&token);
     match lookup(env, &hash).await? {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
-        Some(_) => Err(invalid("the API key has been revoked").into()),
+        Some(_) => Err(Problem::revoked_key().into()),
         None => Err(invalid("the API key is not known").into()),
     }
 }
@@ -138,7 +145,7 @@ pub async fn api_caller(
 /// cache and refuse it.
 pub fn revoked(key: &ApiKey) -> Problem {
     forget(&key.hash);
-    invalid("the API key has been revoked")
+    Problem::revoked_key()
 }
 
 /// Whether an API-key-shaped token names a stored key (`live_only`: one that
@@ -163,6 +170,9 @@ pub async fn operator(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
         Credential::ApiKey(t) if is_known_key(env, &t, true).await? => {
             refuse(Forbidden, "API keys cannot call operator endpoints")
         }
+        Credential::Session(t) if portal::is_session(&t, cfg) => {
+            refuse(Forbidden, "a portal session cannot call operator endpoints")
+        }
         _ => refuse(Unauthorized, "the operator token is wrong"),
     }
 }
@@ -185,6 +195,9 @@ pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
         Credential::ApiKey(t) if is_known_key(env, &t, false).await? => {
             refuse(Forbidden, "API keys cannot publish events")
         }
+        Credential::Session(t) if portal::is_session(&t, cfg) => {
+            refuse(Forbidden, "a portal session cannot publish events")
+        }
         _ => refuse(Unauthorized, "the origin token is wrong"),
     }
 }
@@ -206,8 +219,12 @@ pub async fn key_holder(
     api_caller(cred, env, cfg, rc).await
 }
 
-/// The project of an API-key caller of the webhook endpoints.
+/// The project of a caller of the webhook endpoints: one of its API keys, or
+/// a portal session for it (which has exactly that key's rights here).
 pub async fn project(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<String> {
+    if let Credential::Session(t) = credential(req, cfg) {
+        return Ok(portal::session(&t, cfg, rc)?.project);
+    }
     let forbidden = "webhooks and deliveries belong to a project: use one of its API keys";
     let caller = key_holder(req, env, cfg, rc, forbidden).await?;
     Ok(caller.key.record.project)

@@ -7,6 +7,7 @@ mod audit;
 mod auth;
 mod bindings;
 mod cron;
+mod d1;
 mod durable;
 mod http;
 mod pipeline;
@@ -17,6 +18,8 @@ mod runtime;
 mod webhooks;
 
 pub use durable::key_guard::KeyGuard;
+
+use postguard_core::Problem;
 
 use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
@@ -33,7 +36,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     rc.origin = req.headers().get("Origin").ok().flatten();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return reject::render(&rc, Err(runtime::config_problem(&e).into())),
+        Err(e) => return reject::render(&rc, Err(Problem::config_invalid(&e).into())),
     };
     rc.cors = cfg.settings.cors.clone();
     let seen = audit::Seen::of(&req);

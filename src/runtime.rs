@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use postguard_core::config::{Config, ConfigError, RawEnv};
 use postguard_core::cors::CorsConfig;
-use postguard_core::{ids, ErrorCode, Problem};
+use postguard_core::ids;
 use worker::wasm_bindgen::JsValue;
 use worker::Env;
 
@@ -126,17 +126,6 @@ pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
         *slot = Some((this.clone(), raw, result.clone()));
         result
     })
-}
-
-/// `CONFIG_INVALID`, naming the field. Never echoes a secret's value.
-pub fn config_problem(e: &ConfigError) -> Problem {
-    Problem::new(
-        ErrorCode::ConfigInvalid,
-        format!(
-            "the deployed configuration is invalid: {}: {}",
-            e.field, e.reason
-        ),
-    )
 }
 
 /// Runs `fut` for at most `ms` milliseconds; `None` when the time ran out.

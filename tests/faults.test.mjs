@@ -10,13 +10,15 @@ import {
   startGateway, burst, problem, poll, bearer, cfg, sleep, ORIGIN_TOKEN,
 } from './support/gateway.mjs';
 
-const LEASE_S = 3;
+const LEASE_S = 5;
 const RL_N = 10;
 const RL_WINDOW_S = 3600;
 const SCHEDULE = [1, 1, 1, 1];
 const MAX_ATTEMPTS = SCHEDULE.length + 1;
 const CONFIG = {
-  origin: { timeout_ms: 1500 },
+  // Generous: on a loaded 2-core machine a 200 ms origin answer must not become a 504 (which
+  // releases the claim by contract and lets a later request execute again).
+  origin: { timeout_ms: 4000 },
   idempotency: { lease_s: LEASE_S },
   plans: {
     big: { requests_per_window: 10000000, window_s: 3600, idempotency_ttl_s: 86400 },
@@ -193,7 +195,8 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
   const EVENTS = 1000;
   const BATCH = 50;
 
-  it(`${EVENTS} events × 2 subscriptions (A ~50 % 5xx, B down) → all ${2 * EVENTS} deliveries final, none missing, B all dead_letter`, { timeout: 120000 }, async () => {
+  // Bounded generously: ~7,000 attempts on a shared machine; speed is bench/webhooks.mjs's job.
+  it(`${EVENTS} events × 2 subscriptions (A ~50 % 5xx, B down) → all ${2 * EVENTS} deliveries final, none missing, B all dead_letter`, { timeout: 300000 }, async () => {
     const project = `faults-wh-${crypto.randomBytes(4).toString('hex')}`;
     const { key } = await gw.createKey({ project, plan: 'big' });
     const statuses = [500, 502, 503, 504];
@@ -248,7 +251,7 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
       await poll(async () => {
         all = await list();
         return all.length >= 2 * EVENTS && all.every(isFinal);
-      }, { timeout: 60000, interval: 500, message: `all ${2 * EVENTS} deliveries delivered or dead_letter` });
+      }, { timeout: 240000, interval: 1000, message: `all ${2 * EVENTS} deliveries delivered or dead_letter` });
     } catch (e) {
       const by = {};
       for (const d of all) by[d.status] = (by[d.status] ?? 0) + 1;

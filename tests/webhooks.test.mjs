@@ -452,6 +452,7 @@ describe('webhooks', { concurrency: true }, () => {
       const row = await deliveryOf(p, evt, sub.id);
       const d = await waitDelivery(p, row.id, (x) => x.status === 'delivered', { message: 'status delivered' });
       assertDeliveryRow(d);
+      assert.deepEqual(d.payload, r.json, 'GET /deliveries/{id} shows the body the receiver got');
       assert.equal(d.event_id, evt);
       assert.equal(d.event_type, 'payment.succeeded');
       assert.equal(d.subscription_id, sub.id);

@@ -12,6 +12,7 @@ use worker::{D1Database, Env, Request, Result};
 
 use crate::auth;
 use crate::bindings;
+use crate::d1::{self, num, text};
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_pairs;
@@ -31,6 +32,8 @@ async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handl
             "the origin token cannot read the audit log",
         )
         .into()),
+        // A portal session reads its project, as that project's key would.
+        Credential::Session(t) => Ok(Scope::Project(super::portal::session(&t, cfg, rc)?.project)),
         cred => {
             let caller = auth::api_caller(cred, env, cfg, rc).await?;
             Ok(Scope::Project(caller.key.record.project))
@@ -41,7 +44,7 @@ async fn scope(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handl
 fn js(args: &[Arg]) -> Vec<JsValue> {
     args.iter()
         .map(|a| match a {
-            Arg::Text(s) => JsValue::from_str(s),
+            Arg::Text(s) => text(s),
             Arg::Int(i) => JsValue::from_f64(*i as f64),
         })
         .collect()
@@ -97,7 +100,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     }
     let (sql, args) = q.to_sql();
     let db = env.d1(bindings::DB)?;
-    let rows: Vec<DbRow> = db.prepare(sql).bind(&js(&args))?.all().await?.results()?;
+    let rows: Vec<DbRow> = d1::all(&db, sql, &js(&args)).await?;
     let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
     http::json(rc, 200, &page, &[])
@@ -142,14 +145,20 @@ async fn percentile(
         return Ok(None);
     }
     let mut a = args.to_vec();
-    a.push(JsValue::from_f64(quantile_offset(n, q) as f64));
-    let rows: Vec<Ms> = db
-        .prepare(format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?"))
-        .bind(&a)?
-        .all()
-        .await?
-        .results()?;
+    a.push(num(quantile_offset(n, q)));
+    let sql = format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?");
+    let rows: Vec<Ms> = d1::all(db, sql, &a).await?;
     Ok(rows.first().map(|r| r.response_time_ms))
+}
+
+fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
+    if v.is_empty() || v.len() > 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Invalid::field(
+            "key_prefix",
+            "must be 1-64 visible ASCII characters",
+        ));
+    }
+    Ok(v.to_string())
 }
 
 pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
@@ -157,9 +166,13 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     let pairs = query_pairs(req)?;
     let mut days = None;
     let mut project = None;
+    let mut key_prefix = None;
     for (k, v) in &pairs {
         match k.as_str() {
             "days" => days = Some(v.as_str()),
+            // Per-key statistics (the dashboard's Keys view), within the
+            // caller's own project unless it is the operator.
+            "key_prefix" => key_prefix = Some(parse_key_prefix(v)?),
             "project" if matches!(scope, Scope::All) => project = Some(v.clone()),
             other => return Err(Invalid::field(&bounded(other, 64), "unknown parameter").into()),
         }
@@ -178,31 +191,27 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     let today_start = now_ms() / 86_400_000 * 86_400_000;
     let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
     let mut filter = "time >= ?".to_string();
-    let mut args = vec![JsValue::from_f64(since as f64)];
+    let mut args = vec![num(since)];
     if let Some(p) = &project {
         filter.push_str(" AND project = ?");
-        args.push(JsValue::from_str(p));
+        args.push(text(p));
+    }
+    if let Some(k) = &key_prefix {
+        filter.push_str(" AND key_prefix = ?");
+        args.push(JsValue::from_str(k));
     }
     let db = env.d1(bindings::DB)?;
-    let per_day: Vec<Day> = db
-        .prepare(format!(
-            "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
-             SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
-             FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
-        ))
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
-    let top_paths: Vec<PathCount> = db
-        .prepare(format!(
-            "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
-             GROUP BY path ORDER BY requests DESC, path LIMIT 10"
-        ))
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
+    let days_sql = format!(
+        "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
+         SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
+         FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
+    );
+    let per_day: Vec<Day> = d1::all(&db, days_sql, &args).await?;
+    let paths_sql = format!(
+        "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
+         GROUP BY path ORDER BY requests DESC, path LIMIT 10"
+    );
+    let top_paths: Vec<PathCount> = d1::all(&db, paths_sql, &args).await?;
     let total: u64 = per_day.iter().map(|d| d.requests).sum();
     let errors: u64 = per_day.iter().map(|d| d.errors).sum();
     let p50_ms = percentile(&db, &filter, &args, total, 0.50).await?;

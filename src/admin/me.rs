@@ -2,6 +2,7 @@
 //! Peeks at the limiter (cost 0): asking does not consume budget.
 
 use postguard_core::config::Config;
+use postguard_core::credential::Credential;
 use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse};
 use postguard_core::rate_limit;
 use serde::Serialize;
@@ -25,6 +26,9 @@ struct Me<'a> {
 }
 
 pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+    if let Credential::Session(t) = auth::credential(req, cfg) {
+        return super::portal::me(rc, &super::portal::session(&t, cfg, rc)?);
+    }
     let forbidden = "/me describes an API key; the operator token has none";
     let auth::Caller { key, plan } = auth::key_holder(req, env, cfg, rc, forbidden).await?;
     let peek = AdmitRequest {

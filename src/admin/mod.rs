@@ -4,19 +4,30 @@
 mod audit;
 mod keys;
 mod me;
+mod openapi;
+pub(crate) mod portal;
 
 use postguard_core::config::Config;
 use postguard_core::routes::{resolve, Route};
 use worker::{Env, Request};
 
-use crate::reject::Handled;
+use crate::reject::{Handled, Reject};
 use crate::runtime::RequestCtx;
 use crate::webhooks::{deliveries, publish, subscriptions};
 
 pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let method = req.inner().method().to_ascii_uppercase();
     let path = req.path();
-    let route = resolve(&method, &path).map_err(|e| e.problem(&method, &path))?;
+    let route = resolve(&method, &path).map_err(|e| {
+        let rejected = Reject::from(e.problem(&method, &path));
+        // The dashboard's files are static assets served before the worker
+        // runs; a path under it that reaches the worker names no file.
+        if path.starts_with(DASHBOARD) {
+            rejected.with(&dashboard_headers())
+        } else {
+            rejected
+        }
+    })?;
     match route {
         Route::KeysCreate => keys::create(req, env, cfg, rc).await,
         Route::KeysList => keys::list(&req, env, cfg, rc).await,
@@ -35,5 +46,23 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         Route::AuditList => audit::list(&req, env, cfg, rc).await,
         Route::Stats => audit::stats(&req, env, cfg, rc).await,
         Route::Me => me::get(&req, env, cfg, rc).await,
+        Route::PortalLinksCreate => portal::create_link(req, env, cfg, rc).await,
+        Route::PortalSessionsCreate => portal::create_session(req, env, cfg, rc).await,
+        Route::OpenApiDocument => openapi::get(rc),
     }
+}
+
+const DASHBOARD: &str = "/_postguard/dashboard/";
+
+/// Headers of the worker's own answers under `/_postguard/dashboard/` (the
+/// files themselves get theirs from `dashboard/dist/_headers`).
+fn dashboard_headers() -> [(&'static str, String); 3] {
+    [
+        ("X-Content-Type-Options", "nosniff".into()),
+        ("Referrer-Policy", "no-referrer".into()),
+        (
+            "Content-Security-Policy",
+            "default-src 'none'; frame-ancestors 'none'".into(),
+        ),
+    ]
 }

@@ -382,6 +382,7 @@ impl DurableObject for KeyGuard {
                 let now = now_ms();
                 Ok((self.atomically(|s| store::revoke(s, now))?, Vec::new()))
             })),
+            // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
             other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
             ))),

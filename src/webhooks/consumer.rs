@@ -409,7 +409,7 @@ async fn sign_and_send(
     }
     let body = t.payload.as_bytes();
     let sig = signature::signature_header(&secrets, &t.event_id, timestamp, body)
-        .map_err(worker::Error::RustError)?;
+        .map_err(|e| worker::Error::RustError(e.to_string()))?;
     let number_s = number.to_string();
     let ts_s = timestamp.to_string();
     let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
@@ -609,9 +609,16 @@ pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     }
     let cutoff = now_ms().saturating_sub(u64::from(after_s) * 1_000);
     let db = env.d1(bindings::DB)?;
+    let mut binds: Vec<JsValue> = Status::ALL
+        .into_iter()
+        .filter(|s| s.in_progress())
+        .map(|s| text(s.as_str()))
+        .collect();
+    let marks = vec!["?"; binds.len()].join(", ");
+    binds.push(num(cutoff));
     let stuck: Vec<Stuck> = db
-        .prepare("SELECT id, status, next_attempt_at FROM deliveries WHERE status IN ('pending', 'failed') AND next_attempt_at < ? LIMIT 500")
-        .bind(&[num(cutoff)])?
+        .prepare(format!("SELECT id, status, next_attempt_at FROM deliveries WHERE status IN ({marks}) AND next_attempt_at < ? LIMIT 500"))
+        .bind(&binds)?
         .all()
         .await?
         .results()?;

@@ -46,7 +46,15 @@ struct Attempt {
 struct WithAttempts {
     #[serde(flatten)]
     delivery: Delivery,
+    /// The body the receiver gets (`{id, type, timestamp, data}`), for the
+    /// dashboard's delivery view; null if the event is gone (retention).
+    payload: Option<serde_json::Value>,
     attempts: Vec<Attempt>,
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    payload: String,
 }
 
 #[derive(Serialize)]
@@ -151,7 +159,23 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
         .all()
         .await?
         .results()?;
-    http::json(rc, 200, &WithAttempts { delivery, attempts }, &[])
+    let payload: Option<Payload> = env
+        .d1(bindings::DB)?
+        .prepare("SELECT payload FROM events WHERE project = ? AND id = ?")
+        .bind(&[text(&project), text(&delivery.event_id)])?
+        .first(None)
+        .await?;
+    let payload = payload.and_then(|p| serde_json::from_str(&p.payload).ok());
+    http::json(
+        rc,
+        200,
+        &WithAttempts {
+            delivery,
+            payload,
+            attempts,
+        },
+        &[],
+    )
 }
 
 #[derive(Serialize)]

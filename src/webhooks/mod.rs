@@ -16,10 +16,13 @@ use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
 
-/// One delivery attempt to make. Attempts are numbered when they run
-/// (`attempts_made + 1` in D1), so manual retries and redirects continue the
+pub use crate::d1::{num, opt_text, text};
+
+/// One delivery attempt to make (the wire form of
+/// `postguard_core::webhooks::delivery::Job`). Attempts are numbered when
+/// they run: the consumer claims `attempts_made + 1` with a compare-and-set
+/// before sending (ADR 0009), so manual retries and redirects continue the
 /// count without colliding with scheduled ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
@@ -34,7 +37,7 @@ pub struct Job {
     /// Send once to this URL instead (redirect); leaves status and schedule alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect_url: Option<String>,
-    /// A manual retry: runs whatever the delivery's status.
+    /// A manual retry: runs whatever the delivery's status, but `delivered`.
     #[serde(default)]
     pub manual: bool,
 }
@@ -55,18 +58,6 @@ pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
         allow_insecure: cfg.settings.webhooks.allow_insecure_urls,
         allow_hosts: &cfg.settings.webhooks.allow_hosts,
     }
-}
-
-pub fn text(s: &str) -> JsValue {
-    JsValue::from_str(s)
-}
-
-pub fn opt_text(s: Option<&str>) -> JsValue {
-    s.map_or(JsValue::NULL, JsValue::from_str)
-}
-
-pub fn num(v: u64) -> JsValue {
-    JsValue::from_f64(v as f64)
 }
 
 /// `prefix` + a ULID of now.

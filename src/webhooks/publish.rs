@@ -70,12 +70,8 @@ async fn store(
     input: &events::Publish,
     event_id: &str,
 ) -> Result<()> {
-    let subs: Vec<SubRow> = db
-        .prepare("SELECT id, url, events FROM subscriptions WHERE project = ?")
-        .bind(&[text(&input.project)])?
-        .all()
-        .await?
-        .results()?;
+    let sql = "SELECT id, url, events FROM subscriptions WHERE project = ?";
+    let subs: Vec<SubRow> = crate::d1::all(db, sql, &[text(&input.project)]).await?;
     let now = now_ms();
     let payload = events::payload(
         event_id,

@@ -93,13 +93,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     }
     sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
     args.push(num(u64::from(limit) + 1));
-    let rows: Vec<Row> = env
-        .d1(bindings::DB)?
-        .prepare(sql)
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
+    let rows: Vec<Row> = crate::d1::all(&env.d1(bindings::DB)?, sql, &args).await?;
     let subs: Vec<Subscription> = rows.into_iter().map(Subscription::from).collect();
     let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
     http::json(rc, 200, &page, &[])

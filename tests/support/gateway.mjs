@@ -120,6 +120,21 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   if (Object.keys(queueProducers).length) opts.queueProducers = queueProducers;
   if (Object.keys(queueConsumers).length) opts.queueConsumers = queueConsumers;
   if (persistDir) opts.resourcePersistencePath = persistDir;
+  // [assets] → Miniflare serves the same files before the worker, and reads their
+  // `_headers` file itself, as Cloudflare does.
+  if (toml.assets?.directory) {
+    const root = process.env.POSTGUARD_ROOT ?? ROOT;
+    opts.assets = {
+      directory: path.resolve(root, toml.assets.directory),
+      routerConfig: { has_user_worker: true },
+      assetConfig: {},
+    };
+    if (toml.assets.binding) opts.assets.binding = toml.assets.binding;
+    if (toml.assets.run_worker_first !== undefined) opts.assets.run_worker_first = toml.assets.run_worker_first;
+    for (const k of ['html_handling', 'not_found_handling']) {
+      if (toml.assets[k] !== undefined) opts.assets.assetConfig[k] = toml.assets[k];
+    }
+  }
   return opts;
 }
 

@@ -91,7 +91,8 @@ export function prepareFaultyRoot() {
   fs.writeFileSync(
     path.join(dir, 'wrangler.toml'),
     real.replace(/^main\s*=.*$/m, 'main = "wrapper.mjs"')
-      .replace(/^migrations_dir\s*=.*$/m, `migrations_dir = ${JSON.stringify(path.resolve(ROOT, toml.d1_databases[0].migrations_dir ?? 'migrations'))}`),
+      .replace(/^migrations_dir\s*=.*$/m, `migrations_dir = ${JSON.stringify(path.resolve(ROOT, toml.d1_databases[0].migrations_dir ?? 'migrations'))}`)
+      .replace(/^directory\s*=.*$/m, `directory = ${JSON.stringify(path.resolve(ROOT, toml.assets?.directory ?? 'dashboard/dist'))}`),
   );
   return dir;
 }

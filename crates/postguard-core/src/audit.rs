@@ -31,6 +31,9 @@ pub struct AuditRow {
 }
 
 pub const MAX_PATH_LEN: usize = 1024;
+/// D1 refuses LIKE patterns longer than 50 bytes ("LIKE or GLOB pattern too
+/// complex"): a longer wildcard filter is the client's error, not a 500.
+pub const MAX_LIKE_PATTERN_BYTES: usize = 50;
 pub const MAX_USER_AGENT_LEN: usize = 512;
 
 /// Truncates to at most `n` characters (stored strings are bounded).
@@ -134,7 +137,14 @@ impl AuditQuery {
                     if !v.starts_with('/') {
                         return Err(bad(k, "must start with / (use * as a wildcard)"));
                     }
-                    q.path = Some(text(k, v, MAX_PATH_LEN)?);
+                    let p = text(k, v, MAX_PATH_LEN)?;
+                    if p.contains('*') && like_pattern(&p).len() > MAX_LIKE_PATTERN_BYTES {
+                        return Err(bad(
+                            k,
+                            "a pattern with * may be at most 50 bytes once %, _ and \\ are escaped",
+                        ));
+                    }
+                    q.path = Some(p);
                 }
                 "idempotency_key" => q.idempotency_key = Some(text(k, v, 255)?),
                 "key_prefix" => q.key_prefix = Some(text(k, v, 12)?),
@@ -170,9 +180,17 @@ impl AuditQuery {
         eq("idempotency_key = ?", &self.idempotency_key, &mut wh);
         eq("key_prefix = ?", &self.key_prefix, &mut wh);
         eq("project = ?", &self.project, &mut wh);
-        if let Some(p) = &self.path {
-            wh.push("path LIKE ? ESCAPE '\\'");
-            args.push(Arg::Text(like_pattern(p)));
+        // Without `*` the match is exact (and not bound by LIKE's pattern limit).
+        match &self.path {
+            Some(p) if p.contains('*') => {
+                wh.push("path LIKE ? ESCAPE '\\'");
+                args.push(Arg::Text(like_pattern(p)));
+            }
+            Some(p) => {
+                wh.push("path = ?");
+                args.push(Arg::Text(p.clone()));
+            }
+            None => {}
         }
         match self.status {
             Some(StatusFilter::Exact(s)) => {
@@ -365,6 +383,23 @@ mod tests {
         assert!(args.contains(&Arg::Text("/a\\_b/_%".into())));
         assert!(args.contains(&Arg::Int(500)) && args.contains(&Arg::Int(600)));
         assert_eq!(args.last(), Some(&Arg::Int(51)));
+    }
+
+    #[test]
+    fn exact_paths_skip_like_and_long_patterns_are_refused() {
+        let long = format!("/{}", "a_b/".repeat(40));
+        let (sql, args) = parse(&[("path", &long)], false).unwrap().to_sql();
+        assert!(sql.contains("path = ?") && !sql.contains("LIKE"), "{sql}");
+        assert!(args.contains(&Arg::Text(long.clone())));
+        // 50 bytes once escaped is the most D1 takes.
+        let at_limit = format!("/{}*", "a".repeat(47));
+        assert_eq!(like_pattern(&at_limit).len(), 50);
+        assert!(parse(&[("path", &at_limit)], false).is_ok());
+        let over = format!("/{}*", "a".repeat(48));
+        assert_eq!(like_pattern(&over).len(), 51);
+        assert!(parse(&[("path", &over)], false)
+            .unwrap_err()
+            .starts_with("path: a pattern with *"));
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub enum Credential {
     Origin,
     /// A token with the shape of an API key (the key itself).
     ApiKey(String),
+    /// A token with the shape of a portal session (`pgs_…`, ADR 0010); its
+    /// signature and expiry are checked by `portal::Signer::verify`.
+    Session(String),
     /// Anything else: a wrong token.
     Other,
 }
@@ -33,6 +36,8 @@ impl Credential {
             Credential::Origin
         } else if ids::is_well_formed_api_key(token) {
             Credential::ApiKey(token.to_string())
+        } else if token.starts_with(crate::portal::Kind::Session.prefix()) {
+            Credential::Session(token.to_string())
         } else {
             Credential::Other
         }
@@ -61,6 +66,11 @@ mod tests {
         assert_eq!(c(Some("bearer  origin-secret ")), Credential::Origin);
         assert_eq!(c(Some(&format!("Bearer {key}"))), Credential::ApiKey(key));
         assert_eq!(c(Some("Bearer pgk_short")), Credential::Other);
+        assert_eq!(
+            c(Some("Bearer pgs_x.y")),
+            Credential::Session("pgs_x.y".into())
+        );
+        assert!(!c(Some("Bearer pgs_x.y")).is_secret());
         assert!(c(Some("Bearer admin-secret")).is_secret());
         assert!(!c(Some("Bearer nope")).is_secret());
     }

@@ -192,26 +192,19 @@ pub struct Revoke;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevokeRequest {}
 
-impl Operation for Admit {
-    const PATH: &'static str = "/admit";
-    type Request = AdmitRequest;
-    type Response = AdmitResponse;
+macro_rules! operation {
+    ($op:ty, $path:literal, $req:ty => $resp:ty) => {
+        impl Operation for $op {
+            const PATH: &'static str = $path;
+            type Request = $req;
+            type Response = $resp;
+        }
+    };
 }
-impl Operation for Complete {
-    const PATH: &'static str = "/complete";
-    type Request = CompleteRequest;
-    type Response = Ack;
-}
-impl Operation for Release {
-    const PATH: &'static str = "/release";
-    type Request = ReleaseRequest;
-    type Response = Ack;
-}
-impl Operation for Revoke {
-    const PATH: &'static str = "/revoke";
-    type Request = RevokeRequest;
-    type Response = Ack;
-}
+operation!(Admit, "/admit", AdmitRequest => AdmitResponse);
+operation!(Complete, "/complete", CompleteRequest => Ack);
+operation!(Release, "/release", ReleaseRequest => Ack);
+operation!(Revoke, "/revoke", RevokeRequest => Ack);
 
 /// Why the object could not run an operation, as it crosses back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

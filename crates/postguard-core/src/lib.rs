@@ -18,6 +18,7 @@ pub mod ids;
 pub mod keys;
 pub mod page;
 pub mod pattern;
+pub mod portal;
 pub mod problem;
 pub mod proxy;
 pub mod rate_limit;

@@ -227,6 +227,22 @@ impl Problem {
         )
     }
 
+    /// 401 for a revoked API key (found so in KV or by its object).
+    pub fn revoked_key() -> Self {
+        Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked")
+    }
+
+    /// 500 `CONFIG_INVALID`, naming the field. Never echoes a secret's value.
+    pub fn config_invalid(e: &crate::config::ConfigError) -> Self {
+        Problem::new(
+            ErrorCode::ConfigInvalid,
+            format!(
+                "the deployed configuration is invalid: {}: {}",
+                e.field, e.reason
+            ),
+        )
+    }
+
     /// 413 for a body over `max_body_bytes`.
     pub fn payload_too_large(max: u64) -> Self {
         Problem::new(

@@ -124,11 +124,6 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Prefl
     out
 }
 
-/// 401 for a key its object says is revoked.
-pub fn revoked_key() -> Problem {
-    Problem::new(ErrorCode::InvalidApiKey, "the API key has been revoked")
-}
-
 /// What to do once the key's object answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {

@@ -27,6 +27,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/audit"),
     ("GET", "/_postguard/v1/stats"),
     ("GET", "/_postguard/v1/me"),
+    ("POST", "/_postguard/v1/portal-links"),
+    ("POST", "/_postguard/v1/portal-sessions"),
+    ("GET", "/_postguard/v1/openapi.json"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -49,6 +52,9 @@ pub enum Route {
     AuditList,
     Stats,
     Me,
+    PortalLinksCreate,
+    PortalSessionsCreate,
+    OpenApiDocument,
 }
 
 /// Why a path under the prefix is not an operation.
@@ -103,6 +109,9 @@ impl Route {
             AuditList => ("GET", "/_postguard/v1/audit"),
             Stats => ("GET", "/_postguard/v1/stats"),
             Me => ("GET", "/_postguard/v1/me"),
+            PortalLinksCreate => ("POST", "/_postguard/v1/portal-links"),
+            PortalSessionsCreate => ("POST", "/_postguard/v1/portal-sessions"),
+            OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
         }
     }
 }
@@ -118,58 +127,49 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         .split('/')
         .collect();
     let id = |s: &str| s.to_string();
-    let (allow, route) = match (segments.as_slice(), method.as_str()) {
-        (["v1", "keys"], m) => (
-            "GET, POST",
-            match m {
-                "POST" => Some(KeysCreate),
-                "GET" => Some(KeysList),
-                _ => None,
-            },
-        ),
-        (["v1", "keys", k], m) => (
+    // Each path: its `Allow` value and its operations by method.
+    let (allow, operations): (&'static str, Vec<(&str, Route)>) = match segments.as_slice() {
+        ["v1", "keys"] => ("GET, POST", vec![("POST", KeysCreate), ("GET", KeysList)]),
+        ["v1", "keys", k] => (
             "GET, DELETE",
-            match m {
-                "GET" => Some(KeyGet { id: id(k) }),
-                "DELETE" => Some(KeyRevoke { id: id(k) }),
-                _ => None,
-            },
+            vec![
+                ("GET", KeyGet { id: id(k) }),
+                ("DELETE", KeyRevoke { id: id(k) }),
+            ],
         ),
-        (["v1", "webhooks"], m) => (
+        ["v1", "webhooks"] => (
             "GET, POST",
-            match m {
-                "POST" => Some(WebhooksCreate),
-                "GET" => Some(WebhooksList),
-                _ => None,
-            },
+            vec![("POST", WebhooksCreate), ("GET", WebhooksList)],
         ),
-        (["v1", "webhooks", w], m) => (
+        ["v1", "webhooks", w] => (
             "GET, DELETE",
-            match m {
-                "GET" => Some(WebhookGet { id: id(w) }),
-                "DELETE" => Some(WebhookDelete { id: id(w) }),
-                _ => None,
-            },
+            vec![
+                ("GET", WebhookGet { id: id(w) }),
+                ("DELETE", WebhookDelete { id: id(w) }),
+            ],
         ),
-        (["v1", "webhooks", w, "rotate-secret"], m) => (
-            "POST",
-            (m == "POST").then(|| WebhookRotateSecret { id: id(w) }),
-        ),
-        (["v1", "events"], m) => ("POST", (m == "POST").then_some(EventsPublish)),
-        (["v1", "deliveries"], m) => ("GET", (m == "GET").then_some(DeliveriesList)),
-        (["v1", "deliveries", d], m) => ("GET", (m == "GET").then(|| DeliveryGet { id: id(d) })),
-        (["v1", "deliveries", d, "retry"], m) => {
-            ("POST", (m == "POST").then(|| DeliveryRetry { id: id(d) }))
+        ["v1", "webhooks", w, "rotate-secret"] => {
+            ("POST", vec![("POST", WebhookRotateSecret { id: id(w) })])
         }
-        (["v1", "deliveries", d, "redirect"], m) => (
-            "POST",
-            (m == "POST").then(|| DeliveryRedirect { id: id(d) }),
-        ),
-        (["v1", "audit"], m) => ("GET", (m == "GET").then_some(AuditList)),
-        (["v1", "stats"], m) => ("GET", (m == "GET").then_some(Stats)),
-        (["v1", "me"], m) => ("GET", (m == "GET").then_some(Me)),
+        ["v1", "events"] => ("POST", vec![("POST", EventsPublish)]),
+        ["v1", "deliveries"] => ("GET", vec![("GET", DeliveriesList)]),
+        ["v1", "deliveries", d] => ("GET", vec![("GET", DeliveryGet { id: id(d) })]),
+        ["v1", "deliveries", d, "retry"] => ("POST", vec![("POST", DeliveryRetry { id: id(d) })]),
+        ["v1", "deliveries", d, "redirect"] => {
+            ("POST", vec![("POST", DeliveryRedirect { id: id(d) })])
+        }
+        ["v1", "audit"] => ("GET", vec![("GET", AuditList)]),
+        ["v1", "stats"] => ("GET", vec![("GET", Stats)]),
+        ["v1", "me"] => ("GET", vec![("GET", Me)]),
+        ["v1", "portal-links"] => ("POST", vec![("POST", PortalLinksCreate)]),
+        ["v1", "portal-sessions"] => ("POST", vec![("POST", PortalSessionsCreate)]),
+        ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
         _ => return Err(RouteError::NotFound),
     };
+    let route = operations
+        .into_iter()
+        .find(|(m, _)| *m == method)
+        .map(|(_, r)| r);
     route.ok_or(RouteError::MethodNotAllowed { allow })
 }
 

@@ -31,6 +31,19 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
+/// Why a delivery cannot be signed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("secret: not valid base64 ({0})")]
+    NotBase64(String),
+    #[error("secret: the key is empty")]
+    EmptyKey,
+    #[error("secret: unusable HMAC key ({0})")]
+    UnusableKey(String),
+    #[error("secret: no active secret to sign with")]
+    NoSecret,
+}
+
 /// A new subscription secret from 24 caller-supplied random bytes.
 pub fn new_secret(random: &[u8; 24]) -> String {
     format!("{SECRET_PREFIX}{}", STANDARD.encode(random))
@@ -38,20 +51,20 @@ pub fn new_secret(random: &[u8; 24]) -> String {
 
 /// The HMAC key of a secret: the optional `whsec_` prefix removed, the rest
 /// base64-decoded.
-pub fn secret_key(secret: &str) -> Result<Vec<u8>, String> {
+pub fn secret_key(secret: &str) -> Result<Vec<u8>, SignatureError> {
     let b64 = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
     let key = LENIENT
         .decode(b64)
-        .map_err(|e| format!("secret: not valid base64 ({e})"))?;
+        .map_err(|e| SignatureError::NotBase64(e.to_string()))?;
     if key.is_empty() {
-        return Err("secret: the key is empty".into());
+        return Err(SignatureError::EmptyKey);
     }
     Ok(key)
 }
 
-fn mac(key: &[u8], msg_id: &str, timestamp: u64, body: &[u8]) -> Result<Vec<u8>, String> {
+fn mac(key: &[u8], msg_id: &str, timestamp: u64, body: &[u8]) -> Result<Vec<u8>, SignatureError> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key)
-        .map_err(|e| format!("secret: unusable HMAC key ({e})"))?;
+        .map_err(|e| SignatureError::UnusableKey(e.to_string()))?;
     mac.update(msg_id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
@@ -61,7 +74,12 @@ fn mac(key: &[u8], msg_id: &str, timestamp: u64, body: &[u8]) -> Result<Vec<u8>,
 }
 
 /// One signature entry: `v1,<base64 HMAC-SHA256(key, "{id}.{ts}.{body}")>`.
-pub fn sign(secret: &str, msg_id: &str, timestamp: u64, body: &[u8]) -> Result<String, String> {
+pub fn sign(
+    secret: &str,
+    msg_id: &str,
+    timestamp: u64,
+    body: &[u8],
+) -> Result<String, SignatureError> {
     let key = secret_key(secret)?;
     Ok(format!(
         "v1,{}",
@@ -76,9 +94,9 @@ pub fn signature_header(
     msg_id: &str,
     timestamp: u64,
     body: &[u8],
-) -> Result<String, String> {
+) -> Result<String, SignatureError> {
     if secrets.is_empty() {
-        return Err("secret: no active secret to sign with".into());
+        return Err(SignatureError::NoSecret);
     }
     let entries = secrets
         .iter()
@@ -173,6 +191,7 @@ mod tests {
         assert!(secret_key("whsec_").is_err());
         assert!(secret_key("whsec_not base64!")
             .unwrap_err()
+            .to_string()
             .starts_with("secret: "));
         // Padded or not, the same key.
         assert_eq!(secret_key("whsec_YWJj").unwrap(), b"abc");

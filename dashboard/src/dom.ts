@@ -1,0 +1,158 @@
+// Building the page from DOM APIs only. Every string that reaches the page goes
+// through a text node or an attribute value: nothing here parses HTML, and the
+// page's Content-Security-Policy (require-trusted-types-for 'script') makes any
+// innerHTML assignment throw, so data from outside can never become markup.
+
+export type Child = Node | string | number | null | undefined | false;
+
+export interface Props {
+  /** Attributes, set with setAttribute (event-handler attributes are refused). */
+  [attr: string]: string | number | boolean | undefined | ((ev: Event) => void) | Record<string, (ev: Event) => void>;
+}
+
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  props: Props | null = null,
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(props ?? {})) {
+    if (value === undefined || value === false) continue;
+    if (name === 'on' && typeof value === 'object') {
+      for (const [ev, fn] of Object.entries(value)) el.addEventListener(ev, fn);
+      continue;
+    }
+    if (typeof value === 'function' || typeof value === 'object') continue;
+    if (/^on/i.test(name)) throw new Error(`refusing event-handler attribute ${name}`);
+    el.setAttribute(name, value === true ? '' : String(value));
+  }
+  append(el, ...children);
+  return el;
+}
+
+export function append(el: Node, ...children: Child[]): void {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+  }
+}
+
+/** Replaces every child of `el`. */
+export function replace(el: Element, ...children: Child[]): void {
+  el.replaceChildren();
+  append(el, ...children);
+}
+
+let seq = 0;
+/** A unique element id (for label/aria wiring). */
+export function uid(prefix: string): string {
+  seq += 1;
+  return `${prefix}-${seq}`;
+}
+
+/** A labelled form field. */
+export function field(
+  label: string,
+  input: HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement,
+  hint?: string,
+): HTMLDivElement {
+  const id = input.id || uid('f');
+  input.id = id;
+  const wrap = h('div', { class: 'field' }, h('label', { for: id }, label), input);
+  if (hint) {
+    const hid = `${id}-hint`;
+    input.setAttribute('aria-describedby', hid);
+    wrap.append(h('small', { id: hid, class: 'hint' }, hint));
+  }
+  return wrap;
+}
+
+export function input(name: string, props: Props = {}): HTMLInputElement {
+  return h('input', { name, type: 'text', autocomplete: 'off', ...props });
+}
+
+export function select(name: string, options: Array<[string, string]>, value = ''): HTMLSelectElement {
+  const s = h('select', { name });
+  for (const [v, text] of options) {
+    const o = h('option', { value: v }, text);
+    if (v === value) o.selected = true;
+    s.append(o);
+  }
+  return s;
+}
+
+export function button(text: string, onClick: (ev: Event) => void, props: Props = {}): HTMLButtonElement {
+  return h('button', { type: 'button', ...props, on: { click: onClick } }, text);
+}
+
+/** A horizontally scrollable, keyboard-focusable region for wide tables. */
+export function scroller(label: string, table: HTMLTableElement): HTMLDivElement {
+  return h('div', { class: 'scroll', role: 'region', 'aria-label': label, tabindex: 0 }, table);
+}
+
+export function table(caption: string, headers: string[], rows: HTMLTableRowElement[]): HTMLTableElement {
+  return h(
+    'table',
+    null,
+    h('caption', { class: 'visually-hidden' }, caption),
+    h('thead', null, h('tr', null, ...headers.map((t) => h('th', { scope: 'col' }, t)))),
+    h('tbody', null, ...rows),
+  );
+}
+
+export function td(...children: Child[]): HTMLTableCellElement {
+  return h('td', null, ...children);
+}
+
+/** A definition list of every field of a record, values as text. */
+export function fields(record: Record<string, unknown>): HTMLDListElement {
+  const dl = h('dl', { class: 'fields' });
+  for (const [k, v] of Object.entries(record)) {
+    dl.append(h('dt', null, k), h('dd', null, show(v)));
+  }
+  return dl;
+}
+
+/** How any value is shown: as text, never as markup. */
+export function show(v: unknown): string {
+  if (v === null || v === undefined) return '—';
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  return JSON.stringify(v);
+}
+
+export function time(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) return '—';
+  return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+/** A polite status line; `kind` "error" makes it an alert. */
+export function status(el: HTMLElement, text: string, kind: 'info' | 'error' | 'ok' = 'info'): void {
+  el.className = `status ${kind}`;
+  el.setAttribute('role', kind === 'error' ? 'alert' : 'status');
+  el.textContent = text;
+}
+
+/** A secret shown once, with a copy button. */
+export function secretBox(label: string, value: string): HTMLDivElement {
+  const id = uid('secret');
+  const out = h('output', { id, class: 'secret-value' }, value);
+  const note = h('span', { class: 'copied', role: 'status' });
+  const copy = button(
+    `Copy ${label.toLowerCase()}`,
+    () => {
+      navigator.clipboard
+        .writeText(value)
+        .then(() => (note.textContent = 'Copied'))
+        .catch(() => (note.textContent = 'Copy failed: select the text and copy it'));
+    },
+    { 'aria-controls': id },
+  );
+  return h(
+    'div',
+    { class: 'secret', role: 'group', 'aria-label': label },
+    h('p', null, h('strong', null, `${label} (shown once — store it now): `)),
+    out,
+    h('div', { class: 'row' }, copy, note),
+  );
+}

@@ -1,0 +1,115 @@
+// Audit log: search by request_id, filters, newest first, pages by cursor; a
+// row expands to every field.
+
+import * as api from '../api';
+import { button, field, fields, h, input, replace, scroller, select, status, table, td, time } from '../dom';
+
+const METHODS: Array<[string, string]> = [['', 'any'], ...['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'].map((m): [string, string] => [m, m])];
+const CLASSES: Array<[string, string]> = [['', 'any'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx']];
+
+/** A datetime-local value (read as UTC) in epoch ms, or undefined. */
+function utcMs(v: string): number | undefined {
+  if (!v) return undefined;
+  const ms = Date.parse(`${v}Z`);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+function row(r: api.AuditRow): HTMLTableRowElement[] {
+  const detail = h('tr', { class: 'detail', hidden: true }, h('td', { colspan: 7 }, fields(r as unknown as Record<string, unknown>)));
+  const toggle = button('Details', () => {
+    const open = toggle.getAttribute('aria-expanded') === 'true';
+    toggle.setAttribute('aria-expanded', String(!open));
+    detail.hidden = open;
+  }, { 'aria-expanded': 'false', 'aria-label': `Details of ${r.request_id}` });
+  const cls = `s${Math.floor(r.status / 100)}xx`;
+  return [
+    h(
+      'tr',
+      { 'data-request-id': r.request_id },
+      td(time(r.time)),
+      td(r.method),
+      td(h('code', null, r.path)),
+      td(h('span', { class: `badge ${cls}` }, r.status)),
+      td(`${r.response_time_ms} ms`),
+      td(h('code', null, r.request_id)),
+      td(toggle),
+    ),
+    detail,
+  ];
+}
+
+export async function audit(main: HTMLElement): Promise<void> {
+  const operator = api.credential()?.kind === 'operator';
+  const requestId = input('request_id', { placeholder: 'req_…' });
+  const method = select('method', METHODS);
+  const statusClass = select('status', CLASSES);
+  const path = input('path', { placeholder: '/payments/*' });
+  const idem = input('idempotency_key');
+  const since = input('since', { type: 'datetime-local', step: 1 });
+  const until = input('until', { type: 'datetime-local', step: 1 });
+  const project = operator ? input('project', { placeholder: 'every project' }) : null;
+  const form = h(
+    'form',
+    { class: 'filters', role: 'search', 'aria-label': 'Search the audit log' },
+    field('Request ID', requestId),
+    field('Method', method),
+    field('Status', statusClass),
+    field('Path', path, '* matches any characters'),
+    field('Idempotency-Key', idem),
+    field('Since (UTC)', since),
+    field('Until (UTC)', until),
+    project ? field('Project', project) : null,
+    h('button', { type: 'submit' }, 'Search'),
+  );
+  const msg = h('p', { class: 'status' });
+  const results = h('div', { class: 'results' });
+  const pager = h('div', { class: 'row pager' });
+  const cursors: string[] = [];
+
+  const query = (): Record<string, string | number | undefined> => ({
+    request_id: requestId.value.trim() || undefined,
+    method: method.value || undefined,
+    status: statusClass.value || undefined,
+    path: path.value.trim() || undefined,
+    idempotency_key: idem.value || undefined,
+    since: utcMs(since.value),
+    until: utcMs(until.value),
+    project: project?.value.trim() || undefined,
+    limit: 25,
+  });
+
+  const load = async (cursor?: string): Promise<void> => {
+    status(msg, 'Searching…');
+    const page = await api.call<api.Page<api.AuditRow>>('GET', '/audit', { query: { ...query(), cursor } });
+    const rows = page.data.flatMap(row);
+    replace(
+      results,
+      page.data.length
+        ? scroller('Audit log entries', table('Audit log entries, newest first', ['Time (UTC)', 'Method', 'Path', 'Status', 'Duration', 'Request ID', 'Details'], rows))
+        : h('p', null, 'No requests match.'),
+    );
+    replace(pager);
+    if (cursors.length) {
+      pager.append(button('Newer', () => {
+        cursors.pop();
+        load(cursors[cursors.length - 1]).catch((e) => status(msg, api.describe(e), 'error'));
+      }));
+    }
+    if (page.next_cursor) {
+      const next = page.next_cursor;
+      pager.append(button('Older', () => {
+        cursors.push(next);
+        load(next).catch((e) => status(msg, api.describe(e), 'error'));
+      }));
+    }
+    status(msg, `${page.data.length} ${page.data.length === 1 ? 'entry' : 'entries'}${page.next_cursor ? ' (more on the next page)' : ''}`);
+  };
+
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    cursors.length = 0;
+    load().catch((e) => status(msg, api.describe(e), 'error'));
+  });
+  main.append(form, msg, results, pager);
+  await load();
+}

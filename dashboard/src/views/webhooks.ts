@@ -1,0 +1,89 @@
+// Webhooks: the project's subscriptions; create (the secret shown once, with a
+// copy button), rotate the secret, delete.
+
+import * as api from '../api';
+import { button, field, h, input, replace, scroller, secretBox, status, table, td, time } from '../dom';
+
+export async function webhooks(main: HTMLElement): Promise<void> {
+  const url = input('url', { type: 'url', required: true, placeholder: 'https://example.com/hooks' });
+  const events = input('events', { value: '*' });
+  const description = input('description');
+  const created = h('div', { class: 'once' });
+  const msg = h('p', { class: 'status' });
+  const list = h('div');
+  const form = h(
+    'form',
+    { class: 'filters', 'aria-labelledby': 'new-sub-title', novalidate: true },
+    h('h2', { id: 'new-sub-title' }, 'New subscription'),
+    field('Endpoint URL', url),
+    field('Events', events, 'Comma-separated: payment.succeeded, payment.*, or * for every event'),
+    field('Description', description),
+    h('button', { type: 'submit' }, 'Create subscription'),
+  );
+
+  const load = async (): Promise<void> => {
+    const page = await api.call<api.Page<api.Subscription>>('GET', '/webhooks', { query: { limit: 100 } });
+    if (!page.data.length) {
+      replace(list, h('p', null, 'No subscriptions yet.'));
+      return;
+    }
+    const rows = page.data.map((s) => {
+      const actions = h('td', { class: 'actions' });
+      const rotate = button('Rotate secret', () => {
+        api
+          .call<{ secret: string }>('POST', `/webhooks/${encodeURIComponent(s.id)}/rotate-secret`)
+          .then((r) => {
+            replace(created, secretBox(`New signing secret for ${s.url}`, r.secret), h('p', null, 'The previous secret keeps signing for 24 hours.'));
+            status(msg, 'Secret rotated.', 'ok');
+          })
+          .catch((e) => status(msg, api.describe(e), 'error'));
+      }, { 'aria-label': `Rotate secret of ${s.url}` });
+      const del = button('Delete', () => {
+        const confirm = button('Confirm delete', () => {
+          api
+            .call('DELETE', `/webhooks/${encodeURIComponent(s.id)}`)
+            .then(() => load())
+            .then(() => status(msg, `Subscription ${s.id} deleted.`, 'ok'))
+            .catch((e) => status(msg, api.describe(e), 'error'));
+        }, { class: 'danger', 'aria-label': `Confirm delete of the subscription to ${s.url}` });
+        const cancel = button('Cancel', () => replace(actions, rotate, del), { 'aria-label': `Cancel deleting the subscription to ${s.url}` });
+        replace(actions, confirm, cancel);
+        confirm.focus();
+      }, { class: 'danger', 'aria-label': `Delete the subscription to ${s.url}` });
+      actions.append(rotate, del);
+      return h(
+        'tr',
+        { 'data-subscription-id': s.id },
+        td(h('code', null, s.url)),
+        td(s.events.join(', ')),
+        td(s.description ?? ''),
+        td(s.state ?? 'active'),
+        td(time(s.created_at)),
+        td(h('code', null, s.id)),
+        actions,
+      );
+    });
+    replace(list, scroller('Subscriptions', table('Subscriptions', ['URL', 'Events', 'Description', 'State', 'Created (UTC)', 'ID', 'Actions'], rows)));
+  };
+
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const body: Record<string, unknown> = {
+      url: url.value.trim(),
+      events: events.value.split(',').map((e) => e.trim()).filter(Boolean),
+    };
+    if (description.value.trim()) body.description = description.value.trim();
+    api
+      .call<api.Subscription>('POST', '/webhooks', { body })
+      .then((s) => {
+        replace(created, secretBox(`Signing secret for ${s.url}`, s.secret ?? ''));
+        status(msg, `Subscription ${s.id} created.`, 'ok');
+        form.reset();
+        return load();
+      })
+      .catch((e) => status(msg, api.describe(e), 'error'));
+  });
+
+  main.append(form, msg, created, h('h2', null, 'Subscriptions'), list);
+  await load();
+}

@@ -1,0 +1,32 @@
+//! Values bound to D1 statements (`?` placeholders), shared by the audit log
+//! and the webhook tables.
+
+use serde::de::DeserializeOwned;
+use worker::wasm_bindgen::JsValue;
+use worker::D1Database;
+
+pub fn text(s: &str) -> JsValue {
+    JsValue::from_str(s)
+}
+
+pub fn opt_text(s: Option<&str>) -> JsValue {
+    s.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// D1 numbers are doubles; every integer stored here is below 2^53.
+pub fn num(v: u64) -> JsValue {
+    JsValue::from_f64(v as f64)
+}
+
+pub fn opt_num(v: Option<u64>) -> JsValue {
+    v.map_or(JsValue::NULL, num)
+}
+
+/// Every row of one query.
+pub async fn all<T: DeserializeOwned>(
+    db: &D1Database,
+    sql: impl Into<String>,
+    args: &[JsValue],
+) -> worker::Result<Vec<T>> {
+    db.prepare(sql).bind(args)?.all().await?.results()
+}

@@ -1,0 +1,205 @@
+// The API document against the real gateway: schemathesis (PyPI, installed into .tools/st by
+// scripts/setup.sh) loads the document the gateway serves at /_postguard/v1/openapi.json and runs
+// generated requests — valid and invalid — against the real built worker under Miniflare (real
+// KV, D1, Durable Objects, Queues) and the real demo origin, once per credential: the operator's
+// token, the origin's token and a project's API key. Each run must show no 5xx, and every response
+// must conform to the document: status code, content type, headers and body schema. Bad input must
+// be a documented 4xx problem+json. Seeded data (a delivered and a dead-lettered delivery, audit
+// rows) makes the list and detail answers non-trivial.
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { startOrigin } from './support/origin.mjs';
+import { startReceiver } from './support/receiver.mjs';
+import { startGateway, poll, cfg, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN } from './support/gateway.mjs';
+
+const ST = path.join(ROOT, '.tools', 'st', 'bin', 'st');
+const DOC_PATH = '/_postguard/v1/openapi.json';
+const OUT = path.join(ROOT, 'target', 'schemathesis');
+// Bounded: a few minutes in all on two shared cores. ST_MAX_EXAMPLES raises it for a deeper local run.
+const MAX_EXAMPLES = Number(process.env.ST_MAX_EXAMPLES ?? 100);
+const SEED = process.env.ST_SEED ?? '20261201';
+const CHECKS = [
+  'not_a_server_error',
+  'status_code_conformance',
+  'content_type_conformance',
+  'response_headers_conformance',
+  'response_schema_conformance',
+  'negative_data_rejection',
+  'missing_required_header',
+  'unsupported_method',
+  'allow_header_conformance',
+  'ignored_auth',
+  'use_after_free',
+  'ensure_resource_availability',
+];
+
+const CONFIG = {
+  plans: { trial: { requests_per_window: 30, window_s: 60 }, big: { requests_per_window: 1000000, window_s: 60 } },
+  webhooks: { schedule_s: [60], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
+  origin: { timeout_ms: 2000 },
+};
+
+let origin;
+let gw;
+let doc;
+let apiKey;
+let session; // a portal session for the seeded project, once this build has portal links
+const receivers = [];
+const operations = []; // {operationId, method, path, security: [scheme names]}
+
+before(async () => {
+  assert.ok(fs.existsSync(ST), `schemathesis is missing at ${ST}: run bash scripts/setup.sh`);
+  origin = await startOrigin({ token: ORIGIN_TOKEN });
+  gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
+  const res = await gw.fetch(DOC_PATH);
+  assert.equal(res.status, 200, res.text.slice(0, 300));
+  doc = res.json;
+  for (const [p, item] of Object.entries(doc.paths)) {
+    for (const method of ['get', 'put', 'post', 'delete', 'patch']) {
+      const op = item[method];
+      if (!op) continue;
+      const security = (op.security ?? doc.security ?? []).flatMap((req) => Object.keys(req));
+      operations.push({ operationId: op.operationId, method: method.toUpperCase(), path: p, security });
+    }
+  }
+  await seed();
+});
+
+after(async () => {
+  for (const r of receivers) await r.close();
+  await gw?.dispose();
+  await origin?.kill();
+});
+
+/** A project with an API key, a delivered and a dead-lettered delivery, and audit rows. */
+async function seed() {
+  const ok = await startReceiver({ behaviour: () => ({ status: 200, body: 'ok' }) });
+  const gone = await startReceiver({ behaviour: () => ({ status: 410, body: 'gone' }) });
+  receivers.push(ok, gone);
+  apiKey = (await gw.createKey({ project: 'st-acme', plan: 'big', name: 'schemathesis' })).key;
+  for (const [url, events] of [[`${ok.url}/in`, ['payment.*']], [`${gone.url}/in`, ['order.*']]]) {
+    const res = await gw.admin('POST', '/_postguard/v1/webhooks', { url, events, description: 'seed' }, { token: apiKey });
+    assert.equal(res.status, 201, res.text);
+  }
+  for (const type of ['payment.succeeded', 'order.created']) {
+    const res = await gw.admin('POST', '/_postguard/v1/events', { project: 'st-acme', type, data: { id: 'obj_1' } }, { token: ORIGIN_TOKEN });
+    assert.equal(res.status, 202, res.text);
+  }
+  session = await portalSession('st-acme');
+  await poll(async () => {
+    const res = await gw.admin('GET', '/_postguard/v1/deliveries', undefined, { token: apiKey });
+    const statuses = (res.json?.data ?? []).map((d) => d.status).sort();
+    return statuses.join() === 'dead_letter,delivered';
+  }, { timeout: 30000, message: 'the seeded deliveries to settle' });
+}
+
+/** A portal session for `project` (link → exchange). */
+async function portalSession(project) {
+  const link = await gw.admin('POST', '/_postguard/v1/portal-links', { project });
+  assert.equal(link.status, 201, link.text);
+  const token = new URLSearchParams(new URL(link.json.url).hash.slice(1)).get('portal');
+  assert.ok(token, `no portal token in ${link.json.url}`);
+  const res = await gw.admin('POST', '/_postguard/v1/portal-sessions', { token }, { token: null });
+  assert.equal(res.status, 201, res.text);
+  return res.json.session;
+}
+
+/** Runs `st run` on the served document for the given operations with one credential. */
+function runSchemathesis(name, operationIds, token, skipChecks = []) {
+  fs.mkdirSync(OUT, { recursive: true });
+  const args = [
+    'run', `${gw.url}${DOC_PATH}`,
+    '--url', gw.url,
+    '--checks', CHECKS.filter((c) => !skipChecks.includes(c)).join(','),
+    '--phases', 'examples,coverage,fuzzing,stateful',
+    '--max-examples', String(MAX_EXAMPLES),
+    '--seed', SEED,
+    '--request-timeout', '30',
+    '--workers', '2',
+    '--generation-database', 'none',
+    '--no-color',
+    '--report', 'junit',
+    '--report-junit-path', path.join(OUT, `${name}.xml`),
+  ];
+  for (const id of operationIds) args.push('--include-operation-id', id);
+  if (token) args.push('--header', `Authorization: Bearer ${token}`);
+  return new Promise((resolve, reject) => {
+    const child = spawn(ST, args, { cwd: OUT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { out += d; });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      fs.writeFileSync(path.join(OUT, `${name}.log`), out);
+      resolve({ code, out });
+    });
+  });
+}
+
+/** "Test cases:" summary line → the number of generated cases. */
+function casesRun(out) {
+  const m = out.match(/Test cases:\s*\n?\s*(\d+) generated/);
+  return m ? Number(m[1]) : undefined;
+}
+
+// The operator's run goes last: its stateful phase lists and revokes keys, the seeded one included.
+const RUNS = [
+  { name: 'api-key', scheme: 'apiKey', token: () => apiKey },
+  { name: 'origin', scheme: 'originToken', token: () => ORIGIN_TOKEN },
+  { name: 'portal-session', scheme: 'portalSession', token: () => session },
+  // DELETE /keys/{id} revokes: the record stays readable with `revoked_at` set (documented), which
+  // use_after_free would take for a deleted resource still served.
+  { name: 'operator', scheme: 'operatorToken', token: () => ADMIN_TOKEN, unauthenticated: true, skipChecks: ['use_after_free'] },
+];
+
+describe('schemathesis against the served document', () => {
+  let total = 0;
+  for (const run of RUNS) {
+    it(`${run.name}: no 5xx, every response conforms`, async () => {
+      assert.ok(run.token(), `no ${run.scheme} credential`);
+      const chosen = [];
+      for (const op of operations) {
+        const mine = op.security.includes(run.scheme) || (run.unauthenticated && op.security.length === 0);
+        if (!mine) continue;
+        chosen.push(op.operationId);
+      }
+      assert.ok(chosen.length > 0, `no operation uses ${run.scheme}`);
+      const { code, out } = await runSchemathesis(run.name, chosen, run.token(), run.skipChecks);
+      const n = casesRun(out);
+      total += n ?? 0;
+      console.log(`# ${run.name}: ${chosen.length} operations, ${n} test cases (log: target/schemathesis/${run.name}.log)`);
+      assert.equal(code, 0, `schemathesis (${run.name}) failed:\n${out.slice(-12000)}`);
+      assert.ok(n > 0, `no test case ran:\n${out.slice(-3000)}`);
+      // A credential that never got past 401/403 would test only the error paths.
+      assert.doesNotMatch(out, /Authentication failed/, `the ${run.name} credential was refused:\n${out.slice(-3000)}`);
+    });
+  }
+  it('every documented operation was exercised, and answered 2xx at least once', async () => {
+    const covered = new Set();
+    for (const run of RUNS.filter((r) => r.token())) {
+      for (const op of operations) {
+        if (op.security.includes(run.scheme) || (run.unauthenticated && op.security.length === 0)) covered.add(op.operationId);
+      }
+    }
+    const missed = operations.filter((op) => !covered.has(op.operationId)).map((op) => op.operationId);
+    assert.deepEqual(missed, [], 'operations no run covers');
+    // The audit log has every request schemathesis sent: count the answers per operation.
+    const db = await gw.mf.getD1Database('DB');
+    await poll(async () => (await db.prepare('SELECT COUNT(*) AS n FROM audit_log').first()).n >= total, { message: 'the audit rows of every case' });
+    const { results } = await db.prepare('SELECT method, path, status, COUNT(*) AS n FROM audit_log GROUP BY method, path, status').all();
+    const table = [];
+    const noSuccess = [];
+    for (const op of operations) {
+      const re = new RegExp(`^${op.path.replace(/[.]/g, '\\.').replace(/\{[^}]+\}/g, '[^/]+')}$`);
+      const rows = results.filter((r) => r.method === op.method && re.test(r.path));
+      const by = (lo, hi) => rows.filter((r) => r.status >= lo && r.status < hi).reduce((a, r) => a + r.n, 0);
+      table.push(`${op.operationId}: 2xx ${by(200, 300)}, 4xx ${by(400, 500)}, 5xx ${by(500, 600)}`);
+      if (by(200, 300) === 0) noSuccess.push(op.operationId);
+    }
+    console.log(`# schemathesis: ${total} test cases in all\n# ${table.join('\n# ')}`);
+    assert.deepEqual(noSuccess, [], 'operations that never answered 2xx: their success responses went unchecked');
+  });
+});

@@ -29,7 +29,10 @@ impl Seen {
         Seen {
             method: bounded(&req.inner().method(), 16),
             // `path()` has no query string: queries are never recorded.
-            path: bounded(&req.path(), MAX_PATH_LEN),
+            path: bounded(
+                &postguard_core::webhooks::ops::audited_path(&req.path()),
+                MAX_PATH_LEN,
+            ),
             client_ip: get("CF-Connecting-IP").map(|v| bounded(&v, 64)),
             user_agent: get("User-Agent").map(|v| bounded(&v, MAX_USER_AGENT_LEN)),
         }

@@ -353,6 +353,29 @@ describe('the dashboard, signed in with a portal link', () => {
     assert.ok(!(await page.content()).includes(value), 'the secret is nowhere on the page any more');
     await assertNothingRan(page);
   });
+
+  it('pauses and resumes a subscription, sends a test ping and recovers failed deliveries (CONTRACT §11)', async () => {
+    await view(page, 'Webhooks');
+    const url = `${receiverB.url}/new`;
+    const list = await gw.admin('GET', '/_postguard/v1/webhooks', undefined, { token: key.key });
+    const subB = list.json.data.find((s) => s.url === url);
+    const subA = list.json.data.find((s) => s.url === `${receiverA.url}/hooks`);
+    const row = page.locator(`tr[data-subscription-id="${subB.id}"]`);
+    await page.getByRole('button', { name: `Send test ping to ${url}` }).click();
+    await page.getByText(new RegExp(`Test ping to ${url}: HTTP 200 in \\d+ ms`)).waitFor();
+    assert.ok(receiverB.requests.some((r) => r.json?.type === 'postguard.ping' && r.path === '/new'));
+    await page.getByRole('button', { name: `Pause the subscription to ${url}` }).click();
+    await row.getByRole('cell', { name: 'paused', exact: true }).waitFor();
+    const paused = await gw.admin('GET', `/_postguard/v1/webhooks/${subB.id}`, undefined, { token: key.key });
+    assert.equal(paused.json.state, 'paused');
+    await page.getByRole('button', { name: `Resume the subscription to ${url}` }).click();
+    await row.getByRole('cell', { name: 'active', exact: true }).waitFor();
+    const failed = await gw.admin('GET', '/_postguard/v1/deliveries?status=dead_letter', undefined, { token: key.key });
+    const n = failed.json.data.filter((d) => d.subscription_id === subA.id).length;
+    await page.getByRole('button', { name: `Recover failed deliveries of the last 14 days to ${receiverA.url}/hooks` }).click();
+    await page.getByText(`Recover for ${receiverA.url}/hooks done: ${n} of ${n} re-sent, 0 failed.`).waitFor({ timeout: 30000 });
+    await assertNothingRan(page);
+  });
 });
 
 describe('the dashboard, signed in as the operator', () => {

@@ -165,8 +165,27 @@ export interface Subscription {
   events: string[];
   description: string | null;
   created_at: number;
-  state?: string;
+  state?: 'active' | 'paused' | 'disabled';
+  disabled_reason?: string;
+  disabled_at?: number;
+  rate_limit_per_s?: number | null;
   secret?: string;
+}
+
+export interface PingResult {
+  status_code: number | null;
+  duration_ms: number;
+  response_excerpt: string | null;
+  error: string | null;
+}
+
+export interface Task {
+  id: string;
+  kind: string;
+  state: 'queued' | 'running' | 'done' | 'failed';
+  total: number;
+  done: number;
+  failed: number;
 }
 
 export interface Delivery {

@@ -13,7 +13,7 @@ use worker::{Env, Request};
 
 use crate::reject::{Handled, Reject};
 use crate::runtime::RequestCtx;
-use crate::webhooks::{deliveries, publish, subscriptions};
+use crate::webhooks::{deliveries, feed, inspectors, ops, publish, subscriptions};
 
 pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let method = req.inner().method().to_ascii_uppercase();
@@ -38,7 +38,17 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         Route::WebhookGet { id } => subscriptions::get(&req, env, cfg, rc, &id).await,
         Route::WebhookDelete { id } => subscriptions::delete(&req, env, cfg, rc, &id).await,
         Route::WebhookRotateSecret { id } => subscriptions::rotate(&req, env, cfg, rc, &id).await,
+        Route::WebhookPatch { id } => subscriptions::patch(req, env, cfg, rc, &id).await,
+        Route::WebhookPause { id } => subscriptions::pause(&req, env, cfg, rc, &id).await,
+        Route::WebhookResume { id } => subscriptions::resume(&req, env, cfg, rc, &id).await,
+        Route::WebhookTest { id } => ops::test(&req, env, cfg, rc, &id).await,
+        Route::WebhookRecover { id } => ops::recover(req, env, cfg, rc, &id).await,
+        Route::TaskGet { id } => ops::get_task(&req, env, cfg, rc, &id).await,
         Route::EventsPublish => publish::publish(req, env, cfg, rc).await,
+        Route::EventsFeed => feed::list(&req, env, cfg, rc).await,
+        Route::InspectorsCreate => inspectors::create(&req, env, cfg, rc).await,
+        Route::InspectorRequests { id } => inspectors::requests(&req, env, cfg, rc, &id).await,
+        Route::InspectCapture { token } => inspectors::capture(req, env, cfg, rc, &token).await,
         Route::DeliveriesList => Ok(deliveries::list(&req, env, cfg, rc).await?),
         Route::DeliveryGet { id } => Ok(deliveries::get(&req, env, cfg, rc, &id).await?),
         Route::DeliveryRetry { id } => Ok(deliveries::retry(&req, env, cfg, rc, &id).await?),

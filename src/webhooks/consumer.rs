@@ -16,7 +16,8 @@ use postguard_core::ids;
 use postguard_core::webhooks::delivery::{
     self, Attempted, Claim, Delivery, Plan, Status, Transition, Write, CONTENDED_DELAY_S,
 };
-use postguard_core::webhooks::events::excerpt;
+use postguard_core::webhooks::events::{self, excerpt};
+use postguard_core::webhooks::ops::{self, Health, SubState};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::signature;
 use serde::Deserialize;
@@ -24,13 +25,13 @@ use worker::d1::{D1Database, D1PreparedStatement};
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Env, MessageBuilder, MessageExt, Result};
 
-use super::{num, opt_text, text, Job};
+use super::{num, opt_text, text, Job, TaskStep};
 use crate::runtime::{new_ulid_parts, now_ms, within};
 use crate::{bindings, http};
 
 /// POSTs one attempt; `None` when no answer came within `timeout_ms` (the
 /// request is aborted). The answer: status, Retry-After, body.
-async fn send(
+pub async fn send(
     url: &str,
     body: &[u8],
     headers: &[(&str, &str)],
@@ -69,6 +70,8 @@ async fn send(
 #[derive(Deserialize)]
 struct Target {
     id: String,
+    project: String,
+    subscription_id: String,
     event_id: String,
     event_type: String,
     url: String,
@@ -79,6 +82,10 @@ struct Target {
     secret: Option<String>,
     previous_secret: Option<String>,
     previous_secret_until: Option<u64>,
+    sub_url: Option<String>,
+    state: Option<SubState>,
+    failing_since: Option<u64>,
+    rate_limit_per_s: Option<u32>,
 }
 
 impl Target {
@@ -88,11 +95,35 @@ impl Target {
             attempts_made: self.attempts_made,
             next_attempt_at: self.next_attempt_at,
             subscribed: self.secret.is_some(),
+            held: self.state.is_some_and(SubState::holds),
+        }
+    }
+
+    fn secrets(&self) -> Secrets<'_> {
+        Secrets {
+            secret: self.secret.as_deref(),
+            previous: self.previous_secret.as_deref(),
+            previous_until: self.previous_secret_until,
         }
     }
 }
 
-type Msg = worker::Message<serde_json::Value>;
+/// A subscription's signing secrets.
+pub struct Secrets<'a> {
+    pub secret: Option<&'a str>,
+    pub previous: Option<&'a str>,
+    pub previous_until: Option<u64>,
+}
+
+/// One signed request to make: the event and where to.
+pub struct Outgoing<'a> {
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub payload: &'a [u8],
+    pub secrets: Secrets<'a>,
+}
+
+pub type Msg = worker::Message<serde_json::Value>;
 
 /// A job the core said to run, with its claim on an attempt number.
 struct Claimed<'a> {
@@ -101,6 +132,8 @@ struct Claimed<'a> {
     target: &'a Target,
     claim: Claim,
     gave_up: Option<delivery::GiveUp>,
+    /// Throttled: wait this long in place before sending.
+    sleep_ms: u64,
 }
 
 const EXCERPT_CHARS: usize = 512;
@@ -113,6 +146,12 @@ pub async fn handle(
 ) -> Result<()> {
     let from_dlq = batch.queue() == bindings::DELIVERIES_DLQ;
     let messages = batch.messages()?;
+    let (tasks, messages): (Vec<_>, Vec<_>) = messages
+        .into_iter()
+        .partition(|m| m.body().get("task_id").is_some());
+    for m in &tasks {
+        super::ops::run_task_message(env, m, from_dlq).await;
+    }
     let (due, mut later) = sort(&messages, from_dlq);
     let ids: Vec<&str> = due.iter().map(|(_, j, _)| j.delivery_id.as_str()).collect();
     let targets = match load_many(env, &ids).await {
@@ -123,7 +162,16 @@ pub async fn handle(
             return Ok(());
         }
     };
-    let claims = plan_all(due, &targets, now_ms(), &mut later);
+    let (claims, holds) = plan_all(due, &targets, now_ms(), &mut later);
+    hold_all(env, holds, &mut later).await;
+    let claims = match throttle(env, claims, &mut later).await {
+        Ok(c) => c,
+        Err((e, c)) => {
+            retry_all("throttling", c.iter().map(|c| c.m), &e);
+            hop(env, later).await;
+            return Ok(());
+        }
+    };
     let won = match claim_all(env, &claims).await {
         Ok(won) => won,
         Err(e) => {
@@ -142,6 +190,123 @@ pub async fn handle(
     let won: Vec<Claimed> = won.into_iter().map(|(c, _)| c).collect();
     run_all(env, cfg, &won).await;
     Ok(())
+}
+
+/// A hold the core asked for: its message and the compare-and-set write.
+type HoldOf<'a> = (&'a Msg, Job, Write);
+
+/// Writes `paused` where the delivery is as planned and its subscription is
+/// still not active; a hold that does not apply (resumed meanwhile, or
+/// another attempt moved first) is planned again on a fresh read.
+async fn hold_all<'a>(env: &Env, holds: Vec<HoldOf<'a>>, later: &mut Vec<Later<'a>>) {
+    if holds.is_empty() {
+        return;
+    }
+    let applied = async {
+        let db = env.d1(bindings::DB)?;
+        let statements = holds
+            .iter()
+            .map(|(_, j, w)| {
+                db.prepare(
+                    "UPDATE deliveries SET status = ?, next_attempt_at = NULL, updated_at = ? \
+                     WHERE id = ? AND status = ? AND attempts_made = ? AND EXISTS \
+                     (SELECT 1 FROM subscription_ops o WHERE o.subscription_id = deliveries.subscription_id AND o.state != 'active')",
+                )
+                .bind(&[
+                    text(w.status.as_str()),
+                    num(now_ms()),
+                    text(&j.delivery_id),
+                    text(w.expect.status.as_str()),
+                    num(u64::from(w.expect.attempts_made)),
+                ])
+            })
+            .collect::<Result<_>>()?;
+        changed(&db, statements).await
+    };
+    match applied.await {
+        Ok(ok) => {
+            for ((m, job, _), held) in holds.into_iter().zip(ok) {
+                if held {
+                    m.ack();
+                } else {
+                    later.push((m, job, CONTENDED_DELAY_S));
+                }
+            }
+        }
+        Err(e) => retry_all("holding", holds.iter().map(|(m, _, _)| *m), &e),
+    }
+}
+
+/// The per-subscription throttle (`rate_limit_per_s`): each attempt to a
+/// throttled subscription reserves the next slot (one D1 `batch()` for the
+/// batch's unreserved ones; none when nothing is throttled). Whole seconds
+/// of waiting go back to the queue, so the consumer is free for every other
+/// delivery; the rest (under a second) is waited in place before sending.
+async fn throttle<'a>(
+    env: &Env,
+    claims: Vec<Claimed<'a>>,
+    later: &mut Vec<Later<'a>>,
+) -> std::result::Result<Vec<Claimed<'a>>, (worker::Error, Vec<Claimed<'a>>)> {
+    let limited = |c: &Claimed| c.target.rate_limit_per_s.is_some() && c.job.redirect_url.is_none();
+    let unreserved: Vec<usize> = (0..claims.len())
+        .filter(|i| limited(&claims[*i]) && claims[*i].job.slot.is_none())
+        .collect();
+    let mut slots: Vec<Option<u64>> = claims.iter().map(|c| c.job.slot).collect();
+    if !unreserved.is_empty() {
+        match reserve(env, &claims, &unreserved).await {
+            Ok(got) => unreserved.iter().zip(got).for_each(|(i, s)| slots[*i] = s),
+            Err(e) => return Err((e, claims)),
+        }
+    }
+    let now = now_ms();
+    let mut out = Vec::new();
+    for (mut c, slot) in claims.into_iter().zip(slots) {
+        match slot
+            .filter(|_| limited(&c))
+            .map(|s| (s, ops::throttle_wait(s, now)))
+        {
+            Some((s, ops::Wait::Hop { delay_s })) => {
+                let mut job = c.job.clone();
+                job.slot = Some(s);
+                later.push((c.m, job, delay_s));
+            }
+            Some((_, ops::Wait::Sleep { ms })) => {
+                c.sleep_ms = ms;
+                out.push(c);
+            }
+            None => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// Reserves one slot per claim in `which`: the later of the subscription's
+/// next free slot and now, which moves on by one interval.
+async fn reserve(env: &Env, claims: &[Claimed<'_>], which: &[usize]) -> Result<Vec<Option<u64>>> {
+    #[derive(Deserialize)]
+    struct Slot {
+        slot: u64,
+    }
+    let db = env.d1(bindings::DB)?;
+    let now = now_ms();
+    let statements =
+        which
+            .iter()
+            .map(|i| {
+                let t = claims[*i].target;
+                let interval = ops::interval_ms(t.rate_limit_per_s.unwrap_or(1));
+                db.prepare(
+                "UPDATE subscription_ops SET next_send_at = MAX(COALESCE(next_send_at, 0), ?) + ? \
+                 WHERE subscription_id = ? RETURNING next_send_at - ? AS slot",
+            )
+            .bind(&[num(now), num(interval), text(&t.subscription_id), num(interval)])
+            })
+            .collect::<Result<_>>()?;
+    let results = db.batch(statements).await?;
+    results
+        .iter()
+        .map(|r| Ok(r.results::<Slot>()?.first().map(|s| s.slot)))
+        .collect()
 }
 
 type Due<'a> = (&'a Msg, Job, delivery::Job);
@@ -176,8 +341,9 @@ fn plan_all<'a>(
     targets: &'a [Target],
     now: u64,
     later: &mut Vec<Later<'a>>,
-) -> Vec<Claimed<'a>> {
+) -> (Vec<Claimed<'a>>, Vec<HoldOf<'a>>) {
     let mut claims = Vec::new();
+    let mut holds = Vec::new();
     for (m, job, kind) in due {
         // `None` once retention removed the delivery.
         let Some(target) = targets.iter().find(|t| t.id == job.delivery_id) else {
@@ -191,6 +357,10 @@ fn plan_all<'a>(
                 later.push((m, job, delay_s));
                 continue;
             }
+            Plan::Hold(w) => {
+                holds.push((m, job, w));
+                continue;
+            }
             Plan::Drop(_) => {
                 m.ack(); // superseded, duplicate, finished
                 continue;
@@ -202,19 +372,45 @@ fn plan_all<'a>(
             target,
             claim,
             gave_up,
+            sleep_ms: 0,
         });
     }
-    claims
+    (claims, holds)
 }
 
 /// Runs the claimed attempts at once, records them, then acknowledges them.
 async fn run_all(env: &Env, cfg: &Config, won: &[Claimed<'_>]) {
-    let work = won
-        .iter()
-        .map(|c| async move { (c.m, attempt(env, cfg, c).await) });
+    // Released (ordered) jobs of one subscription run one after another, in
+    // the batch's order; everything else at once.
+    let mut groups: Vec<Vec<&Claimed>> = Vec::new();
+    for c in won {
+        let same = |g: &&mut Vec<&Claimed>| {
+            g.first().is_some_and(|f| {
+                c.job.ordered
+                    && f.job.ordered
+                    && f.target.subscription_id == c.target.subscription_id
+            })
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some(g) => g.push(c),
+            None => groups.push(vec![c]),
+        }
+    }
+    let work = groups.into_iter().map(|g| async move {
+        let mut out = Vec::with_capacity(g.len());
+        for c in g {
+            out.push((c.m, attempt(env, cfg, c).await));
+        }
+        out
+    });
+    let outcomes: Vec<_> = futures_util::future::join_all(work)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let mut records = Vec::new();
     let mut recorded = Vec::new();
-    for (m, outcome) in futures_util::future::join_all(work).await {
+    for (m, outcome) in outcomes {
         match outcome {
             Ok(rec) => {
                 records.push(rec);
@@ -224,7 +420,12 @@ async fn run_all(env: &Env, cfg: &Config, won: &[Claimed<'_>]) {
         }
     }
     match record_all(env, cfg, &records).await {
-        Ok(()) => recorded.iter().for_each(|m| m.ack()),
+        Ok(()) => {
+            recorded.iter().for_each(|m| m.ack());
+            if let Err(e) = health_all(env, cfg, &records).await {
+                worker::console_error!("updating subscription health failed: {}", e);
+            }
+        }
         // The requests were sent: retrying repeats them under new numbers
         // (at-least-once), which beats losing their outcome.
         Err(e) => retry_all("recording", recorded, &e),
@@ -268,10 +469,11 @@ async fn hop(env: &Env, later: Vec<Later<'_>>) {
     futures_util::future::join_all(hops).await;
 }
 
-const TARGET_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
-            s.secret, s.previous_secret, s.previous_secret_until \
+const TARGET_COLUMNS: &str = "SELECT d.id, d.project, d.subscription_id, d.event_id, d.event_type, d.url, d.status, d.attempts_made, d.next_attempt_at, e.payload, \
+            s.secret, s.previous_secret, s.previous_secret_until, s.url AS sub_url, o.state, o.failing_since, o.rate_limit_per_s \
      FROM deliveries d JOIN events e ON e.project = d.project AND e.id = d.event_id \
-     LEFT JOIN subscriptions s ON s.id = d.subscription_id";
+     LEFT JOIN subscriptions s ON s.id = d.subscription_id \
+     LEFT JOIN subscription_ops o ON o.subscription_id = d.subscription_id";
 
 /// The deliveries of one batch, in one query (a batch holds at most 100
 /// messages, within D1's limit on bound parameters).
@@ -289,7 +491,7 @@ async fn load_many(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
         .results()
 }
 
-async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
+pub async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
     let delay = u32::try_from(delay_s).unwrap_or(u32::MAX);
     env.queue(bindings::DELIVERIES)?
         .send(MessageBuilder::new(job).delay_seconds(delay).build())
@@ -298,7 +500,7 @@ async fn send_later(env: &Env, job: Job, delay_s: u64) -> Result<()> {
 
 /// Runs `statements` in one D1 `batch()` (one round trip, one transaction);
 /// for each, whether it changed a row (a compare-and-set that held).
-async fn changed(db: &D1Database, statements: Vec<D1PreparedStatement>) -> Result<Vec<bool>> {
+pub async fn changed(db: &D1Database, statements: Vec<D1PreparedStatement>) -> Result<Vec<bool>> {
     if statements.is_empty() {
         return Ok(Vec::new());
     }
@@ -336,17 +538,29 @@ async fn claim_all(env: &Env, claims: &[Claimed<'_>]) -> Result<Vec<bool>> {
 async fn attempt(env: &Env, cfg: &Config, c: &Claimed<'_>) -> Result<Recorded> {
     let started = now_ms();
     let request_id = ids_now();
+    // The subscription's URL as it is now (PATCH may have changed it).
     let url = c
         .job
         .redirect_url
         .as_deref()
+        .or(c.target.sub_url.as_deref())
         .unwrap_or(&c.target.url)
         .to_string();
     let number = c.claim.attempt.number;
     let (result, error, excerpt) = match c.gave_up {
         Some(why) => (Attempted::GaveUp(why), Some(why.reason().to_string()), None),
         None => {
-            let sent = sign_and_send(cfg, c.target, &url, number, &request_id, started).await?;
+            if c.sleep_ms > 0 {
+                worker::Delay::from(std::time::Duration::from_millis(c.sleep_ms)).await;
+            }
+            let t = c.target;
+            let out = Outgoing {
+                event_id: &t.event_id,
+                event_type: &t.event_type,
+                payload: t.payload.as_bytes(),
+                secrets: t.secrets(),
+            };
+            let sent = sign_and_send(cfg, &out, &url, number, &request_id, now_ms()).await?;
             (Attempted::Sent(sent.0), sent.1, sent.2)
         }
     };
@@ -368,6 +582,10 @@ async fn attempt(env: &Env, cfg: &Config, c: &Claimed<'_>) -> Result<Recorded> {
     let (delivery_id, claim) = (c.job.delivery_id.clone(), c.claim);
     Ok(Recorded {
         delivery_id,
+        project: c.target.project.clone(),
+        subscription_id: c.target.subscription_id.clone(),
+        sub_url: c.target.sub_url.clone(),
+        failing_since: c.target.failing_since,
         claim,
         result,
         row,
@@ -392,23 +610,23 @@ async fn follow_up(env: &Env, delivery_id: &str, t: &Transition) -> Result<()> {
 }
 
 /// Signs and POSTs attempt `number`: its result, error text and response excerpt.
-async fn sign_and_send(
+pub async fn sign_and_send(
     cfg: &Config,
-    t: &Target,
+    t: &Outgoing<'_>,
     url: &str,
     number: u32,
     request_id: &str,
     now: u64,
 ) -> Result<(AttemptResult, Option<String>, Option<String>)> {
     let timestamp = now / 1000;
-    let mut secrets: Vec<&str> = t.secret.as_deref().into_iter().collect();
-    if let (Some(prev), Some(until)) = (t.previous_secret.as_deref(), t.previous_secret_until) {
+    let mut secrets: Vec<&str> = t.secrets.secret.into_iter().collect();
+    if let (Some(prev), Some(until)) = (t.secrets.previous, t.secrets.previous_until) {
         if now < until {
             secrets.push(prev);
         }
     }
-    let body = t.payload.as_bytes();
-    let sig = signature::signature_header(&secrets, &t.event_id, timestamp, body)
+    let body = t.payload;
+    let sig = signature::signature_header(&secrets, t.event_id, timestamp, body)
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
     let number_s = number.to_string();
     let ts_s = timestamp.to_string();
@@ -416,11 +634,11 @@ async fn sign_and_send(
     let headers = [
         ("Content-Type", "application/json"),
         ("User-Agent", "postguard-webhooks/0.1"),
-        ("webhook-id", t.event_id.as_str()),
+        ("webhook-id", t.event_id),
         ("webhook-timestamp", ts_s.as_str()),
         ("webhook-signature", sig.as_str()),
-        ("X-Event-Id", t.event_id.as_str()),
-        ("X-Event-Type", t.event_type.as_str()),
+        ("X-Event-Id", t.event_id),
+        ("X-Event-Type", t.event_type),
         ("X-Delivery-Attempt", number_s.as_str()),
         ("X-Request-Id", request_id),
     ];
@@ -464,6 +682,10 @@ struct AttemptRow {
 /// An attempt to record, and what the core made of it.
 struct Recorded {
     delivery_id: String,
+    project: String,
+    subscription_id: String,
+    sub_url: Option<String>,
+    failing_since: Option<u64>,
     claim: Claim,
     result: Attempted,
     row: AttemptRow,
@@ -647,7 +869,8 @@ pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     Ok(n)
 }
 
-/// Retention: deliveries, their attempts and events older than `days`.
+/// Retention: deliveries, their attempts, events (and their publish request
+/// ids) and tasks older than `days`; inspectors once expired.
 pub async fn sweep(env: &Env, days: u32) -> Result<()> {
     let cutoff = num(postguard_core::audit::retention_cutoff_ms(now_ms(), days));
     let db = env.d1(bindings::DB)?;
@@ -657,8 +880,139 @@ pub async fn sweep(env: &Env, days: u32) -> Result<()> {
         db.prepare("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE created_at < ? LIMIT 5000)")
             .bind(std::slice::from_ref(&cutoff))?,
         db.prepare("DELETE FROM events WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.project = events.project AND d.event_id = events.id)")
-            .bind(&[cutoff])?,
+            .bind(std::slice::from_ref(&cutoff))?,
+        db.prepare("DELETE FROM event_requests WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.project = event_requests.project AND e.id = event_requests.event_id)"),
+        db.prepare("DELETE FROM tasks WHERE updated_at < ?").bind(&[cutoff])?,
+        db.prepare("DELETE FROM inspector_requests WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
+            .bind(&[num(now_ms())])?,
+        db.prepare("DELETE FROM inspectors WHERE expires_at < ?").bind(&[num(now_ms())])?,
     ])
     .await?;
     Ok(())
+}
+
+/// The failure clock of each attempted subscription (a redirect says nothing
+/// about it): a success resets it, a failure starts it, and 410 or failing
+/// for `webhooks.disable_after_s` disables the subscription — its pending
+/// deliveries are then held — and publishes `postguard.subscription.disabled`
+/// to the project's other matching subscriptions. A healthy subscription
+/// costs no write.
+async fn health_all(env: &Env, cfg: &Config, records: &[Recorded]) -> Result<()> {
+    let db = env.d1(bindings::DB)?;
+    let after_s = cfg.settings.webhooks.disable_after_s;
+    let now = now_ms();
+    let mut statements = Vec::new();
+    let mut disables = Vec::new();
+    for r in records {
+        if r.claim.attempt.mode == delivery::Mode::Redirect || r.sub_url.is_none() {
+            continue;
+        }
+        let sub = text(&r.subscription_id);
+        match ops::health(r.failing_since, &r.result, now, after_s) {
+            Some(Health::Healthy) if r.failing_since.is_some() => statements.push(
+                db.prepare("UPDATE subscription_ops SET failing_since = NULL WHERE subscription_id = ?")
+                    .bind(&[sub])?,
+            ),
+            Some(Health::Failing { since }) if r.failing_since.is_none() => statements.push(
+                db.prepare("INSERT INTO subscription_ops (subscription_id, project, failing_since) VALUES (?, ?, ?) \
+                            ON CONFLICT (subscription_id) DO UPDATE SET failing_since = COALESCE(failing_since, excluded.failing_since)")
+                    .bind(&[sub, text(&r.project), num(since)])?,
+            ),
+            Some(Health::Disable { reason, since }) => {
+                statements.push(
+                    db.prepare("INSERT INTO subscription_ops (subscription_id, project, state, disabled_reason, disabled_at, failing_since) VALUES (?, ?, 'disabled', ?, ?, ?) \
+                                ON CONFLICT (subscription_id) DO UPDATE SET state = 'disabled', disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at, \
+                                failing_since = COALESCE(subscription_ops.failing_since, excluded.failing_since) WHERE subscription_ops.state = 'active'")
+                        .bind(&[sub, text(&r.project), text(reason.as_str()), num(now), num(since)])?,
+                );
+                disables.push((statements.len() - 1, r, reason));
+            }
+            _ => {}
+        }
+    }
+    let ok = changed(&db, statements).await?;
+    for (i, r, reason) in disables {
+        if ok[i] {
+            announce_disabled(env, cfg, r, reason.as_str(), now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Publishes `postguard.subscription.disabled` {id, url, reason, since}.
+async fn announce_disabled(
+    env: &Env,
+    cfg: &Config,
+    r: &Recorded,
+    reason: &str,
+    at: u64,
+) -> Result<()> {
+    let data = serde_json::json!({
+        "id": r.subscription_id,
+        "url": r.sub_url,
+        "reason": reason,
+        "since": events::rfc3339_ms(at),
+    });
+    let event_id = super::new_id("evt_");
+    let event = super::publish::Event {
+        project: &r.project,
+        id: &event_id,
+        event_type: ops::DISABLED_EVENT,
+        data: &data,
+        request_id: &r.row.request_id,
+    };
+    super::publish::fan_out(env, cfg, &event, Some(&r.subscription_id)).await?;
+    Ok(())
+}
+
+/// Resume: every `paused` delivery of `subscription_id` back to `pending`,
+/// due now (compare-and-set on `paused`), queued in creation order, 100 at a
+/// time.
+pub async fn release_held(env: &Env, subscription_id: &str) -> Result<u32> {
+    #[derive(Deserialize)]
+    struct Held {
+        id: String,
+    }
+    let db = env.d1(bindings::DB)?;
+    let mut released = 0u32;
+    loop {
+        let held: Vec<Held> = db
+            .prepare("SELECT id FROM deliveries WHERE subscription_id = ? AND status = 'paused' ORDER BY created_at, id LIMIT 100")
+            .bind(&[text(subscription_id)])?
+            .all()
+            .await?
+            .results()?;
+        if held.is_empty() {
+            return Ok(released);
+        }
+        let now = now_ms();
+        let statements = held
+            .iter()
+            .map(|h| {
+                db.prepare("UPDATE deliveries SET status = 'pending', next_attempt_at = ?, updated_at = ? WHERE id = ? AND status = 'paused'")
+                    .bind(&[num(now), num(now), text(&h.id)])
+            })
+            .collect::<Result<_>>()?;
+        let ok = changed(&db, statements).await?;
+        let jobs: Vec<Job> = held
+            .into_iter()
+            .zip(ok)
+            .filter(|(_, ok)| *ok)
+            .map(|(h, _)| Job {
+                ordered: true,
+                ..Job::scheduled(h.id, now)
+            })
+            .collect();
+        released += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+        if !jobs.is_empty() {
+            env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+        }
+    }
+}
+
+/// A task message's body, or `None` (logged) when malformed.
+pub fn task_step(m: &Msg) -> Option<TaskStep> {
+    serde_json::from_value::<TaskStep>(m.body().clone())
+        .map_err(|e| worker::console_error!("dropping a malformed task message: {}", e))
+        .ok()
 }

@@ -5,7 +5,7 @@ use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::delivery::Status;
-use postguard_core::webhooks::url_guard::check_url;
+use postguard_core::webhooks::ops::check_redirect_url;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
@@ -27,6 +27,8 @@ pub struct Delivery {
     pub attempts_made: u32,
     pub next_attempt_at: Option<u64>,
     pub created_at: u64,
+    /// The X-Request-Id of the publish request that created it (trace).
+    pub request_id: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -40,6 +42,9 @@ struct Attempt {
     request_id: String,
     at: u64,
     next_retry_at: Option<u64>,
+    /// The X-Request-Id of the publish request (the delivery's `request_id`).
+    #[serde(default)]
+    publish_request_id: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -63,11 +68,12 @@ struct Page {
     next_cursor: Option<String>,
 }
 
-const COLUMNS: &str = "id, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at";
+const COLUMNS: &str = "d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, d.attempts_made, d.next_attempt_at, d.created_at, r.request_id \
+     FROM deliveries d LEFT JOIN event_requests r ON r.project = d.project AND r.event_id = d.event_id";
 
 pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
-    let mut sql = format!("SELECT {COLUMNS} FROM deliveries WHERE project = ?");
+    let mut sql = format!("SELECT {COLUMNS} WHERE d.project = ?");
     let mut args: Vec<JsValue> = vec![text(&project)];
     let mut limit = 50u32;
     let pairs: Vec<(String, String)> = req
@@ -136,9 +142,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
 
 pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>> {
     env.d1(bindings::DB)?
-        .prepare(format!(
-            "SELECT {COLUMNS} FROM deliveries WHERE id = ? AND project = ?"
-        ))
+        .prepare(format!("SELECT {COLUMNS} WHERE d.id = ? AND d.project = ?"))
         .bind(&[text(id), text(project)])?
         .first(None)
         .await
@@ -149,7 +153,7 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
     let Some(delivery) = load(env, &project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
-    let attempts: Vec<Attempt> = env
+    let mut attempts: Vec<Attempt> = env
         .d1(bindings::DB)?
         .prepare(
             "SELECT attempt, url, status_code, error, response_excerpt, duration_ms, request_id, at, next_retry_at \
@@ -159,6 +163,9 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
         .all()
         .await?
         .results()?;
+    for a in &mut attempts {
+        a.publish_request_id.clone_from(&delivery.request_id);
+    }
     let payload: Option<Payload> = env
         .d1(bindings::DB)?
         .prepare("SELECT payload FROM events WHERE project = ? AND id = ?")
@@ -193,12 +200,7 @@ async fn queue_manual(
     d: &Delivery,
     redirect_url: Option<String>,
 ) -> Handled {
-    let job = Job {
-        delivery_id: d.id.clone(),
-        not_before: None,
-        redirect_url,
-        manual: true,
-    };
+    let job = Job::manual(d.id.clone(), redirect_url);
     env.queue(bindings::DELIVERIES)?.send(job).await?;
     let queued = Queued {
         id: &d.id,
@@ -235,7 +237,10 @@ pub async fn redirect(
     let project = auth::project(&req, env, cfg, rc).await?;
     let body = crate::request::body(&mut req, cfg).await?;
     let url = match serde_json::from_slice::<RedirectBody>(&body) {
-        Ok(b) => check_url(&b.url, &policy(cfg))?,
+        Ok(b) => {
+            let origin = super::inspectors::own_origin(&req)?;
+            check_redirect_url(&b.url, &origin, &policy(cfg))?
+        }
         Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),
     };
     let Some(d) = load(env, &project, id).await? else {

@@ -9,6 +9,9 @@
 
 pub mod consumer;
 pub mod deliveries;
+pub mod feed;
+pub mod inspectors;
+pub mod ops;
 pub mod publish;
 pub mod subscriptions;
 
@@ -40,6 +43,20 @@ pub struct Job {
     /// A manual retry: runs whatever the delivery's status, but `delivered`.
     #[serde(default)]
     pub manual: bool,
+    /// Released by resume: sent one after another with the other released
+    /// jobs of its subscription in the same batch (creation order).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ordered: bool,
+    /// The throttle slot (epoch ms) reserved for this job; it is sent at it
+    /// without reserving again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u64>,
+}
+
+/// A step of a background task (bulk recover), on the same queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStep {
+    pub task_id: String,
 }
 
 impl Job {
@@ -49,6 +66,19 @@ impl Job {
             not_before: Some(at),
             redirect_url: None,
             manual: false,
+            ordered: false,
+            slot: None,
+        }
+    }
+
+    pub fn manual(delivery_id: String, redirect_url: Option<String>) -> Job {
+        Job {
+            delivery_id,
+            not_before: None,
+            redirect_url,
+            manual: true,
+            ordered: false,
+            slot: None,
         }
     }
 }

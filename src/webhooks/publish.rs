@@ -12,8 +12,11 @@
 //! delivery's `next_attempt_at`, once.
 
 use postguard_core::config::Config;
+use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::events;
+use postguard_core::webhooks::ops::SubState;
 use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, Env, Request, Result};
 
 use super::{new_id, num, text, Job};
@@ -33,6 +36,7 @@ struct SubRow {
     id: String,
     url: String,
     events: String,
+    state: Option<SubState>,
 }
 
 #[derive(Deserialize)]
@@ -47,86 +51,137 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     let input = events::parse_publish(&body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
-    let db = env.d1(bindings::DB)?;
-    let existing: Option<Exists> = db
+    let existing: Option<Exists> = env
+        .d1(bindings::DB)?
         .prepare("SELECT id FROM events WHERE project = ? AND id = ?")
         .bind(&[text(&input.project), text(&event_id)])?
         .first(None)
         .await?;
     if existing.is_none() {
-        store(&db, cfg, &input, &event_id).await?;
+        let event = Event {
+            project: &input.project,
+            id: &event_id,
+            event_type: &input.event_type,
+            data: &input.data,
+            request_id: &rc.request_id,
+        };
+        fan_out(env, cfg, &event, None).await?;
     }
+    // A retry of a publish whose send failed enqueues what is still unsent.
+    let db = env.d1(bindings::DB)?;
     flush_event(env, &db, &input.project, &event_id).await?;
     http::json(rc, 202, &Accepted { id: &event_id }, &[])
 }
 
-/// The event, its deliveries and their outbox rows, in one transaction. A
-/// concurrent publish of the same id is absorbed by the constraints (`INSERT
-/// OR IGNORE` on the events key and on one delivery per event and
-/// subscription): its rows are simply not written.
-async fn store(
-    db: &D1Database,
+/// An event to store and fan out.
+pub struct Event<'a> {
+    pub project: &'a str,
+    pub id: &'a str,
+    pub event_type: &'a str,
+    pub data: &'a serde_json::Value,
+    /// The X-Request-Id of the request that published it (trace).
+    pub request_id: &'a str,
+}
+
+/// Stores the event and one delivery per matching subscription (but
+/// `exclude`), then queues the first attempts. Deliveries to a paused or
+/// disabled subscription are created `paused`, with no attempt queued.
+/// Publishing an id again is a no-op (`false`).
+pub async fn fan_out(
+    env: &Env,
     cfg: &Config,
-    input: &events::Publish,
-    event_id: &str,
-) -> Result<()> {
-    let sql = "SELECT id, url, events FROM subscriptions WHERE project = ?";
-    let subs: Vec<SubRow> = crate::d1::all(db, sql, &[text(&input.project)]).await?;
+    ev: &Event<'_>,
+    exclude: Option<&str>,
+) -> Result<bool> {
+    let db = env.d1(bindings::DB)?;
+    let subs: Vec<SubRow> = db
+        .prepare("SELECT s.id, s.url, s.events, o.state FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id WHERE s.project = ?")
+        .bind(&[text(ev.project)])?
+        .all()
+        .await?
+        .results()?;
     let now = now_ms();
     let payload = events::payload(
-        event_id,
-        &input.event_type,
+        ev.id,
+        ev.event_type,
         &events::rfc3339_ms(now),
-        &input.data,
+        ev.data,
         cfg.settings.webhooks.max_payload_bytes as usize,
     );
     let payload = String::from_utf8_lossy(&payload).into_owned();
-    let mut statements = vec![db
-        .prepare(
+    let mut statements = vec![
+        db.prepare(
             "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
         )
         .bind(&[
-            text(&input.project),
-            text(event_id),
-            text(&input.event_type),
+            text(ev.project),
+            text(ev.id),
+            text(ev.event_type),
             text(&payload),
             num(now),
-        ])?];
+        ])?,
+        db.prepare("INSERT OR REPLACE INTO event_requests (project, event_id, request_id) VALUES (?, ?, ?)")
+            .bind(&[text(ev.project), text(ev.id), text(ev.request_id)])?,
+    ];
     for sub in subs {
         let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
-        if !events::matches(&filters, &input.event_type) {
+        if !events::matches(&filters, ev.event_type) || exclude == Some(sub.id.as_str()) {
             continue;
         }
         let delivery_id = new_id("dlv_");
+        let held = sub.state.is_some_and(SubState::holds);
+        let (status, next) = if held {
+            (Status::Paused, JsValue::NULL)
+        } else {
+            (Status::Pending, num(now))
+        };
         statements.push(
             db.prepare(
                 "INSERT OR IGNORE INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
+                 VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
             )
             .bind(&[
                 text(&delivery_id),
-                text(&input.project),
-                text(event_id),
-                text(&input.event_type),
+                text(ev.project),
+                text(ev.id),
+                text(ev.event_type),
                 text(&sub.id),
                 text(&sub.url),
-                num(now),
+                text(status.as_str()),
+                next,
                 num(now),
                 num(now),
             ])?,
         );
-        // Only for the delivery actually written (an ignored duplicate has
-        // another id).
-        statements.push(
-            db.prepare(
-                "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
-                 SELECT id, project, event_id, created_at FROM deliveries WHERE id = ?",
-            )
-            .bind(&[text(&delivery_id)])?,
-        );
+        // The outbox row, only for the delivery actually written (an ignored
+        // duplicate has another id); a held (paused) one is not enqueued.
+        if !held {
+            statements.push(
+                db.prepare(
+                    "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
+                     SELECT id, project, event_id, created_at FROM deliveries WHERE id = ?",
+                )
+                .bind(&[text(&delivery_id)])?,
+            );
+        }
     }
-    db.batch(statements).await?;
-    Ok(())
+    // Durable before the 202: the event, its deliveries and their outbox rows
+    // in one transaction. A concurrent publish of the same id is absorbed by
+    // the constraints (`INSERT OR IGNORE` on the events key and on one
+    // delivery per event and subscription): its event insert changes nothing,
+    // which is how it is told apart — never by an error's text. Then the
+    // queue; a failed send is a 500 and the outbox keeps what is unsent.
+    let results = db.batch(statements).await?;
+    let inserted = results
+        .first()
+        .and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .is_some_and(|n| n > 0);
+    flush_event(env, &db, ev.project, ev.id).await?;
+    if !inserted {
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 #[derive(Deserialize)]

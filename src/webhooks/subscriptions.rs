@@ -1,11 +1,15 @@
 //! `/_postguard/v1/webhooks`: create (secret shown once), list, get, delete,
-//! rotate-secret (the previous secret keeps signing for 24 h).
+//! rotate-secret (the previous secret keeps signing for 24 h), and the §11
+//! lifecycle: PATCH (the secret is kept), pause and resume. A subscription's
+//! state, health and throttle live in `subscription_ops` (no row = active).
 
 use postguard_core::config::Config;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
-use postguard_core::webhooks::{events, signature};
+use postguard_core::webhooks::ops::{self, SubState};
+use postguard_core::webhooks::signature;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
 use worker::{Env, Request, Result};
 
 use super::{new_id, num, opt_text, policy, text};
@@ -23,27 +27,47 @@ struct Row {
     events: String,
     description: Option<String>,
     created_at: u64,
+    state: Option<SubState>,
+    disabled_reason: Option<String>,
+    disabled_at: Option<u64>,
+    rate_limit_per_s: Option<u32>,
 }
+
+/// The columns of [`Row`], from `subscriptions s LEFT JOIN subscription_ops o`.
+const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s \
+     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id";
 
 #[derive(Serialize)]
 pub struct Subscription {
-    id: String,
-    url: String,
-    events: Vec<String>,
+    pub id: String,
+    pub url: String,
+    pub events: Vec<String>,
     description: Option<String>,
     created_at: u64,
+    pub state: SubState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disabled_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disabled_at: Option<u64>,
+    rate_limit_per_s: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     secret: Option<String>,
 }
 
 impl From<Row> for Subscription {
     fn from(r: Row) -> Self {
+        let state = r.state.unwrap_or(SubState::Active);
+        let disabled = state == SubState::Disabled;
         Subscription {
             id: r.id,
             url: r.url,
             events: serde_json::from_str(&r.events).unwrap_or_default(),
             description: r.description,
             created_at: r.created_at,
+            state,
+            disabled_reason: r.disabled_reason.filter(|_| disabled),
+            disabled_at: r.disabled_at.filter(|_| disabled),
+            rate_limit_per_s: r.rate_limit_per_s,
             secret: None,
         }
     }
@@ -58,22 +82,32 @@ fn new_secret() -> Result<String> {
 pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let project = auth::project(&req, env, cfg, rc).await?;
     let body = crate::request::body(&mut req, cfg).await?;
-    let input = events::parse_subscription(&body, &policy(cfg))?;
+    let (input, rate) = ops::parse_create(&body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
     let events_json = serde_json::to_string(&input.events)?;
-    env.d1(bindings::DB)?
+    let db = env.d1(bindings::DB)?;
+    let mut statements = vec![db
         .prepare("INSERT INTO subscriptions (id, project, url, events, description, secret, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
-        .bind(&[text(&id), text(&project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now)])?
-        .run()
-        .await?;
+        .bind(&[text(&id), text(&project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now)])?];
+    if let Some(r) = rate {
+        statements.push(
+            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) VALUES (?, ?, ?)")
+                .bind(&[text(&id), text(&project), num(u64::from(r))])?,
+        );
+    }
+    db.batch(statements).await?;
     let sub = Subscription {
         id,
         url: input.url,
         events: input.events,
         description: input.description,
         created_at: now,
+        state: SubState::Active,
+        disabled_reason: None,
+        disabled_at: None,
+        rate_limit_per_s: rate,
         secret: Some(secret),
     };
     http::json(rc, 201, &sub, &[])
@@ -82,16 +116,14 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
 pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
-    let mut sql =
-        "SELECT id, url, events, description, created_at FROM subscriptions WHERE project = ?"
-            .to_string();
+    let mut sql = format!("SELECT {COLUMNS} WHERE s.project = ?");
     let mut args = vec![text(&project)];
     if let Some(c) = query_param(req, "cursor")? {
         let (t, id) = decode_cursor(&c)?;
-        sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+        sql.push_str(" AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?))");
         args.extend([num(t), num(t), text(&id)]);
     }
-    sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+    sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT ?");
     args.push(num(u64::from(limit) + 1));
     let rows: Vec<Row> = crate::d1::all(&env.d1(bindings::DB)?, sql, &args).await?;
     let subs: Vec<Subscription> = rows.into_iter().map(Subscription::from).collect();
@@ -99,14 +131,14 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     http::json(rc, 200, &page, &[])
 }
 
-fn not_found(id: &str) -> Problem {
+pub fn not_found(id: &str) -> Problem {
     Problem::not_found("webhook subscription", id)
 }
 
-async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscription>> {
+pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscription>> {
     let row: Option<Row> = env
         .d1(bindings::DB)?
-        .prepare("SELECT id, url, events, description, created_at FROM subscriptions WHERE id = ? AND project = ?")
+        .prepare(format!("SELECT {COLUMNS} WHERE s.id = ? AND s.project = ?"))
         .bind(&[text(id), text(project)])?
         .first(None)
         .await?;
@@ -139,6 +171,8 @@ pub async fn delete(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     if !write_one(env, sql, &[text(id), text(&project)]).await? {
         return Err(not_found(id).into());
     }
+    let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
+    write_one(env, sql, &[text(id), text(&project)]).await?;
     http::no_content(rc)
 }
 
@@ -161,4 +195,114 @@ pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
         return Err(not_found(id).into());
     }
     http::json(rc, 200, &Rotated { secret }, &[])
+}
+
+/// `PATCH /webhooks/{id}` `{url?, events?, description?, rate_limit_per_s?}`:
+/// the same rules as create on the merged result; the secret is kept.
+pub async fn patch(
+    mut req: Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Handled {
+    let project = auth::project(&req, env, cfg, rc).await?;
+    let body = crate::request::body(&mut req, cfg).await?;
+    let current = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let p = ops::parse_patch(&body, &current.url, &current.events, &policy(cfg))?;
+    let db = env.d1(bindings::DB)?;
+    let mut statements = Vec::new();
+    let mut set = |col: &str, v: JsValue| -> Result<()> {
+        let sql = format!("UPDATE subscriptions SET {col} = ? WHERE id = ? AND project = ?");
+        statements.push(db.prepare(sql).bind(&[v, text(id), text(&project)])?);
+        Ok(())
+    };
+    if let Some(url) = &p.url {
+        set("url", text(url))?;
+    }
+    if let Some(ev) = &p.events {
+        set("events", text(&serde_json::to_string(ev)?))?;
+    }
+    if let Some(d) = &p.description {
+        set("description", opt_text(d.as_deref()))?;
+    }
+    if let Some(r) = p.rate_limit_per_s {
+        let r = r.map_or(JsValue::NULL, |r| num(u64::from(r)));
+        statements.push(
+            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) VALUES (?, ?, ?) \
+                        ON CONFLICT (subscription_id) DO UPDATE SET rate_limit_per_s = excluded.rate_limit_per_s")
+                .bind(&[text(id), text(&project), r])?,
+        );
+    }
+    if !statements.is_empty() {
+        db.batch(statements).await?;
+    }
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    http::json(rc, 200, &sub, &[])
+}
+
+/// `POST /webhooks/{id}/pause`: new events still create deliveries, held as
+/// `paused`; scheduled attempts already queued hold theirs when they run.
+pub async fn pause(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    set_state(env, &project, id, SubState::Paused, None).await?;
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    http::json(rc, 200, &sub, &[])
+}
+
+/// Writes a subscription's state (and, when disabling, why and since when).
+pub async fn set_state(
+    env: &Env,
+    project: &str,
+    id: &str,
+    state: SubState,
+    disabled: Option<(&str, u64)>,
+) -> Result<()> {
+    let (reason, at) = match disabled {
+        Some((r, at)) => (text(r), num(at)),
+        None => (JsValue::NULL, JsValue::NULL),
+    };
+    // Resuming also restarts the failure clock.
+    let clock = if state == SubState::Active {
+        ", failing_since = NULL"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "INSERT INTO subscription_ops (subscription_id, project, state, disabled_reason, disabled_at) VALUES (?, ?, ?, ?, ?) \
+         ON CONFLICT (subscription_id) DO UPDATE SET state = excluded.state, disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at{clock}"
+    );
+    env.d1(bindings::DB)?
+        .prepare(sql)
+        .bind(&[text(id), text(project), text(state.as_str()), reason, at])?
+        .run()
+        .await?;
+    Ok(())
+}
+
+/// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
+/// every held delivery back on its schedule, due now, queued in creation
+/// order (ADR 0014).
+pub async fn resume(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    // First active (a hold written after this fails its compare-and-set and
+    // sends instead), then release what was held before.
+    set_state(env, &project, id, SubState::Active, None).await?;
+    super::consumer::release_held(env, id).await?;
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    http::json(rc, 200, &sub, &[])
 }

@@ -154,6 +154,8 @@ pub struct WebhooksConfig {
     /// attempt is still unsent after this long (s): its publish's queue
     /// send failed and the origin did not retry.
     pub outbox_after_s: u32,
+    /// A subscription whose every attempt failed for this long is disabled (s).
+    pub disable_after_s: u32,
 }
 
 impl Default for WebhooksConfig {
@@ -167,6 +169,7 @@ impl Default for WebhooksConfig {
             secret_overlap_s: 86_400,
             requeue_after_s: 900,
             outbox_after_s: 60,
+            disable_after_s: 432_000,
         }
     }
 }
@@ -572,6 +575,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         7 * 86_400,
     )?;
     range("webhooks.outbox_after_s", wh.outbox_after_s, 0, 3_600)?;
+    range(
+        "webhooks.disable_after_s",
+        wh.disable_after_s,
+        1,
+        90 * 86_400,
+    )?;
     range(
         "webhooks.max_payload_bytes",
         wh.max_payload_bytes,

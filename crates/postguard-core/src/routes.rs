@@ -9,6 +9,9 @@ use crate::{ErrorCode, Problem};
 pub const PREFIX: &str = "/_postguard/";
 
 /// Every gateway operation: method and path template (`{id}` is one segment).
+/// An inspector's capture URL (`POST /_postguard/inspect/{token}`, Route::
+/// InspectCapture) is routed but not listed: it is a sink for whatever a
+/// sender posts, not an operation of the API document.
 pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys"),
@@ -18,8 +21,17 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/webhooks"),
     ("GET", "/_postguard/v1/webhooks/{id}"),
     ("DELETE", "/_postguard/v1/webhooks/{id}"),
+    ("PATCH", "/_postguard/v1/webhooks/{id}"),
     ("POST", "/_postguard/v1/webhooks/{id}/rotate-secret"),
+    ("POST", "/_postguard/v1/webhooks/{id}/pause"),
+    ("POST", "/_postguard/v1/webhooks/{id}/resume"),
+    ("POST", "/_postguard/v1/webhooks/{id}/test"),
+    ("POST", "/_postguard/v1/webhooks/{id}/recover"),
+    ("GET", "/_postguard/v1/tasks/{id}"),
     ("POST", "/_postguard/v1/events"),
+    ("GET", "/_postguard/v1/events"),
+    ("POST", "/_postguard/v1/inspectors"),
+    ("GET", "/_postguard/v1/inspectors/{id}/requests"),
     ("GET", "/_postguard/v1/deliveries"),
     ("GET", "/_postguard/v1/deliveries/{id}"),
     ("POST", "/_postguard/v1/deliveries/{id}/retry"),
@@ -37,18 +49,62 @@ pub const OPERATIONS: &[(&str, &str)] = &[
 pub enum Route {
     KeysCreate,
     KeysList,
-    KeyGet { id: String },
-    KeyRevoke { id: String },
+    KeyGet {
+        id: String,
+    },
+    KeyRevoke {
+        id: String,
+    },
     WebhooksCreate,
     WebhooksList,
-    WebhookGet { id: String },
-    WebhookDelete { id: String },
-    WebhookRotateSecret { id: String },
+    WebhookGet {
+        id: String,
+    },
+    WebhookDelete {
+        id: String,
+    },
+    WebhookRotateSecret {
+        id: String,
+    },
+    WebhookPatch {
+        id: String,
+    },
+    WebhookPause {
+        id: String,
+    },
+    WebhookResume {
+        id: String,
+    },
+    WebhookTest {
+        id: String,
+    },
+    WebhookRecover {
+        id: String,
+    },
+    TaskGet {
+        id: String,
+    },
     EventsPublish,
+    EventsFeed,
+    InspectorsCreate,
+    InspectorRequests {
+        id: String,
+    },
+    /// The capture URL of an inspector (no API key: the token is the secret).
+    /// Not in [`OPERATIONS`] (see there).
+    InspectCapture {
+        token: String,
+    },
     DeliveriesList,
-    DeliveryGet { id: String },
-    DeliveryRetry { id: String },
-    DeliveryRedirect { id: String },
+    DeliveryGet {
+        id: String,
+    },
+    DeliveryRetry {
+        id: String,
+    },
+    DeliveryRedirect {
+        id: String,
+    },
     AuditList,
     Stats,
     Me,
@@ -101,7 +157,17 @@ impl Route {
             WebhookGet { .. } => ("GET", "/_postguard/v1/webhooks/{id}"),
             WebhookDelete { .. } => ("DELETE", "/_postguard/v1/webhooks/{id}"),
             WebhookRotateSecret { .. } => ("POST", "/_postguard/v1/webhooks/{id}/rotate-secret"),
+            WebhookPatch { .. } => ("PATCH", "/_postguard/v1/webhooks/{id}"),
+            WebhookPause { .. } => ("POST", "/_postguard/v1/webhooks/{id}/pause"),
+            WebhookResume { .. } => ("POST", "/_postguard/v1/webhooks/{id}/resume"),
+            WebhookTest { .. } => ("POST", "/_postguard/v1/webhooks/{id}/test"),
+            WebhookRecover { .. } => ("POST", "/_postguard/v1/webhooks/{id}/recover"),
+            TaskGet { .. } => ("GET", "/_postguard/v1/tasks/{id}"),
             EventsPublish => ("POST", "/_postguard/v1/events"),
+            EventsFeed => ("GET", "/_postguard/v1/events"),
+            InspectorsCreate => ("POST", "/_postguard/v1/inspectors"),
+            InspectorRequests { .. } => ("GET", "/_postguard/v1/inspectors/{id}/requests"),
+            InspectCapture { .. } => ("POST", "/_postguard/inspect/{id}"),
             DeliveriesList => ("GET", "/_postguard/v1/deliveries"),
             DeliveryGet { .. } => ("GET", "/_postguard/v1/deliveries/{id}"),
             DeliveryRetry { .. } => ("POST", "/_postguard/v1/deliveries/{id}/retry"),
@@ -142,16 +208,36 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
             vec![("POST", WebhooksCreate), ("GET", WebhooksList)],
         ),
         ["v1", "webhooks", w] => (
-            "GET, DELETE",
+            "GET, DELETE, PATCH",
             vec![
                 ("GET", WebhookGet { id: id(w) }),
                 ("DELETE", WebhookDelete { id: id(w) }),
+                ("PATCH", WebhookPatch { id: id(w) }),
             ],
         ),
+        ["v1", "webhooks", w, action @ ("pause" | "resume" | "test" | "recover")] => {
+            let id = id(w);
+            let route = match *action {
+                "pause" => WebhookPause { id },
+                "resume" => WebhookResume { id },
+                "test" => WebhookTest { id },
+                _ => WebhookRecover { id },
+            };
+            ("POST", vec![("POST", route)])
+        }
+        ["v1", "tasks", t] => ("GET", vec![("GET", TaskGet { id: id(t) })]),
+        ["v1", "inspectors"] => ("POST", vec![("POST", InspectorsCreate)]),
+        ["v1", "inspectors", i, "requests"] => {
+            ("GET", vec![("GET", InspectorRequests { id: id(i) })])
+        }
+        ["inspect", t] => ("POST", vec![("POST", InspectCapture { token: id(t) })]),
         ["v1", "webhooks", w, "rotate-secret"] => {
             ("POST", vec![("POST", WebhookRotateSecret { id: id(w) })])
         }
-        ["v1", "events"] => ("POST", vec![("POST", EventsPublish)]),
+        ["v1", "events"] => (
+            "GET, POST",
+            vec![("POST", EventsPublish), ("GET", EventsFeed)],
+        ),
         ["v1", "deliveries"] => ("GET", vec![("GET", DeliveriesList)]),
         ["v1", "deliveries", d] => ("GET", vec![("GET", DeliveryGet { id: id(d) })]),
         ["v1", "deliveries", d, "retry"] => ("POST", vec![("POST", DeliveryRetry { id: id(d) })]),
@@ -206,8 +292,8 @@ mod tests {
     fn allow_lists_exactly_the_operations_of_the_path() {
         for (_, template) in OPERATIONS {
             let path = concrete(template);
-            let Err(RouteError::MethodNotAllowed { allow }) = resolve("PATCH", &path) else {
-                panic!("PATCH {template} should be 405");
+            let Err(RouteError::MethodNotAllowed { allow }) = resolve("PUT", &path) else {
+                panic!("PUT {template} should be 405");
             };
             let mut listed: Vec<&str> = allow.split(", ").collect();
             let mut expected: Vec<&str> = OPERATIONS

@@ -1,5 +1,6 @@
 // Webhooks: the project's subscriptions; create (the secret shown once, with a
-// copy button), rotate the secret, delete.
+// copy button), rotate the secret, delete; pause/resume, send a test ping and
+// recover the failed deliveries of the last 14 days (CONTRACT §11).
 
 import * as api from '../api';
 import { button, field, h, input, replace, scroller, secretBox, status, table, td, time } from '../dom';
@@ -46,24 +47,63 @@ export async function webhooks(main: HTMLElement): Promise<void> {
             .then(() => status(msg, `Subscription ${s.id} deleted.`, 'ok'))
             .catch((e) => status(msg, api.describe(e), 'error'));
         }, { class: 'danger', 'aria-label': `Confirm delete of the subscription to ${s.url}` });
-        const cancel = button('Cancel', () => replace(actions, rotate, del), { 'aria-label': `Cancel deleting the subscription to ${s.url}` });
+        const cancel = button('Cancel', () => replace(actions, toggle, test, recover, rotate, del), { 'aria-label': `Cancel deleting the subscription to ${s.url}` });
         replace(actions, confirm, cancel);
         confirm.focus();
       }, { class: 'danger', 'aria-label': `Delete the subscription to ${s.url}` });
-      actions.append(rotate, del);
+      const path = `/webhooks/${encodeURIComponent(s.id)}`;
+      const paused = (s.state ?? 'active') !== 'active';
+      const toggle = button(paused ? 'Resume' : 'Pause', () => {
+        api
+          .call<api.Subscription>('POST', `${path}/${paused ? 'resume' : 'pause'}`)
+          .then((r) => load().then(() => status(msg, `Subscription ${r.id} is ${r.state}.`, 'ok')))
+          .catch((e) => status(msg, api.describe(e), 'error'));
+      }, { 'aria-label': `${paused ? 'Resume' : 'Pause'} the subscription to ${s.url}` });
+      const test = button('Send test', () => {
+        status(msg, `Sending a test ping to ${s.url}…`);
+        api
+          .call<api.PingResult>('POST', `${path}/test`)
+          .then((r) => {
+            const outcome = r.status_code === null ? `no answer: ${r.error ?? ''}` : `HTTP ${r.status_code}`;
+            status(msg, `Test ping to ${s.url}: ${outcome} in ${r.duration_ms} ms.`, r.status_code !== null && r.status_code < 300 ? 'ok' : 'error');
+          })
+          .catch((e) => status(msg, api.describe(e), 'error'));
+      }, { 'aria-label': `Send test ping to ${s.url}` });
+      const recover = button('Recover failed', () => {
+        const since = Date.now() - 14 * 86_400_000;
+        api
+          .call<{ id: string }>('POST', `${path}/recover`, { body: { since } })
+          .then((t) => watchTask(t.id, s.url))
+          .catch((e) => status(msg, api.describe(e), 'error'));
+      }, { 'aria-label': `Recover failed deliveries of the last 14 days to ${s.url}` });
+      actions.append(toggle, test, recover, rotate, del);
       return h(
         'tr',
         { 'data-subscription-id': s.id },
         td(h('code', null, s.url)),
         td(s.events.join(', ')),
         td(s.description ?? ''),
-        td(s.state ?? 'active'),
+        td(s.state === 'disabled' ? `disabled (${s.disabled_reason ?? ''})` : (s.state ?? 'active')),
         td(time(s.created_at)),
         td(h('code', null, s.id)),
         actions,
       );
     });
     replace(list, scroller('Subscriptions', table('Subscriptions', ['URL', 'Events', 'Description', 'State', 'Created (UTC)', 'ID', 'Actions'], rows)));
+  };
+
+  /** Reports a recover task until it is done (or failed). */
+  const watchTask = async (id: string, url: string): Promise<void> => {
+    for (let i = 0; i < 120; i++) {
+      const t = await api.call<api.Task>('GET', `/tasks/${encodeURIComponent(id)}`);
+      const counts = `${t.done} of ${t.total} re-sent, ${t.failed} failed`;
+      if (t.state === 'done' || t.state === 'failed') {
+        status(msg, `Recover for ${url} ${t.state}: ${counts}.`, t.state === 'done' ? 'ok' : 'error');
+        return;
+      }
+      status(msg, `Recover for ${url} ${t.state}: ${counts}…`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
   };
 
   form.addEventListener('submit', (ev) => {

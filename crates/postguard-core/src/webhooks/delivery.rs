@@ -12,6 +12,10 @@
 //! | `pending`/`failed`| other 4xx; the last attempt failed; subscription deleted; dead-letter queue | `dead_letter` |
 //! | `dead_letter`     | manual retry, 2xx                                            | `delivered`   |
 //! | `delivered`       | anything (a redirect still sends)                            | `delivered`   |
+//! | (publish)         | the subscription is paused or disabled                       | `paused`      |
+//! | `pending`/`failed`| its scheduled job runs while the subscription is paused or disabled | `paused` |
+//! | `paused`          | resume (the subscription is active again)                    | `pending`, due now |
+//! | `paused`          | manual retry, 2xx                                            | `delivered`   |
 //!
 //! Rules the property tests hold for any interleaving of jobs and results:
 //! - `delivered` never changes again and is never sent again, except by an
@@ -22,9 +26,10 @@
 //!   claimed, so numbers strictly increase and are never reused;
 //! - scheduled attempts follow the configured schedule ([`retry::classify`]).
 //!
-//! A new status (e.g. `paused`) is one [`Status`] variant, its arm in
-//! [`plan`] (what a job does while paused) and the transitions into and out
-//! of it.
+//! - `paused` is held, not attempted and never lost: it has no next attempt,
+//!   exists only while its subscription is not active (the hold is a
+//!   compare-and-set that also requires that), and resume ([`release`]) puts
+//!   it back on its schedule, due at once, in creation order (ADR 0014).
 
 use serde::{Deserialize, Serialize};
 
@@ -43,14 +48,18 @@ pub enum Status {
     /// Given up: refused (4xx), out of attempts, subscription deleted, or the
     /// gateway failed on it repeatedly. Final, except for a manual retry.
     DeadLetter,
+    /// Held while its subscription is paused or disabled: no attempt is due;
+    /// resume puts it back to `pending`.
+    Paused,
 }
 
 impl Status {
-    pub const ALL: [Status; 4] = [
+    pub const ALL: [Status; 5] = [
         Status::Pending,
         Status::Delivered,
         Status::Failed,
         Status::DeadLetter,
+        Status::Paused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +68,7 @@ impl Status {
             Status::Delivered => "delivered",
             Status::Failed => "failed",
             Status::DeadLetter => "dead_letter",
+            Status::Paused => "paused",
         }
     }
 
@@ -71,12 +81,12 @@ impl Status {
         matches!(self, Status::Pending | Status::Failed)
     }
 
-    /// Finished: no scheduled attempt runs any more.
+    /// Finished: no scheduled attempt runs any more, and none will.
     pub fn is_final(self) -> bool {
-        !self.in_progress()
+        matches!(self, Status::Delivered | Status::DeadLetter)
     }
 
-    /// `pending, delivered, failed, dead_letter` (for validation messages).
+    /// `pending, delivered, failed, dead_letter, paused` (for validation messages).
     pub fn list() -> String {
         Status::ALL.map(Status::as_str).join(", ")
     }
@@ -93,6 +103,8 @@ pub struct Delivery {
     pub next_attempt_at: Option<u64>,
     /// The subscription still exists (it holds the signing secret).
     pub subscribed: bool,
+    /// The subscription is paused or disabled: scheduled attempts are held.
+    pub held: bool,
 }
 
 /// What a queue message asks for.
@@ -221,6 +233,8 @@ pub enum Dropped {
     Finished,
     /// A manual retry or redirect after the subscription (and its secret) went.
     NoSubscription,
+    /// A dead-letter-queue job for a delivery held as `paused`.
+    Held,
 }
 
 /// What to do with one job.
@@ -235,6 +249,10 @@ pub enum Plan {
     Wait {
         delay_s: u64,
     },
+    /// The subscription is paused or disabled: write `paused` (compare-and-set,
+    /// which also requires the subscription still not active; a lost one runs
+    /// again on a fresh read). Nothing is sent.
+    Hold(Write),
     Drop(Dropped),
 }
 
@@ -268,13 +286,35 @@ pub fn plan(job: Job, d: &Delivery, now: u64) -> Plan {
         Job::Scheduled { .. } if !d.subscribed => {
             Plan::GiveUp(claim(Mode::Schedule), GiveUp::SubscriptionDeleted)
         }
+        Job::Scheduled { .. } if d.held => Plan::Hold(hold(d)),
         Job::Scheduled { .. } => Plan::Send(claim(Mode::Schedule)),
         Job::DeadLetterQueue { .. } if d.status.is_final() => Plan::Drop(Dropped::Finished),
+        Job::DeadLetterQueue { .. } if d.status == Status::Paused => Plan::Drop(Dropped::Held),
         Job::DeadLetterQueue {
             scheduled_at: Some(at),
         } if !mine(at) => Plan::Drop(Dropped::Superseded),
         Job::DeadLetterQueue { .. } => Plan::GiveUp(claim(Mode::Schedule), GiveUp::GatewayFailure),
     }
+}
+
+/// The hold of an in-progress delivery whose subscription is not active.
+fn hold(d: &Delivery) -> Write {
+    Write {
+        expect: Expect::of(d),
+        status: Status::Paused,
+        next_attempt_at: None,
+    }
+}
+
+/// Resume: a `paused` delivery goes back on its schedule, due at `now`
+/// (compare-and-set, after the subscription is active again); anything else
+/// is left alone.
+pub fn release(d: &Delivery, now: u64) -> Option<Write> {
+    (d.status == Status::Paused).then(|| Write {
+        expect: Expect::of(d),
+        status: Status::Pending,
+        next_attempt_at: Some(now),
+    })
 }
 
 /// What a claimed attempt came to.
@@ -352,7 +392,12 @@ pub fn settle(
             write: Some(write(Status::Delivered, None)),
             follow_up: None,
         },
-        _ if d.status.is_final() || attempt.mode == Mode::Final || !owns_schedule => {
+        // A held delivery keeps its hold: only a success changes it.
+        _ if d.status.is_final()
+            || d.status == Status::Paused
+            || attempt.mode == Mode::Final
+            || !owns_schedule =>
+        {
             Transition::NONE
         }
         Outcome::DeadLetter => Transition {

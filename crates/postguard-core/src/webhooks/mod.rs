@@ -14,6 +14,7 @@
 
 pub mod delivery;
 pub mod events;
+pub mod ops;
 pub mod retry;
 pub mod signature;
 pub mod url_guard;

@@ -11,6 +11,7 @@ fn fresh() -> Delivery {
         attempts_made: 0,
         next_attempt_at: Some(T0),
         subscribed: true,
+        held: false,
     }
 }
 
@@ -37,8 +38,54 @@ fn statuses_round_trip_and_list() {
             format!("\"{}\"", s.as_str())
         );
     }
-    assert_eq!(Status::parse("paused"), None);
-    assert_eq!(Status::list(), "pending, delivered, failed, dead_letter");
+    assert_eq!(Status::parse("held"), None);
+    assert_eq!(
+        Status::list(),
+        "pending, delivered, failed, dead_letter, paused"
+    );
+    assert!(!Status::Paused.in_progress() && !Status::Paused.is_final());
+}
+
+#[test]
+fn a_held_subscription_holds_scheduled_attempts_and_resume_releases_them() {
+    let d = Delivery {
+        held: true,
+        ..fresh()
+    };
+    let Plan::Hold(w) = plan(Job::Scheduled { at: T0 }, &d, T0) else {
+        panic!("expected a hold");
+    };
+    assert_eq!((w.status, w.next_attempt_at), (Status::Paused, None));
+    let paused = Delivery {
+        status: Status::Paused,
+        next_attempt_at: None,
+        ..d
+    };
+    // Its old scheduled job and a dead-letter-queue job do nothing.
+    assert_eq!(
+        plan(Job::Scheduled { at: T0 }, &paused, T0),
+        Plan::Drop(Dropped::Superseded)
+    );
+    assert_eq!(
+        plan(Job::DeadLetterQueue { scheduled_at: None }, &paused, T0),
+        Plan::Drop(Dropped::Held)
+    );
+    // A failed manual attempt keeps the hold; a success delivers.
+    let c = claim_of(plan(Job::ManualRetry, &paused, T0));
+    assert_eq!(c.attempt.mode, Mode::Final);
+    let seen = c.claimed(&paused);
+    assert_eq!(
+        settle(&seen, &c.attempt, &status(500), SCHEDULE, T0).write,
+        None
+    );
+    let ok = settle(&seen, &c.attempt, &status(200), SCHEDULE, T0).write;
+    assert_eq!(ok.map(|w| w.status), Some(Status::Delivered));
+    let r = release(&paused, T0 + 5).unwrap();
+    assert_eq!(
+        (r.status, r.next_attempt_at),
+        (Status::Pending, Some(T0 + 5))
+    );
+    assert_eq!(release(&fresh(), T0), None);
 }
 
 #[test]
@@ -121,6 +168,7 @@ fn delivered_is_never_sent_again_but_by_a_redirect() {
         attempts_made: 2,
         next_attempt_at: None,
         subscribed: true,
+        held: false,
     };
     assert_eq!(
         plan(Job::ManualRetry, &d, T0),
@@ -209,6 +257,7 @@ fn manual_retry_of_a_dead_letter() {
         attempts_made: 5,
         next_attempt_at: None,
         subscribed: true,
+        held: false,
     };
     let c = claim_of(plan(Job::ManualRetry, &d, T0));
     assert_eq!((c.attempt.number, c.attempt.mode), (6, Mode::Final));
@@ -260,6 +309,10 @@ enum Step {
     /// The consumer failed on a message max_retries times: to the DLQ.
     DeadLetter(usize),
     DeleteSubscription,
+    /// Pause (or disable) the subscription.
+    Pause,
+    /// Resume it: active again, then every `paused` delivery released.
+    Resume,
     Advance(u64),
 }
 
@@ -273,6 +326,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         1 => any::<usize>().prop_map(Step::Duplicate),
         1 => any::<usize>().prop_map(Step::DeadLetter),
         1 => prop_oneof![Just(Step::DeleteSubscription), Just(Step::Advance(0))],
+        2 => prop_oneof![Just(Step::Pause), Just(Step::Resume)],
         3 => (0u64..100_000_000).prop_map(Step::Advance),
     ]
 }
@@ -303,6 +357,10 @@ impl Model {
 
     fn cas(&mut self, w: &Write) -> bool {
         if Expect::of(&self.row) != w.expect {
+            return false;
+        }
+        // The hold also requires the subscription still not active.
+        if w.status == Status::Paused && !self.row.held {
             return false;
         }
         self.row.status = w.status;
@@ -353,6 +411,12 @@ impl Model {
                 prop_assert!((1..=retry::MAX_QUEUE_DELAY_S).contains(&delay_s));
                 self.queue.push(job);
             }
+            Plan::Hold(w) => {
+                prop_assert!(seen.held);
+                if !self.cas(&w) {
+                    self.queue.push(job); // runs again on a fresh read
+                }
+            }
             Plan::Drop(_) => {}
         }
         Ok(())
@@ -383,8 +447,27 @@ impl Model {
         Ok(())
     }
 
+    fn resume(&mut self) {
+        self.row.held = false;
+        if let Some(w) = release(&self.row, self.now) {
+            assert!(self.cas(&w), "a release on the fresh row applies");
+            self.queue.push(Job::Scheduled { at: self.now });
+        }
+    }
+
     fn check(&self, before: &Delivery) -> Result<(), TestCaseError> {
         let row = &self.row;
+        // Held only while the subscription is not active; never lost.
+        if row.status == Status::Paused {
+            prop_assert!(row.held, "paused under an active subscription");
+        }
+        if before.status == Status::Paused && row.status != Status::Paused {
+            prop_assert!(
+                matches!(row.status, Status::Pending | Status::Delivered),
+                "paused → {:?}",
+                row.status
+            );
+        }
         if before.status == Status::Delivered {
             prop_assert_eq!(row.status, Status::Delivered, "delivered stays delivered");
         }
@@ -403,7 +486,9 @@ impl Model {
         );
         match row.status {
             Status::Failed | Status::Pending => prop_assert!(row.next_attempt_at.is_some()),
-            Status::Delivered | Status::DeadLetter => prop_assert_eq!(row.next_attempt_at, None),
+            Status::Delivered | Status::DeadLetter | Status::Paused => {
+                prop_assert_eq!(row.next_attempt_at, None)
+            }
         }
         // Never stuck: a delivery still in progress has its next attempt
         // queued (or taken by a consumer), or an attempt under way.
@@ -457,6 +542,8 @@ proptest! {
                 }
                 Step::Duplicate(_) | Step::DeadLetter(_) => {}
                 Step::DeleteSubscription => m.row.subscribed = false,
+                Step::Pause => m.row.held = true,
+                Step::Resume => m.resume(),
                 Step::Advance(ms) => m.now += ms,
             }
             m.check(&before)?;

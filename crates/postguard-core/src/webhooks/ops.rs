@@ -1,0 +1,534 @@
+//! Operating webhooks (CONTRACT §11, ADR 0014): a subscription's state and
+//! health, the per-subscription throttle, and the bodies and queries of the
+//! operation endpoints. Pure: the shell stores and applies what these return.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::delivery::Attempted;
+use super::events::{self, NewSubscription};
+use super::retry::AttemptResult;
+use super::url_guard::{check_url, UrlPolicy};
+use crate::audit::parse_time;
+use crate::Invalid;
+
+/// The type of the operational event published when a subscription is disabled.
+pub const DISABLED_EVENT: &str = "postguard.subscription.disabled";
+/// The type of the test ping.
+pub const PING_EVENT: &str = "postguard.ping";
+/// `rate_limit_per_s` bounds.
+pub const MAX_RATE_PER_S: u64 = 1_000;
+
+/// A subscription's state, as stored and shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubState {
+    Active,
+    Paused,
+    Disabled,
+}
+
+impl SubState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubState::Active => "active",
+            SubState::Paused => "paused",
+            SubState::Disabled => "disabled",
+        }
+    }
+
+    /// Deliveries are held (`paused`) while the subscription is not active.
+    pub fn holds(self) -> bool {
+        self != SubState::Active
+    }
+}
+
+/// Why a subscription was disabled (`disabled_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisabledReason {
+    /// The receiver answered 410 Gone.
+    Gone,
+    /// Every attempt failed for `webhooks.disable_after_s`.
+    Failing,
+}
+
+impl DisabledReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Gone => "endpoint_gone",
+            DisabledReason::Failing => "failing",
+        }
+    }
+}
+
+/// What one attempt's result does to its subscription's failure clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// A success: the clock is reset.
+    Healthy,
+    /// Failing without a break since `since` (epoch ms), not long enough yet.
+    Failing { since: u64 },
+    /// Disable now; `since` is when the failures began.
+    Disable { reason: DisabledReason, since: u64 },
+}
+
+/// The failure clock after `result` at `now`, given the current run of
+/// failures began at `failing_since`. `None`: the attempt says nothing about
+/// the receiver (it was not sent).
+pub fn health(
+    failing_since: Option<u64>,
+    result: &Attempted,
+    now: u64,
+    disable_after_s: u32,
+) -> Option<Health> {
+    let Attempted::Sent(r) = result else {
+        return None;
+    };
+    let since = failing_since.unwrap_or(now).min(now);
+    Some(match r {
+        AttemptResult::Status { code, .. } if (200..300).contains(code) => Health::Healthy,
+        AttemptResult::Status { code: 410, .. } => Health::Disable {
+            reason: DisabledReason::Gone,
+            since,
+        },
+        _ if now - since >= u64::from(disable_after_s) * 1_000 => Health::Disable {
+            reason: DisabledReason::Failing,
+            since,
+        },
+        _ => Health::Failing { since },
+    })
+}
+
+/// The spacing of attempts under `rate_limit_per_s` (ms, at least 1).
+pub fn interval_ms(rate_per_s: u32) -> u64 {
+    1_000u64.div_ceil(u64::from(rate_per_s.max(1)))
+}
+
+/// How a throttled attempt waits for its reserved `slot` (epoch ms) at `now`:
+/// whole seconds in the queue (a hop frees the consumer for everyone else),
+/// and the remaining fraction of a second in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    Hop { delay_s: u64 },
+    Sleep { ms: u64 },
+}
+
+pub fn throttle_wait(slot: u64, now: u64) -> Wait {
+    let ahead = slot.saturating_sub(now);
+    if ahead >= 1_000 {
+        Wait::Hop {
+            delay_s: ahead / 1_000,
+        }
+    } else {
+        Wait::Sleep { ms: ahead }
+    }
+}
+
+/// `rate_limit_per_s`: absent, `null` (no limit) or 1..=1000.
+fn rate(v: &Value) -> Result<Option<u32>, Invalid> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(r @ 1..=MAX_RATE_PER_S) => Ok(u32::try_from(r).ok()),
+            _ => Err(Invalid::field(
+                "rate_limit_per_s",
+                &format!("must be an integer from 1 to {MAX_RATE_PER_S}, or null"),
+            )),
+        },
+        _ => Err(Invalid::field(
+            "rate_limit_per_s",
+            &format!("must be an integer from 1 to {MAX_RATE_PER_S}, or null"),
+        )),
+    }
+}
+
+/// A create body: the §7 fields plus the optional `rate_limit_per_s`.
+pub fn parse_create(
+    body: &[u8],
+    policy: &UrlPolicy,
+) -> Result<(NewSubscription, Option<u32>), Invalid> {
+    let mut obj = object(body)?;
+    let limit = match obj.remove("rate_limit_per_s") {
+        Some(v) => rate(&v)?,
+        None => None,
+    };
+    let rest = serde_json::to_vec(&obj).map_err(|e| Invalid(format!("body: {e}")))?;
+    Ok((events::parse_subscription(&rest, policy)?, limit))
+}
+
+/// A `PATCH` body: each field present is changed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Patch {
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    /// `Some(None)`: clear it.
+    pub description: Option<Option<String>>,
+    pub rate_limit_per_s: Option<Option<u32>>,
+}
+
+fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Invalid> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err("body: must be a JSON object".into()),
+        Err(e) => Err(format!("body: must be a valid JSON object ({e})").into()),
+    }
+}
+
+/// Parses a `PATCH /webhooks/{id}` body against the subscription as it is
+/// (`url`, `events`): the same rules as create, on the merged result.
+pub fn parse_patch(
+    body: &[u8],
+    current_url: &str,
+    current_events: &[String],
+    policy: &UrlPolicy,
+) -> Result<Patch, Invalid> {
+    let obj = object(body)?;
+    let mut patch = Patch::default();
+    let mut merged = serde_json::json!({"url": current_url, "events": current_events});
+    for (k, v) in &obj {
+        match k.as_str() {
+            "url" | "events" => merged[k] = v.clone(),
+            "description" if v.is_null() => patch.description = Some(None),
+            "description" => merged[k] = v.clone(),
+            "rate_limit_per_s" => patch.rate_limit_per_s = Some(rate(v)?),
+            other => {
+                let name: String = other.chars().take(64).collect();
+                return Err(format!("{name}: unknown field").into());
+            }
+        }
+    }
+    let bytes = serde_json::to_vec(&merged).map_err(|e| Invalid(format!("body: {e}")))?;
+    let s = events::parse_subscription(&bytes, policy)?;
+    if obj.contains_key("url") {
+        patch.url = Some(s.url);
+    }
+    if obj.contains_key("events") {
+        patch.events = Some(s.events);
+    }
+    if obj.get("description").is_some_and(|v| !v.is_null()) {
+        patch.description = Some(s.description);
+    }
+    Ok(patch)
+}
+
+/// `POST /webhooks/{id}/recover` body: `{since, until?}` (RFC 3339 or epoch ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recover {
+    pub since: u64,
+    pub until: Option<u64>,
+}
+
+/// The latest time a recover range takes (9999-12-31, epoch ms): stored
+/// exactly in D1's doubles.
+pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
+
+pub fn parse_recover(body: &[u8]) -> Result<Recover, Invalid> {
+    let obj = object(body)?;
+    let time = |k: &str| -> Result<Option<u64>, Invalid> {
+        match obj.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => parse_time(k, s).map(Some),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
+            Some(_) => Err(Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
+        }
+    };
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "since" | "until"))
+    {
+        let name: String = k.chars().take(64).collect();
+        return Err(format!("{name}: unknown field").into());
+    }
+    let since = time("since")?.ok_or_else(|| Invalid::field("since", "is required"))?;
+    let until = time("until")?;
+    for (k, v) in [("since", Some(since)), ("until", until)] {
+        if v.is_some_and(|t| t > MAX_TIME_MS) {
+            return Err(Invalid::field(k, "must not be after 9999-12-31"));
+        }
+    }
+    if until.is_some_and(|u| u < since) {
+        return Err(Invalid::field("until", "must not be before since"));
+    }
+    Ok(Recover { since, until })
+}
+
+/// A background task's state (`GET /tasks/{id}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+}
+
+/// How many deliveries one recover step re-queues (one queue `sendBatch`).
+pub const RECOVER_CHUNK: u32 = 100;
+
+/// Order of the event feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Asc,
+    Desc,
+}
+
+/// `GET /_postguard/v1/events` parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedQuery {
+    pub since: Option<u64>,
+    pub until: Option<u64>,
+    pub event_type: Option<String>,
+    pub order: Order,
+    pub limit: u32,
+    pub cursor: Option<(u64, String)>,
+}
+
+pub fn parse_feed(pairs: &[(String, String)]) -> Result<FeedQuery, Invalid> {
+    let mut q = FeedQuery {
+        since: None,
+        until: None,
+        event_type: None,
+        order: Order::Desc,
+        limit: crate::page::parse_limit(None)?,
+        cursor: None,
+    };
+    for (k, v) in pairs {
+        match k.as_str() {
+            "since" => q.since = Some(parse_time("since", v)?),
+            "until" => q.until = Some(parse_time("until", v)?),
+            "type" if !v.is_empty() && v.len() <= events::MAX_TYPE_LEN => {
+                q.event_type = Some(v.clone())
+            }
+            "type" => return Err(Invalid::field("type", "must be 1-128 characters")),
+            "order" => {
+                q.order = match v.as_str() {
+                    "asc" => Order::Asc,
+                    "desc" => Order::Desc,
+                    _ => return Err(Invalid::field("order", "must be asc or desc")),
+                }
+            }
+            "limit" => q.limit = crate::page::parse_limit(Some(v))?,
+            "cursor" => q.cursor = Some(crate::page::decode_cursor(v)?),
+            other => {
+                let name: String = other.chars().take(64).collect();
+                return Err(format!("{name}: unknown parameter").into());
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// How long an inspector captures (24 h), and how many requests it keeps.
+pub const INSPECTOR_TTL_MS: u64 = 86_400_000;
+pub const INSPECTOR_MAX_REQUESTS: u32 = 100;
+/// The most of a captured body that is kept.
+pub const INSPECTOR_MAX_BODY: usize = 65_536;
+
+/// Whether `url` is a capture URL of this gateway (`origin` = its own
+/// scheme://host[:port]): such a URL passes redirect without the URL rules.
+pub fn is_inspector_url(url: &str, origin: &str) -> bool {
+    url.strip_prefix(origin)
+        .and_then(|rest| rest.strip_prefix("/_postguard/inspect/"))
+        .is_some_and(|token| !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// The path as the audit log records it: an inspector's capture token is a
+/// credential, so it is never stored.
+pub fn audited_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/_postguard/inspect/") {
+        Some(_) => "/_postguard/inspect/{token}".into(),
+        None => path.into(),
+    }
+}
+
+/// Either the URL rules accept `url`, or it is one of this gateway's inspectors.
+pub fn check_redirect_url(url: &str, origin: &str, policy: &UrlPolicy) -> Result<String, Invalid> {
+    if is_inspector_url(url, origin) {
+        return Ok(url.to_string());
+    }
+    check_url(url, policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 1_700_000_000_000;
+
+    fn sent(code: u16) -> Attempted {
+        Attempted::Sent(AttemptResult::Status {
+            code,
+            retry_after: None,
+        })
+    }
+
+    #[test]
+    fn the_failure_clock() {
+        assert_eq!(
+            health(Some(T), &sent(200), T + 5, 10),
+            Some(Health::Healthy)
+        );
+        assert_eq!(
+            health(None, &sent(500), T, 10),
+            Some(Health::Failing { since: T })
+        );
+        assert_eq!(
+            health(Some(T), &sent(500), T + 9_999, 10),
+            Some(Health::Failing { since: T })
+        );
+        assert_eq!(
+            health(
+                Some(T),
+                &Attempted::Sent(AttemptResult::Timeout),
+                T + 10_000,
+                10
+            ),
+            Some(Health::Disable {
+                reason: DisabledReason::Failing,
+                since: T
+            })
+        );
+        assert_eq!(
+            health(None, &sent(410), T, 432_000),
+            Some(Health::Disable {
+                reason: DisabledReason::Gone,
+                since: T
+            })
+        );
+        let gave_up = Attempted::GaveUp(super::super::delivery::GiveUp::GatewayFailure);
+        assert_eq!(health(Some(T), &gave_up, T + 1, 1), None);
+    }
+
+    #[test]
+    fn throttle_spacing_and_waits() {
+        assert_eq!(interval_ms(5), 200);
+        assert_eq!(interval_ms(3), 334);
+        assert_eq!(interval_ms(0), 1_000);
+        assert_eq!(throttle_wait(T, T + 5), Wait::Sleep { ms: 0 });
+        assert_eq!(throttle_wait(T + 999, T), Wait::Sleep { ms: 999 });
+        assert_eq!(throttle_wait(T + 2_500, T), Wait::Hop { delay_s: 2 });
+    }
+
+    fn policy() -> UrlPolicy<'static> {
+        UrlPolicy {
+            allow_insecure: false,
+            allow_hosts: &[],
+        }
+    }
+
+    #[test]
+    fn patches_merge_and_validate() {
+        let ev = vec!["*".to_string()];
+        let p = parse_patch(
+            br#"{"events":["a.b"]}"#,
+            "https://x.example/h",
+            &ev,
+            &policy(),
+        )
+        .unwrap();
+        assert_eq!(p.events, Some(vec!["a.b".to_string()]));
+        assert_eq!(p.url, None);
+        let p = parse_patch(
+            br#"{"description":null,"rate_limit_per_s":5}"#,
+            "https://x.example/h",
+            &ev,
+            &policy(),
+        )
+        .unwrap();
+        assert_eq!(p.description, Some(None));
+        assert_eq!(p.rate_limit_per_s, Some(Some(5)));
+        for bad in [
+            &br#"{"url":"http://127.0.0.1/"}"#[..],
+            br#"{"events":[]}"#,
+            br#"{"secret":"x"}"#,
+            br#"{"rate_limit_per_s":0}"#,
+            br#"{"rate_limit_per_s":1.5}"#,
+            br#"[]"#,
+        ] {
+            assert!(
+                parse_patch(bad, "https://x.example/h", &ev, &policy()).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn create_takes_a_rate_limit() {
+        let (s, r) = parse_create(
+            br#"{"url":"https://x.example/h","events":["*"],"rate_limit_per_s":5}"#,
+            &policy(),
+        )
+        .unwrap();
+        assert_eq!((s.url.as_str(), r), ("https://x.example/h", Some(5)));
+        assert!(parse_create(
+            br#"{"url":"https://x.example/h","events":["*"],"rate_limit_per_s":"5"}"#,
+            &policy()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn recover_bodies() {
+        assert_eq!(
+            parse_recover(br#"{"since":5}"#).unwrap(),
+            Recover {
+                since: 5,
+                until: None
+            }
+        );
+        assert!(parse_recover(br#"{}"#).is_err());
+        assert!(parse_recover(br#"{"since":9,"until":5}"#).is_err());
+        assert!(parse_recover(br#"{"since":"yesterday"}"#).is_err());
+        assert!(parse_recover(br#"{"since":1,"x":1}"#).is_err());
+        assert!(parse_recover(br#"{"since":1,"until":null}"#).is_err());
+        assert!(parse_recover(br#"{"since":6979880761862539000}"#).is_err());
+    }
+
+    #[test]
+    fn feed_queries() {
+        let q = |s: &[(&str, &str)]| {
+            parse_feed(
+                &s.iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(q(&[]).unwrap().order, Order::Desc);
+        assert_eq!(q(&[("order", "asc")]).unwrap().order, Order::Asc);
+        assert!(q(&[("order", "up")]).is_err());
+        assert!(q(&[("cursor", "zz")]).is_err());
+        assert!(q(&[("nope", "1")]).is_err());
+        assert!(q(&[("limit", "0")]).is_err());
+    }
+
+    #[test]
+    fn inspector_urls() {
+        let o = "https://gw.example";
+        assert!(is_inspector_url(
+            "https://gw.example/_postguard/inspect/abc123",
+            o
+        ));
+        assert!(!is_inspector_url(
+            "https://gw.example/_postguard/inspect/",
+            o
+        ));
+        assert!(!is_inspector_url(
+            "https://gw.example/_postguard/inspect/a/b",
+            o
+        ));
+        assert!(!is_inspector_url(
+            "https://evil.example/_postguard/inspect/abc",
+            o
+        ));
+        assert!(check_redirect_url("http://127.0.0.1/x", o, &policy()).is_err());
+        assert_eq!(
+            audited_path("/_postguard/inspect/abc123"),
+            "/_postguard/inspect/{token}"
+        );
+        assert_eq!(audited_path("/orders/1"), "/orders/1");
+    }
+}

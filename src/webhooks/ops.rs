@@ -1,0 +1,280 @@
+//! CONTRACT §11 operations on one subscription: the test ping and bulk
+//! recover (a background task through the queue), and `GET /tasks/{id}`.
+
+use postguard_core::config::Config;
+use postguard_core::webhooks::events::{self, excerpt};
+use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
+use postguard_core::webhooks::retry::AttemptResult;
+use postguard_core::Problem;
+use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::JsValue;
+use worker::{Env, MessageExt, Request, Result};
+
+use super::consumer::{self, Msg, Outgoing, Secrets};
+use super::subscriptions::not_found;
+use super::{new_id, num, text, Job, TaskStep};
+use crate::reject::Handled;
+use crate::runtime::{now_ms, RequestCtx};
+use crate::{auth, bindings, http};
+
+#[derive(Deserialize)]
+struct SubSecrets {
+    url: String,
+    secret: String,
+    previous_secret: Option<String>,
+    previous_secret_until: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Ping {
+    status_code: Option<u16>,
+    duration_ms: u64,
+    response_excerpt: Option<String>,
+    error: Option<String>,
+}
+
+/// `POST /webhooks/{id}/test`: one signed `postguard.ping` to the
+/// subscription's URL now, whatever its state; answers with the outcome.
+/// Not a delivery: nothing is recorded or retried.
+pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    let sub: SubSecrets = env
+        .d1(bindings::DB)?
+        .prepare("SELECT url, secret, previous_secret, previous_secret_until FROM subscriptions WHERE id = ? AND project = ?")
+        .bind(&[text(id), text(&project)])?
+        .first(None)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let started = now_ms();
+    let event_id = new_id("evt_");
+    let data = serde_json::json!({ "subscription_id": id });
+    let max = cfg.settings.webhooks.max_payload_bytes as usize;
+    let payload = events::payload(
+        &event_id,
+        ops::PING_EVENT,
+        &events::rfc3339_ms(started),
+        &data,
+        max,
+    );
+    let out = Outgoing {
+        event_id: &event_id,
+        event_type: ops::PING_EVENT,
+        payload: &payload,
+        secrets: Secrets {
+            secret: Some(&sub.secret),
+            previous: sub.previous_secret.as_deref(),
+            previous_until: sub.previous_secret_until,
+        },
+    };
+    let (result, error, response_excerpt) =
+        consumer::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
+    let status_code = match result {
+        AttemptResult::Status { code, .. } => Some(code),
+        _ => None,
+    };
+    let ping = Ping {
+        status_code,
+        duration_ms: now_ms() - started,
+        response_excerpt: response_excerpt.map(|e| excerpt(e.as_bytes(), 512)),
+        error,
+    };
+    http::json(rc, 200, &ping, &[])
+}
+
+#[derive(Serialize, Deserialize)]
+struct Task {
+    id: String,
+    kind: String,
+    state: TaskState,
+    subscription_id: String,
+    total: u32,
+    done: u32,
+    failed: u32,
+    created_at: u64,
+    updated_at: u64,
+}
+
+#[derive(Deserialize)]
+struct Count {
+    n: u32,
+}
+
+/// The deliveries a recover re-sends: failed or dead-lettered, in range.
+const RECOVERABLE: &str = "FROM deliveries WHERE subscription_id = ? AND project = ? AND status IN ('failed', 'dead_letter') AND created_at >= ? AND created_at <= ?";
+
+/// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
+/// re-sends (a new manual attempt each) every failed or dead-lettered
+/// delivery of the subscription created in the range, 100 per queue step.
+pub async fn recover(
+    mut req: Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Handled {
+    let project = auth::project(&req, env, cfg, rc).await?;
+    let body = crate::request::body(&mut req, cfg).await?;
+    let r = ops::parse_recover(&body)?;
+    super::subscriptions::load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let db = env.d1(bindings::DB)?;
+    let until = r.until.unwrap_or(ops::MAX_TIME_MS);
+    let total: Count = db
+        .prepare(format!("SELECT COUNT(*) AS n {RECOVERABLE}"))
+        .bind(&[text(id), text(&project), num(r.since), num(until)])?
+        .first(None)
+        .await?
+        .unwrap_or(Count { n: 0 });
+    let task_id = new_id("task_");
+    let now = now_ms();
+    db.prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, 'recover', 'queued', ?, ?, ?, ?, ?, ?)")
+        .bind(&[text(&task_id), text(&project), text(id), num(r.since), num(until), num(u64::from(total.n)), num(now), num(now)])?
+        .run()
+        .await?;
+    env.queue(bindings::DELIVERIES)?
+        .send(TaskStep {
+            task_id: task_id.clone(),
+        })
+        .await?;
+    // The task as queued (its `id` is what `GET /tasks/{id}` takes).
+    let task = Task {
+        id: task_id,
+        kind: "recover".to_string(),
+        state: TaskState::Queued,
+        subscription_id: id.to_string(),
+        total: total.n,
+        done: 0,
+        failed: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    http::json(rc, 202, &task, &[])
+}
+
+/// `GET /tasks/{id}` (own project only).
+pub async fn get_task(
+    req: &Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    id: &str,
+) -> Handled {
+    let project = auth::project(req, env, cfg, rc).await?;
+    let task: Task = env
+        .d1(bindings::DB)?
+        .prepare("SELECT id, kind, state, subscription_id, total, done, failed, created_at, updated_at FROM tasks WHERE id = ? AND project = ?")
+        .bind(&[text(id), text(&project)])?
+        .first(None)
+        .await?
+        .ok_or_else(|| Problem::not_found("task", id))?;
+    http::json(rc, 200, &task, &[])
+}
+
+#[derive(Deserialize)]
+struct TaskRow {
+    project: String,
+    state: TaskState,
+    subscription_id: String,
+    since: u64,
+    until: u64,
+    cursor_at: Option<u64>,
+    cursor_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Recoverable {
+    id: String,
+    created_at: u64,
+}
+
+/// One step of a task: the next chunk after its cursor re-queued, the
+/// cursor and counts moved on, and the next step queued while more remain.
+/// A crash re-runs the step from the stored cursor (at least once; a manual
+/// attempt on an already delivered delivery sends nothing).
+async fn step(env: &Env, task_id: &str) -> Result<()> {
+    let db = env.d1(bindings::DB)?;
+    let Some(t) = db
+        .prepare("SELECT project, state, subscription_id, since, until, cursor_at, cursor_id FROM tasks WHERE id = ?")
+        .bind(&[text(task_id)])?
+        .first::<TaskRow>(None)
+        .await?
+    else {
+        return Ok(());
+    };
+    if matches!(t.state, TaskState::Done | TaskState::Failed) {
+        return Ok(());
+    }
+    let (at, after) = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
+    let chunk: Vec<Recoverable> = db
+        .prepare(format!(
+            "SELECT id, created_at {RECOVERABLE} AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?"
+        ))
+        .bind(&[
+            text(&t.subscription_id),
+            text(&t.project),
+            num(t.since),
+            num(t.until),
+            num(at),
+            num(at),
+            text(&after),
+            num(u64::from(RECOVER_CHUNK)),
+        ])?
+        .all()
+        .await?
+        .results()?;
+    let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+    let last = chunk.last().map(|r| (r.created_at, r.id.clone()));
+    let jobs: Vec<Job> = chunk.into_iter().map(|r| Job::manual(r.id, None)).collect();
+    if !jobs.is_empty() {
+        env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    }
+    let more = n == RECOVER_CHUNK;
+    let state = if more { "running" } else { "done" };
+    let (cursor_at, cursor_id) = match last {
+        Some((a, i)) => (num(a), text(&i)),
+        None => (JsValue::NULL, JsValue::NULL),
+    };
+    db.prepare("UPDATE tasks SET state = ?, done = done + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
+        .bind(&[text(state), num(u64::from(n)), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
+        .run()
+        .await?;
+    if more {
+        env.queue(bindings::DELIVERIES)?
+            .send(TaskStep {
+                task_id: task_id.to_string(),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Runs one task message: acknowledged when its step is done; retried by
+/// the queue when it fails; from the dead-letter queue, the task is `failed`.
+pub async fn run_task_message(env: &Env, m: &Msg, from_dlq: bool) {
+    let Some(t) = consumer::task_step(m) else {
+        m.ack();
+        return;
+    };
+    let outcome = if from_dlq {
+        fail(env, &t.task_id).await
+    } else {
+        step(env, &t.task_id).await
+    };
+    match outcome {
+        Ok(()) => m.ack(),
+        Err(e) => {
+            worker::console_error!("task {} step failed, will retry: {}", t.task_id, e);
+            m.retry();
+        }
+    }
+}
+
+async fn fail(env: &Env, task_id: &str) -> Result<()> {
+    env.d1(bindings::DB)?
+        .prepare("UPDATE tasks SET state = 'failed', updated_at = ? WHERE id = ? AND state IN ('queued', 'running')")
+        .bind(&[num(now_ms()), text(task_id)])?
+        .run()
+        .await?;
+    Ok(())
+}

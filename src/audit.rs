@@ -3,7 +3,8 @@
 //! logged, never propagated to the client.
 
 use postguard_core::audit::{
-    bounded, retention_cutoff_ms, AuditRow, MAX_PATH_LEN, MAX_USER_AGENT_LEN,
+    bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
+    MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -83,10 +84,15 @@ fn insert(db: &D1Database, r: &AuditRow) -> Result<D1PreparedStatement> {
 }
 
 thread_local! {
-    /// Rows of this isolate waiting for the next batch write.
+    /// Rows of this isolate waiting for the next batch write (at most
+    /// `MAX_PENDING`).
     static PENDING: RefCell<Vec<AuditRow>> = const { RefCell::new(Vec::new()) };
-    /// Whether some request's `waitUntil` is already going to flush them.
-    static FLUSHING: Cell<bool> = const { Cell::new(false) };
+    /// When the running flusher started (epoch ms; 0 = none). A timestamp,
+    /// not a flag: if the runtime drops the flushing task (its `waitUntil`
+    /// cut off), the next request past `FLUSHER_STALE_MS` starts a new one.
+    static FLUSHING_SINCE: Cell<u64> = const { Cell::new(0) };
+    /// Rows dropped because the queue was full, not yet reported.
+    static DROPPED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// How long the first row waits for others of the same isolate to join it.
@@ -96,30 +102,61 @@ const MAX_BATCH: usize = 100;
 
 /// Queues a row for writing after the response. Rows of concurrent requests
 /// in one isolate are written together: the first request's `waitUntil`
-/// flushes every row queued until the queue is empty. A failed write is
-/// logged, never propagated.
+/// flushes queued rows, up to `MAX_ROUNDS` batches. A full queue drops the
+/// row (counted; the count is logged once by the next flusher). A failed
+/// write is logged, never propagated.
 pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
-    PENDING.with(|p| p.borrow_mut().push(row));
-    if FLUSHING.with(|f| f.replace(true)) {
+    let queued = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let room = may_queue(p.len());
+        if room {
+            p.push(row);
+        }
+        room
+    });
+    if !queued {
+        DROPPED.with(|d| d.set(d.get() + 1));
+    }
+    let now = now_ms();
+    if !must_start_flusher(FLUSHING_SINCE.with(Cell::get), now) {
         return;
     }
+    FLUSHING_SINCE.with(|f| f.set(now.max(1)));
     let env = env.clone();
-    ctx.wait_until(async move {
-        Delay::from(COALESCE).await;
-        loop {
-            let rows: Vec<AuditRow> = PENDING.with(|p| {
-                let mut p = p.borrow_mut();
-                let n = p.len().min(MAX_BATCH);
-                p.drain(..n).collect()
-            });
-            if rows.is_empty() {
-                // No await since the queue was seen empty: nothing can slip in.
-                FLUSHING.with(|f| f.set(false));
-                break;
-            }
-            if let Err(e) = write_batch(&env, &rows).await {
-                worker::console_error!("audit write of {} rows failed: {}", rows.len(), e);
-            }
+    ctx.wait_until(flush(env, now.max(1)));
+}
+
+/// One flusher: at most `MAX_ROUNDS` batches, then it gives way. It clears
+/// the marker only if it is still its own (a stale flusher replaced by a
+/// newer one leaves the newer one's marker alone).
+async fn flush(env: Env, me: u64) {
+    Delay::from(COALESCE).await;
+    let dropped = DROPPED.with(|d| d.replace(0));
+    if dropped > 0 {
+        worker::console_warn!(
+            "audit queue full ({} rows): {} rows dropped",
+            MAX_PENDING,
+            dropped
+        );
+    }
+    for _ in 0..MAX_ROUNDS {
+        let rows: Vec<AuditRow> = PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            let n = p.len().min(MAX_BATCH);
+            p.drain(..n).collect()
+        });
+        if rows.is_empty() {
+            break;
+        }
+        if let Err(e) = write_batch(&env, &rows).await {
+            worker::console_error!("audit write of {} rows failed: {}", rows.len(), e);
+        }
+    }
+    // No await since the last drain: a row queued from here on starts a new
+    // flusher (the marker is clear).
+    FLUSHING_SINCE.with(|f| {
+        if f.get() == me {
+            f.set(0);
         }
     });
 }

@@ -15,3 +15,5 @@ pub const DB: &str = "DB";
 /// Queue carrying webhook delivery attempts, and its dead-letter queue.
 pub const DELIVERIES: &str = "DELIVERIES";
 pub const DELIVERIES_DLQ: &str = "postguard-deliveries-dlq";
+/// R2 bucket: response bodies replayed under an Idempotency-Key that do not fit the object.
+pub const REPLAYS: &str = "REPLAYS";

@@ -1,5 +1,6 @@
 //! The scheduled jobs (cron trigger): retention of the audit log and of the
-//! delivery log, and re-queueing of deliveries whose next attempt is overdue.
+//! delivery log, re-queueing of deliveries whose next attempt is overdue, and
+//! (every minute) the publish outbox sweep.
 //! Each job logs its own failure; none stops the others.
 
 use postguard_core::config::Config;
@@ -7,7 +8,20 @@ use worker::Env;
 
 use crate::{audit, webhooks};
 
-pub async fn run(env: &Env, cfg: &Config) {
+/// The every-minute trigger (wrangler.toml): only the outbox sweep.
+pub const EVERY_MINUTE: &str = "* * * * *";
+
+/// Runs the jobs of trigger `cron`: the outbox sweep on every trigger, the
+/// retention and overdue re-queueing on the others (the daily one).
+pub async fn run(env: &Env, cfg: &Config, cron: &str) {
+    match webhooks::publish::sweep_outbox(env, cfg.settings.webhooks.outbox_after_s).await {
+        Ok(0) => {}
+        Ok(n) => worker::console_warn!("outbox: enqueued {} deliveries left unsent", n),
+        Err(e) => worker::console_error!("outbox sweep failed: {}", e),
+    }
+    if cron == EVERY_MINUTE {
+        return;
+    }
     let days = cfg.settings.retention.audit_days;
     match audit::sweep(env, days).await {
         Ok(n) => worker::console_log!(

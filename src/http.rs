@@ -41,6 +41,7 @@ pub fn respond(
         h.set(k, v)?;
     }
     h.set("X-Request-Id", &rc.request_id)?;
+    cors(rc, &h)?;
     let len = body.as_ref().map_or(0, Vec::len) as u64;
     rc.note(|f| f.response_bytes = Some(len));
     let builder = Response::builder().with_status(status).with_headers(h);
@@ -48,6 +49,44 @@ pub fn respond(
         Some(b) if !b.is_empty() => builder.fixed(b),
         _ => builder.empty(),
     })
+}
+
+/// Adds the CORS headers of a cross-origin request, keeping an origin's own
+/// `Access-Control-Allow-Origin` in forwarded mode.
+pub fn cors(rc: &RequestCtx, h: &Headers) -> Result<()> {
+    if rc.origin.is_none() {
+        return Ok(());
+    }
+    let from_origin = h.get("Access-Control-Allow-Origin")?;
+    for (k, v) in rc.cors_headers(from_origin.as_deref()) {
+        match k {
+            // Keep what the origin varies on.
+            "Vary" => h.append(k, &v)?,
+            _ => h.set(k, &v)?,
+        }
+    }
+    Ok(())
+}
+
+/// Like [`respond`], with a streamed body (a replay from R2, a large
+/// origin answer): never read into the isolate.
+pub fn respond_stream(
+    rc: &RequestCtx,
+    status: u16,
+    headers: &[(String, String)],
+    extra: &[(&str, String)],
+    body: worker::ResponseBody,
+) -> Result<Response> {
+    let h = to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    for (k, v) in extra {
+        h.set(k, v)?;
+    }
+    h.set("X-Request-Id", &rc.request_id)?;
+    cors(rc, &h)?;
+    Ok(Response::builder()
+        .with_status(status)
+        .with_headers(h)
+        .body(body))
 }
 
 /// A JSON resource.

@@ -12,6 +12,7 @@ mod durable;
 mod http;
 mod pipeline;
 mod reject;
+mod replays;
 mod request;
 mod runtime;
 mod webhooks;
@@ -19,6 +20,7 @@ mod webhooks;
 pub use durable::key_guard::KeyGuard;
 
 use postguard_core::Problem;
+
 use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
@@ -30,13 +32,15 @@ use reject::Handled;
 /// row after the response. No error escapes as a bare 500.
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
-    let rc = runtime::RequestCtx::new();
+    let mut rc = runtime::RequestCtx::new();
+    rc.origin = req.headers().get("Origin").ok().flatten();
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
         Err(e) => return reject::render(&rc, Err(Problem::config_invalid(&e).into())),
     };
+    rc.cors = cfg.settings.cors.clone();
     let seen = audit::Seen::of(&req);
-    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc).await)?;
+    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc, &ctx).await)?;
     if cfg.settings.audit.enabled {
         audit::record(&env, &ctx, audit::row(seen, &rc, resp.status_code()));
     }
@@ -48,17 +52,50 @@ async fn handle(
     env: &Env,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
+    ctx: &Context,
 ) -> Handled {
-    // The body limit applies to every request; a declared length is refused
-    // before anything else runs (chunked bodies are checked once read).
-    if http::content_length(&req).is_some_and(|len| len > cfg.settings.max_body_bytes) {
-        return Err(Problem::payload_too_large(cfg.settings.max_body_bytes).into());
+    // The body limit is applied by the bounded reader after authentication
+    // (request::read_bounded), so a 413 carries the rate-limit headers.
+    let gateway_path = req.path().starts_with(postguard_core::routes::PREFIX);
+    if is_preflight(&req) {
+        return preflight(&req, cfg, rc, gateway_path).await;
     }
-    if req.path().starts_with(postguard_core::routes::PREFIX) {
+    if gateway_path {
         admin::route(req, env, cfg, rc).await
     } else {
-        pipeline::proxy(req, env, cfg, rc).await
+        pipeline::proxy(req, env, cfg, rc, ctx).await
     }
+}
+
+/// A CORS preflight (`OPTIONS` + `Origin` + `Access-Control-Request-Method`,
+/// no `Authorization`): never authenticated nor charged to a key.
+fn is_preflight(req: &Request) -> bool {
+    let h = req.headers();
+    let has = |n: &str| h.has(n).unwrap_or(false);
+    req.inner().method().eq_ignore_ascii_case("OPTIONS")
+        && has("Origin")
+        && has("Access-Control-Request-Method")
+        && !has("Authorization")
+}
+
+/// Answered from the `cors` configuration when there is one (and always for
+/// the gateway's own endpoints, with the permissive default: they
+/// authenticate by bearer header, never cookies); otherwise forwarded.
+async fn preflight(
+    req: &Request,
+    cfg: &postguard_core::config::Config,
+    rc: &runtime::RequestCtx,
+    gateway_path: bool,
+) -> Handled {
+    use postguard_core::cors;
+    let own = match (&cfg.settings.cors, gateway_path) {
+        (Some(c), _) => c.clone(),
+        (None, true) => cors::CorsConfig::permissive(),
+        (None, false) => return pipeline::preflight_to_origin(req, cfg, rc).await,
+    };
+    let headers = http::header_pairs(req.headers());
+    let out = cors::answer_preflight(&own, &headers).unwrap_or_default();
+    Ok(http::respond(rc, 204, &[], &out, None)?)
 }
 
 /// Webhook delivery attempts (and the dead-letter queue).
@@ -77,9 +114,9 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
 
 /// Cron: the scheduled jobs (`cron.rs`).
 #[event(scheduled)]
-async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match runtime::config(&env) {
-        Ok(cfg) => cron::run(&env, &cfg).await,
+        Ok(cfg) => cron::run(&env, &cfg, &event.cron()).await,
         Err(e) => worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e),
     }
 }

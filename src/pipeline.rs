@@ -6,28 +6,39 @@
 //! Every answer after authentication carries the rate-limit headers.
 
 use postguard_core::config::Config;
-use postguard_core::guard::{Admit, AdmitRequest, Claim, Complete, Release, ReleaseRequest};
+use postguard_core::guard::{
+    Admit, AdmitRequest, Claim, Complete, CompleteRequest, Release, ReleaseRequest,
+};
 use postguard_core::headers::client_response_headers;
 use postguard_core::idempotency::StoredResponse;
 use postguard_core::proxy::{
-    self, admission, origin_request, preflight, Admission, Answered, Failure, Incoming,
+    self, admission, origin_request, preflight, Admission, Answered, Failure, Incoming, Keep,
     OriginRequest, Preflight, Settlement,
 };
 use postguard_core::rate_limit::{self, Verdict};
-use worker::{web_sys, Env, Headers, Request, Response};
+use postguard_core::Problem;
+use worker::{web_sys, Context, Env, Headers, Request, Response};
 
 use crate::auth::{self, Caller};
 use crate::durable::client::call;
 use crate::http::{self, header_pairs, HeaderList};
 use crate::reject::{Extra, Handled, Reject};
+use crate::replays;
+use crate::request::{self, Body};
 use crate::runtime::{now_ms, within, RequestCtx};
 
-pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
+pub async fn proxy(
+    mut req: Request,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+    ctx: &Context,
+) -> Handled {
     let method = req.inner().method().to_ascii_uppercase();
     proxy::check_method(&method)?;
     // 1. Authenticate.
     let caller = auth::api_caller(auth::credential(&req, cfg), env, cfg, rc).await?;
-    let incoming = read(&mut req, method).await?;
+    let incoming = read(&mut req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
     // 2 + 3. Rate limit and claim: one round trip to the key's object.
@@ -40,7 +51,7 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
     };
     match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
-        Admission::Replay { stored, .. } => return replay(rc, stored, replay_body, &rl),
+        Admission::Replay { stored, .. } => return replay(env, rc, stored, replay_body, &rl).await,
         Admission::Revoked | Admission::Forward { .. } => {}
     }
     // 4. Forward.
@@ -54,26 +65,31 @@ pub async fn proxy(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -
         &rc.request_id,
         now_s,
     );
-    let outcome = forward(origin, cfg.settings.origin.timeout_ms).await;
+    let outcome = forward(origin, cfg).await;
     // 5. Record.
-    if let Some(c) = claim {
-        record(env, cfg, rc, &caller, c, &outcome).await;
-    }
+    let outcome = match claim {
+        Some(c) => record(env, cfg, rc, ctx, &caller, c, outcome).await,
+        None => outcome,
+    };
     respond(rc, cfg, outcome, &rl)
 }
 
-/// The client's request, body read (a request answered before this point
-/// never has its body read).
-async fn read(req: &mut Request, method: String) -> Handled<Incoming> {
+/// The client's request, body read under the limit (a request answered
+/// before this point never has its body read; an oversized one is answered
+/// 413 after the limiter, with its headers, and never forwarded).
+async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
     let url = req.url()?;
     let path = url.path().to_string();
     let path_and_query = match url.query() {
         Some(q) => format!("{path}?{q}"),
         None => path.clone(),
     };
-    let body = match proxy::has_body(&method) {
-        true => req.bytes().await?,
-        false => Vec::new(),
+    let (body, oversized) = match proxy::has_body(&method) {
+        true => match request::read_bounded(req, max).await? {
+            Body::Read(b) => (b, false),
+            Body::TooLarge => (Vec::new(), true),
+        },
+        false => (Vec::new(), false),
     };
     Ok(Incoming {
         method,
@@ -81,6 +97,7 @@ async fn read(req: &mut Request, method: String) -> Handled<Incoming> {
         path_and_query,
         headers: header_pairs(req.headers()),
         body,
+        oversized,
     })
 }
 
@@ -109,21 +126,47 @@ fn limit_headers(rc: &RequestCtx, verdict: &Verdict) -> Extra {
     rate_limit::headers(verdict)
 }
 
-/// The stored response of an earlier request with this Idempotency-Key.
-fn replay(rc: &RequestCtx, stored: StoredResponse, body: Vec<u8>, rl: &Extra) -> Handled {
-    rc.note(|f| f.replayed = true);
+/// The stored response of an earlier request with this Idempotency-Key:
+/// its body from the object, or streamed from R2; a body kept nowhere (too
+/// large, or its storage failed) is `IDEMPOTENT_REPLAY_UNAVAILABLE`, never a
+/// success with another body.
+async fn replay(
+    env: &Env,
+    rc: &RequestCtx,
+    stored: StoredResponse,
+    body: Vec<u8>,
+    rl: &Extra,
+) -> Handled {
     let mut extra = rl.clone();
     extra.push(("Idempotent-Replayed", "true".into()));
-    if stored.body_omitted {
-        extra.push(("Idempotent-Body-Omitted", "true".into()));
+    if !stored.body_omitted {
+        rc.note(|f| f.replayed = true);
+        return Ok(http::respond(
+            rc,
+            stored.status,
+            &stored.headers,
+            &extra,
+            Some(body),
+        )?);
     }
-    Ok(http::respond(
-        rc,
-        stored.status,
-        &stored.headers,
-        &extra,
-        Some(body),
-    )?)
+    let unavailable =
+        || Reject::from(Problem::replay_unavailable(stored.status, stored.body_len)).with(rl);
+    let (Some(object), Some(bucket)) = (&stored.body_object, replays::bucket(env)) else {
+        return Err(unavailable());
+    };
+    match replays::get(&bucket, object).await {
+        Ok(Some(stream)) => {
+            rc.note(|f| f.replayed = true);
+            let r = http::respond_stream(rc, stored.status, &stored.headers, &extra, stream);
+            rc.note(|f| f.response_bytes = Some(stored.body_len));
+            Ok(r?)
+        }
+        Ok(None) => Err(unavailable()),
+        Err(e) => {
+            worker::console_error!("{} replay body unreadable: {}", rc.request_id, e);
+            Err(unavailable())
+        }
+    }
 }
 
 enum Forwarded {
@@ -135,10 +178,47 @@ enum Forwarded {
         headers: HeaderList,
         body: Vec<u8>,
     },
+    /// Under a claim, declared larger than the object keeps: never read
+    /// whole; streamed to the client (and to R2 at once, see `record`).
+    Large {
+        status: u16,
+        headers: HeaderList,
+        body: Option<web_sys::ReadableStream>,
+        len: u64,
+    },
+}
+
+/// A CORS preflight, forwarded to the origin unauthenticated (nothing is
+/// charged, claimed or attributed to a key); the gateway's
+/// `Idempotency-Key` is added to what the origin allows.
+pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let url = req.url()?;
+    let path_and_query = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let headers = header_pairs(req.headers());
+    let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
+    match forward(origin, cfg).await {
+        Ok(Forwarded::Buffered {
+            status, headers, ..
+        }) => {
+            let mut out = client_response_headers(&headers);
+            postguard_core::cors::merge_forwarded_preflight(&mut out);
+            Ok(http::respond(rc, status, &out, &[], None)?)
+        }
+        Ok(Forwarded::Streaming(resp)) => Ok(resp),
+        Ok(Forwarded::Large { .. }) => {
+            Err(worker::Error::RustError("preflight answer too large".into()).into())
+        }
+        Err(failure) => Err(failure.problem(cfg.settings.origin.timeout_ms).into()),
+    }
 }
 
 /// Sends the request to the origin, within its timeout (then aborted).
-async fn forward(origin: OriginRequest, timeout_ms: u32) -> Result<Forwarded, Failure> {
+async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failure> {
+    let timeout_ms = cfg.settings.origin.timeout_ms;
+    let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
     let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
     let headers = web_sys::Headers::new().map_err(|e| unreachable(e.into()))?;
     for (k, v) in &origin.headers {
@@ -156,6 +236,19 @@ async fn forward(origin: OriginRequest, timeout_ms: u32) -> Result<Forwarded, Fa
         }
         let status = resp.status();
         let headers = header_pairs(&Headers(resp.headers()));
+        let declared = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok());
+        if let Some(len) = declared.filter(|len| *len > max_inline) {
+            let body = resp.body();
+            return Ok(Forwarded::Large {
+                status,
+                headers,
+                body,
+                len,
+            });
+        }
         let body = http::read_body(&resp).await?;
         Ok::<_, worker::Error>(Forwarded::Buffered {
             status,
@@ -174,54 +267,169 @@ async fn forward(origin: OriginRequest, timeout_ms: u32) -> Result<Forwarded, Fa
 
 /// Completes or releases the claim, before answering: a client that saw
 /// this response gets it again on retry even if this isolate dies now, and a
-/// client retrying right after a 5xx is not told 409.
+/// client retrying right after a 5xx is not told 409. A body larger than the
+/// object keeps goes to R2: one already read is written first; a streamed
+/// one is teed, the client's branch answered now and the record completed
+/// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
+/// progress). Without R2, or past `max_replay_bytes`, the record says the
+/// body is unavailable: a retry gets 410, never a second execution.
 async fn record(
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
+    ctx: &Context,
     caller: &Caller,
     claim: &Claim,
-    outcome: &Result<Forwarded, Failure>,
-) {
-    let (answer, body): (_, &[u8]) = match outcome {
+    outcome: Result<Forwarded, Failure>,
+) -> Result<Forwarded, Failure> {
+    let answer = match &outcome {
         Ok(Forwarded::Buffered {
             status,
             headers,
             body,
-        }) => {
-            let answered = Answered {
-                status: *status,
-                headers,
-                body_len: body.len(),
-            };
-            (Some(answered), body.as_slice())
-        }
-        _ => (None, &[]),
+        }) => Some((*status, headers, body.len() as u64)),
+        Ok(Forwarded::Large {
+            status,
+            headers,
+            len,
+            ..
+        }) => Some((*status, headers, *len)),
+        _ => None,
     };
-    let key_id = &caller.key.record.id;
-    match proxy::settle(&cfg.settings, &caller.plan, claim, answer) {
-        Settlement::Complete(done) => {
-            let payload = if done.response.body_omitted {
-                &[]
-            } else {
-                body
-            };
-            // One retry: a transient object error must not leave the claim
-            // to expire, after which a retry would run again.
-            for attempt in 1..=2 {
-                match call::<Complete>(env, key_id, &done, payload).await {
-                    Ok(_) => break,
-                    Err(e) => worker::console_error!(
-                        "storing the response of {} failed (attempt {}): {}",
-                        rc.request_id,
-                        attempt,
-                        e
-                    ),
+    let answered = answer.map(|(status, headers, len)| Answered {
+        status,
+        headers,
+        body_len: usize::try_from(len).unwrap_or(usize::MAX),
+    });
+    let key_id = caller.key.record.id.clone();
+    let mut done = match proxy::settle(&cfg.settings, &caller.plan, claim, answered) {
+        Settlement::Complete(done) => done,
+        // If the call fails, the lease frees the key.
+        Settlement::Release(rel) => {
+            release(env, &key_id, &rel).await;
+            return outcome;
+        }
+    };
+    let bucket = replays::bucket(env);
+    let object = proxy::replay_object_key(&key_id, &claim.key, &claim.request_id);
+    match (
+        proxy::keep(&cfg.settings, done.response.body_len, bucket.is_some()),
+        outcome,
+        bucket,
+    ) {
+        (
+            Keep::Inline,
+            Ok(Forwarded::Buffered {
+                status,
+                headers,
+                body,
+            }),
+            _,
+        ) => {
+            complete(env, rc, &key_id, &done, &body).await;
+            Ok(Forwarded::Buffered {
+                status,
+                headers,
+                body,
+            })
+        }
+        (
+            Keep::Object,
+            Ok(Forwarded::Buffered {
+                status,
+                headers,
+                body,
+            }),
+            Some(b),
+        ) => {
+            match replays::put_bytes(&b, &object, body.clone()).await {
+                Ok(()) => done.response.body_object = Some(object),
+                Err(e) => {
+                    worker::console_error!("{} storing the body in R2 failed: {}", rc.request_id, e)
                 }
             }
+            complete(env, rc, &key_id, &done, &[]).await;
+            Ok(Forwarded::Buffered {
+                status,
+                headers,
+                body,
+            })
         }
-        // If the call fails, the lease frees the key.
-        Settlement::Release(rel) => release(env, key_id, &rel).await,
+        (
+            Keep::Object,
+            Ok(Forwarded::Large {
+                status,
+                headers,
+                body: Some(stream),
+                len,
+            }),
+            Some(b),
+        ) => match replays::tee(&stream) {
+            Ok((client, store)) => {
+                let (env, rid) = (env.clone(), rc.request_id.clone());
+                ctx.wait_until(async move {
+                    match replays::put_stream(&b, &object, store, len).await {
+                        Ok(()) => done.response.body_object = Some(object),
+                        Err(e) => {
+                            worker::console_error!("{} streaming the body to R2 failed: {}", rid, e)
+                        }
+                    }
+                    complete_by(&env, &rid, &key_id, &done, &[]).await;
+                });
+                Ok(Forwarded::Large {
+                    status,
+                    headers,
+                    body: Some(client),
+                    len,
+                })
+            }
+            Err(e) => {
+                worker::console_error!("{} tee failed: {}", rc.request_id, e);
+                complete(env, rc, &key_id, &done, &[]).await;
+                Ok(Forwarded::Large {
+                    status,
+                    headers,
+                    body: Some(stream),
+                    len,
+                })
+            }
+        },
+        // Kept nowhere: recorded as unavailable (`body_omitted`, no object).
+        (_, outcome, _) => {
+            complete(env, rc, &key_id, &done, &[]).await;
+            outcome
+        }
+    }
+}
+
+async fn complete(env: &Env, rc: &RequestCtx, key_id: &str, done: &CompleteRequest, body: &[u8]) {
+    complete_by(env, &rc.request_id, key_id, done, body).await
+}
+
+/// Stores the response, with one retry: a transient object error must not
+/// leave the claim to expire, after which a retry would run again.
+async fn complete_by(
+    env: &Env,
+    request_id: &str,
+    key_id: &str,
+    done: &CompleteRequest,
+    body: &[u8],
+) {
+    let payload = if done.response.body_omitted {
+        &[]
+    } else {
+        body
+    };
+    for attempt in 1..=2 {
+        match call::<Complete>(env, key_id, done, payload).await {
+            Ok(_) => break,
+            Err(e) => worker::console_error!(
+                "storing the response of {} failed (attempt {}): {}",
+                request_id,
+                attempt,
+                e
+            ),
+        }
     }
 }
 
@@ -253,9 +461,30 @@ fn respond(
                 h.set(k, v)?;
             }
             h.set("X-Request-Id", &rc.request_id)?;
+            http::cors(rc, &h)?;
             let declared = h.get("Content-Length")?.and_then(|v| v.parse().ok());
             rc.note(|f| f.response_bytes = declared);
             Ok(resp.with_headers(h))
+        }
+        Ok(Forwarded::Large {
+            status,
+            headers,
+            body,
+            len,
+        }) => {
+            let headers = client_response_headers(&headers);
+            let r = match body {
+                Some(stream) => http::respond_stream(
+                    rc,
+                    status,
+                    &headers,
+                    rl,
+                    worker::ResponseBody::Stream(stream),
+                ),
+                None => http::respond(rc, status, &headers, rl, None),
+            };
+            rc.note(|f| f.response_bytes = Some(len));
+            Ok(r?)
         }
         Ok(Forwarded::Buffered {
             status,

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use postguard_core::config::{Config, ConfigError, RawEnv};
+use postguard_core::cors::CorsConfig;
 use postguard_core::ids;
 use worker::wasm_bindgen::JsValue;
 use worker::Env;
@@ -51,6 +52,10 @@ pub struct RequestCtx {
     pub request_id: String,
     pub started_ms: u64,
     pub facts: RefCell<Facts>,
+    /// The request's `Origin` (a cross-origin browser call), and the
+    /// gateway's CORS configuration: every answer gets its CORS headers.
+    pub origin: Option<String>,
+    pub cors: Option<CorsConfig>,
 }
 
 impl RequestCtx {
@@ -60,7 +65,19 @@ impl RequestCtx {
             request_id: ids::request_id(now, rnd),
             started_ms: now,
             facts: RefCell::new(Facts::default()),
+            origin: None,
+            cors: None,
         }
+    }
+
+    /// The CORS headers of an answer; `origin_allowed` is the origin's own
+    /// `Access-Control-Allow-Origin` when the answer came from it.
+    pub fn cors_headers(&self, origin_allowed: Option<&str>) -> Vec<(&'static str, String)> {
+        postguard_core::cors::response_headers(
+            self.cors.as_ref(),
+            self.origin.as_deref(),
+            origin_allowed,
+        )
     }
 
     pub fn note(&self, f: impl FnOnce(&mut Facts)) {

@@ -58,24 +58,26 @@ function expectCounts(got, want) {
   assert.deepEqual(got, want, `per-request counts ${JSON.stringify(got)}`);
 }
 
+// Every object operation runs in one storage transaction (`transactionSync`: its writes commit
+// together or not at all), so each round trip counts one.
 describe('calls per request', () => {
   it('GET: one object round trip (rate check + window write), one origin fetch', async () => {
     expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${key}` } }), 200), {
-      'object round trip /admit': 1, 'SQL INSERT': 1, 'fetch (origin or receiver)': 1,
+      'object round trip /admit': 1, 'storage.transactionSync': 1, 'SQL INSERT': 1, 'fetch (origin or receiver)': 1,
     });
   });
 
   it('fresh POST: admit (window, lookup, claim) before the origin, complete (lookup, record, body) after', async () => {
     const stamp = Date.now();
     expectCounts(await perRequest((i) => post(`rt-fresh-${stamp}-${i}`), 201), {
-      'object round trip /admit': 1, 'object round trip /complete': 1,
+      'object round trip /admit': 1, 'object round trip /complete': 1, 'storage.transactionSync': 2,
       'SQL SELECT': 2, 'SQL INSERT': 4, 'fetch (origin or receiver)': 1,
     });
   });
 
   it('replay: one round trip carrying the stored body, no origin fetch', async () => {
     expectCounts(await perRequest(() => post('rt-replay'), 201), {
-      'object round trip /admit': 1, 'SQL SELECT': 2, 'SQL INSERT': 1,
+      'object round trip /admit': 1, 'storage.transactionSync': 1, 'SQL SELECT': 2, 'SQL INSERT': 1,
     });
   });
 
@@ -86,21 +88,21 @@ describe('calls per request', () => {
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': 'rt-conflict' },
       body: '{"amount":2}',
     }), 422), {
-      'object round trip /admit': 1, 'SQL SELECT': 1, 'SQL INSERT': 1,
+      'object round trip /admit': 1, 'storage.transactionSync': 1, 'SQL SELECT': 1, 'SQL INSERT': 1,
     });
   });
 
   it('origin 5xx under a key: the claim is released in a second round trip', async () => {
     const stamp = Date.now();
     expectCounts(await perRequest((i) => post(`rt-5xx-${stamp}-${i}`, { 'x-demo-status': '503' }), 503), {
-      'object round trip /admit': 1, 'object round trip /release': 1,
+      'object round trip /admit': 1, 'object round trip /release': 1, 'storage.transactionSync': 2,
       'SQL SELECT': 2, 'SQL INSERT': 2, 'SQL DELETE': 1, 'fetch (origin or receiver)': 1,
     });
   });
 
   it('429: one round trip, nothing written', async () => {
     expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${tiny}` } }), 429), {
-      'object round trip /admit': 1,
+      'object round trip /admit': 1, 'storage.transactionSync': 1,
     });
   });
 

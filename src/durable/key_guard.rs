@@ -19,12 +19,26 @@ use postguard_core::guard::{Admit, Complete, GuardError, Operation, Release, Rep
 use postguard_core::idempotency::Record;
 use postguard_core::rate_limit::Window;
 use postguard_core::store::{self, GuardStore, LimiterState};
+use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
     SqlStorageValue, State,
 };
 
 use crate::runtime::now_ms;
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// The object's `DurableObjectStorage`, for the one method `worker` lacks.
+    type TxStorage;
+    /// Runs the callback in a storage transaction: a callback that throws
+    /// rolls back every write it made.
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    fn transaction_sync(
+        this: &TxStorage,
+        f: &mut dyn FnMut() -> std::result::Result<JsValue, JsValue>,
+    ) -> std::result::Result<JsValue, JsValue>;
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -41,6 +55,7 @@ const SWEEP_BATCH: usize = 500;
 #[durable_object]
 pub struct KeyGuard {
     state: State,
+    env: Env,
     /// The object's SQL handle, fetched once (each fetch is two JS calls).
     sql: SqlStorage,
     schema_ready: Cell<bool>,
@@ -49,6 +64,10 @@ pub struct KeyGuard {
     limiter: Cell<Option<LimiterState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
+}
+
+fn storage_js(e: &JsValue) -> GuardError {
+    GuardError::Storage(e.as_string().unwrap_or_else(|| format!("{e:?}")))
 }
 
 fn storage(e: impl std::fmt::Display) -> GuardError {
@@ -115,9 +134,10 @@ impl GuardStore for Sql<'_> {
         }
         let state = LimiterState {
             revoked: self.meta_get("revoked")?.is_some(),
+            // Stored but unreadable fails closed (never a fresh window).
             window: self
                 .meta_get("window")?
-                .and_then(|s| serde_json::from_str(&s).ok()),
+                .map(|s| serde_json::from_str(&s).unwrap_or(Window::UNREADABLE)),
         };
         self.limiter.set(Some(state));
         Ok(state)
@@ -250,6 +270,41 @@ impl KeyGuard {
         })
     }
 
+    /// Runs `f` over the storage port inside `transactionSync`: every write
+    /// of one operation (the charge and the claim, a record and its body…)
+    /// commits together or not at all. On failure the cached limiter state is
+    /// dropped, so memory never keeps a write that was rolled back.
+    fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Sr<T>) -> Sr<T> {
+        let mut store = self.store()?;
+        let mut f = Some(f);
+        let mut out: Option<Sr<T>> = None;
+        let raw = self.state.storage();
+        let storage: &TxStorage = raw.as_raw().unchecked_ref();
+        let ran = storage.transaction_sync(&mut || {
+            let result = match f.take() {
+                Some(f) => f(&mut store),
+                None => Err(GuardError::Storage("transaction callback ran twice".into())),
+            };
+            let failed = result.is_err();
+            out = Some(result);
+            match failed {
+                // Throwing is what makes the runtime roll back.
+                true => Err(JsValue::from_str("rolled back")),
+                false => Ok(JsValue::UNDEFINED),
+            }
+        });
+        let result = match (ran, out) {
+            (Ok(_), Some(result)) => result,
+            (Err(_), Some(Err(e))) => Err(e),
+            (Err(e), _) => Err(storage_js(&e)),
+            (Ok(_), None) => Err(GuardError::Storage("transaction did not run".into())),
+        };
+        if result.is_err() {
+            self.limiter.set(None);
+        }
+        result
+    }
+
     /// Makes sure an alarm fires no later than `at` (epoch ms).
     async fn alarm_by(&self, at: u64) -> Result<()> {
         let known = self.alarm_at.get();
@@ -275,7 +330,8 @@ impl KeyGuard {
     /// alarm for what it wrote.
     async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
         let (req, _) = decode::<Admit>(frame_bytes)?;
-        let done = store::admit(&mut self.store()?, &req, now_ms())?;
+        let now = now_ms();
+        let done = self.atomically(|s| store::admit(s, &req, now))?;
         self.arm(done.alarm_by).await?;
         Ok((done.answer, done.payload))
     }
@@ -285,7 +341,8 @@ impl KeyGuard {
         frame_bytes: Vec<u8>,
     ) -> Sr<(<Complete as Operation>::Response, Vec<u8>)> {
         let (req, body) = decode::<Complete>(frame_bytes)?;
-        let done = store::complete(&mut self.store()?, &req, &body, now_ms())?;
+        let now = now_ms();
+        let done = self.atomically(|s| store::complete(s, &req, &body, now))?;
         self.arm(done.alarm_by).await?;
         Ok((done.answer, Vec::new()))
     }
@@ -299,8 +356,9 @@ impl KeyGuard {
 }
 
 impl DurableObject for KeyGuard {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         KeyGuard {
+            env,
             sql: state.storage().sql(),
             state,
             schema_ready: Cell::new(false),
@@ -315,14 +373,15 @@ impl DurableObject for KeyGuard {
         match path.as_str() {
             Admit::PATH => reply::<Admit>(self.admit(body).await),
             Complete::PATH => reply::<Complete>(self.complete(body).await),
-            Release::PATH => reply::<Release>(
-                decode::<Release>(body)
-                    .and_then(|(r, _)| Ok((store::release(&mut self.store()?, &r)?, Vec::new()))),
-            ),
-            Revoke::PATH => reply::<Revoke>(
-                decode::<Revoke>(body)
-                    .and_then(|_| Ok((store::revoke(&mut self.store()?, now_ms())?, Vec::new()))),
-            ),
+            Release::PATH => {
+                reply::<Release>(decode::<Release>(body).and_then(|(r, _)| {
+                    Ok((self.atomically(|s| store::release(s, &r))?, Vec::new()))
+                }))
+            }
+            Revoke::PATH => reply::<Revoke>(decode::<Revoke>(body).and_then(|_| {
+                let now = now_ms();
+                Ok((self.atomically(|s| store::revoke(s, now))?, Vec::new()))
+            })),
             // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
             other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
@@ -333,8 +392,12 @@ impl DurableObject for KeyGuard {
     async fn alarm(&self) -> Result<Response> {
         self.alarm_at.set(0);
         let now = now_ms();
-        let next = store::sweep(&mut self.store().map_err(err)?, now, SWEEP_BATCH).map_err(err)?;
-        if let Some(next) = next {
+        let swept = self
+            .atomically(|s| store::sweep(s, now, SWEEP_BATCH))
+            .map_err(err)?;
+        // After the commit: an object whose record is gone is never replayed.
+        crate::replays::delete(&self.env, swept.objects).await;
+        if let Some(next) = swept.next {
             let at = next.max(now);
             self.state.storage().set_alarm(at_epoch_ms(at)).await?;
             self.alarm_at.set(at);

@@ -235,7 +235,7 @@ pub async fn redirect(
     id: &str,
 ) -> Handled {
     let project = auth::project(&req, env, cfg, rc).await?;
-    let body = req.bytes().await?;
+    let body = crate::request::body(&mut req, cfg).await?;
     let url = match serde_json::from_slice::<RedirectBody>(&body) {
         Ok(b) => {
             let origin = super::inspectors::own_origin(&req)?;

@@ -85,7 +85,7 @@ fn new_secret() -> Result<String> {
 pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let (project, key_id) = auth::project_and_key(&req, env, cfg, rc).await?;
     let project = &project;
-    let body = req.bytes().await?;
+    let body = crate::request::body(&mut req, cfg).await?;
     let (input, rate) = ops::parse_create(&body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;

@@ -82,6 +82,8 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   }
   const kvNamespaces = {};
   for (const kv of toml.kv_namespaces ?? []) kvNamespaces[kv.binding] = kv.id ?? kv.binding;
+  const r2Buckets = {};
+  for (const b of toml.r2_buckets ?? []) r2Buckets[b.binding] = b.bucket_name ?? b.binding;
   const d1Databases = {};
   for (const db of toml.d1_databases ?? []) d1Databases[db.binding] = db.database_id ?? db.binding;
   // Queues: [[queues.producers]] → queueProducers {BINDING: {queueName, deliveryDelay}};
@@ -117,6 +119,7 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
     cf: false,
   };
   if (Object.keys(d1Databases).length) opts.d1Databases = d1Databases;
+  if (Object.keys(r2Buckets).length) opts.r2Buckets = r2Buckets;
   if (Object.keys(queueProducers).length) opts.queueProducers = queueProducers;
   if (Object.keys(queueConsumers).length) opts.queueConsumers = queueConsumers;
   if (persistDir) opts.resourcePersistencePath = persistDir;

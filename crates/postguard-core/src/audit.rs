@@ -304,6 +304,27 @@ pub fn parse_days(raw: Option<&str>) -> Result<u32, Invalid> {
 }
 
 /// The oldest `time` kept by retention.
+/// The per-isolate audit writer's bounds (the shell's `src/audit.rs` holds
+/// the queue; these decide). Rows one isolate holds at most.
+pub const MAX_PENDING: usize = 1_000;
+/// Batches one flusher writes at most before giving way.
+pub const MAX_ROUNDS: usize = 10;
+/// A flusher older than this is presumed dropped by the runtime (beyond
+/// `waitUntil`'s 30 s): the next row starts a new one.
+pub const FLUSHER_STALE_MS: u64 = 35_000;
+
+/// Whether a row may join a queue of `pending` rows (else it is dropped and
+/// counted).
+pub fn may_queue(pending: usize) -> bool {
+    pending < MAX_PENDING
+}
+
+/// Whether a new flusher must start: none runs (`since_ms` = 0), or the one
+/// that does started so long ago that the runtime must have dropped it.
+pub fn must_start_flusher(since_ms: u64, now_ms: u64) -> bool {
+    since_ms == 0 || now_ms.saturating_sub(since_ms) >= FLUSHER_STALE_MS
+}
+
 pub fn retention_cutoff_ms(now_ms: u64, days: u32) -> u64 {
     now_ms.saturating_sub(u64::from(days) * 86_400_000)
 }
@@ -471,5 +492,22 @@ mod tests {
         assert_eq!(quantile_offset(100, 0.95), 94);
         assert_eq!(quantile_offset(10, 0.95), 9);
         assert_eq!(retention_cutoff_ms(100 * 86_400_000, 90), 10 * 86_400_000);
+    }
+
+    #[test]
+    fn writer_bounds() {
+        assert!(may_queue(0));
+        assert!(may_queue(MAX_PENDING - 1));
+        assert!(!may_queue(MAX_PENDING));
+        assert!(must_start_flusher(0, 5));
+        assert!(!must_start_flusher(1_000, 1_000 + FLUSHER_STALE_MS - 1));
+        assert!(
+            must_start_flusher(1_000, 1_000 + FLUSHER_STALE_MS),
+            "a stuck flag expires"
+        );
+        assert!(
+            !must_start_flusher(5_000, 1_000),
+            "a clock step back keeps the running flusher"
+        );
     }
 }

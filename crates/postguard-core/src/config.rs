@@ -112,6 +112,9 @@ pub struct IdempotencyConfig {
     pub routes: Vec<RouteRule>,
     pub lease_s: u32,
     pub max_stored_body_bytes: u64,
+    /// Largest response replayed byte for byte (bodies over
+    /// `max_stored_body_bytes` are kept in R2, streamed, never held whole).
+    pub max_replay_bytes: u64,
     /// Whether `Set-Cookie` from the origin is stored and replayed.
     pub store_set_cookie: bool,
 }
@@ -132,6 +135,7 @@ impl Default for IdempotencyConfig {
             routes: Vec::new(),
             lease_s: 60,
             max_stored_body_bytes: 1 << 20,
+            max_replay_bytes: DEFAULT_REPLAY_BYTES,
             store_set_cookie: false,
         }
     }
@@ -162,6 +166,10 @@ pub struct WebhooksConfig {
     /// The daily job re-queues a delivery whose next attempt is this
     /// overdue (s): its message was lost (or never enqueued).
     pub requeue_after_s: u32,
+    /// The every-minute sweep enqueues a published delivery whose first
+    /// attempt is still unsent after this long (s): its publish's queue
+    /// send failed and the origin did not retry.
+    pub outbox_after_s: u32,
     /// A subscription whose every attempt failed for this long is disabled (s).
     pub disable_after_s: u32,
     /// Subscriptions one project may hold (the fan-out of one event).
@@ -190,6 +198,7 @@ impl Default for WebhooksConfig {
             allow_hosts: Vec::new(),
             secret_overlap_s: 86_400,
             requeue_after_s: 900,
+            outbox_after_s: 60,
             disable_after_s: 432_000,
             max_subscriptions_per_project: 200,
             on_key_revoked: OnKeyRevoked::Pause,
@@ -238,6 +247,8 @@ pub struct Settings {
     pub retention: RetentionConfig,
     pub audit: AuditConfig,
     pub max_body_bytes: u64,
+    /// `None`: preflights are forwarded to the origin.
+    pub cors: Option<crate::cors::CorsConfig>,
 }
 
 impl Default for Settings {
@@ -264,6 +275,7 @@ impl Default for Settings {
             retention: RetentionConfig::default(),
             audit: AuditConfig::default(),
             max_body_bytes: 10 << 20,
+            cors: None,
         }
     }
 }
@@ -285,8 +297,18 @@ pub const MIN_SECRET_LEN: usize = 32;
 /// Largest stored response body we accept in configuration (bodies are kept
 /// in Durable Object storage, chunked).
 pub const MAX_STORED_BODY_CAP: u64 = 16 << 20;
-/// Cloudflare's request body ceiling on the largest plans.
-pub const MAX_BODY_CAP: u64 = 500 << 20;
+/// Default `idempotency.max_replay_bytes`: 100 MiB.
+pub const DEFAULT_REPLAY_BYTES: u64 = 100 << 20;
+/// Largest `idempotency.max_replay_bytes` accepted: 1 GiB (such bodies are
+/// streamed to R2 and back, never held in the isolate).
+pub const MAX_REPLAY_CAP: u64 = 1 << 30;
+/// Largest `max_body_bytes` accepted: 32 MiB. A proxied body is held up to
+/// three times at once (the runtime's ArrayBuffer, the wasm copy, the copy
+/// handed to the origin fetch) = 96 MiB, which leaves room under an isolate's
+/// 128 MB for the runtime itself and a buffered replay (≤ 16 MiB,
+/// [`MAX_STORED_BODY_CAP`]). Cloudflare's own 100–500 MB request ceiling
+/// would not fit in one isolate.
+pub const MAX_BODY_CAP: u64 = 32 << 20;
 const MAX_TTL_S: u32 = 30 * 86_400;
 /// One publish writes one delivery row per matching subscription in a single
 /// D1 batch; beyond this the batch and the fan-out get too large.
@@ -444,6 +466,41 @@ fn named_member(msg: &str) -> Option<&str> {
     rest.split('`').next()
 }
 
+fn validate_cors(c: &crate::cors::CorsConfig) -> Result<(), ConfigError> {
+    if c.allowed_origins.is_empty() || c.allowed_origins.len() > 100 {
+        return Err(ConfigError::new(
+            "cors.allowed_origins",
+            "must list 1 to 100 origins (or \"*\")",
+        ));
+    }
+    if let Some(bad) = c.allowed_origins.iter().find(|o| {
+        o.as_str() != "*" && Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o)
+    }) {
+        let shown: String = bad.chars().take(64).collect();
+        return Err(ConfigError::new(
+            "cors.allowed_origins",
+            format!("{shown} is not an origin (scheme://host[:port])"),
+        ));
+    }
+    if let Some(m) = c.allowed_methods.iter().find(|m| !valid_method(m, false)) {
+        let shown: String = m.chars().take(16).collect();
+        return Err(ConfigError::new(
+            "cors.allowed_methods",
+            format!("{shown} is not a method"),
+        ));
+    }
+    if c.allowed_headers
+        .iter()
+        .any(|h| h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err(ConfigError::new(
+            "cors.allowed_headers",
+            "header names are letters, digits and '-'",
+        ));
+    }
+    range("cors.max_age_s", c.max_age_s, 0, 86_400)
+}
+
 fn range<T: PartialOrd + std::fmt::Display>(
     field: impl Into<String>,
     v: T,
@@ -566,6 +623,15 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         MAX_STORED_BODY_CAP,
     )?;
     range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
+    range(
+        "idempotency.max_replay_bytes",
+        idem.max_replay_bytes,
+        idem.max_stored_body_bytes,
+        MAX_REPLAY_CAP,
+    )?;
+    if let Some(c) = &s.cors {
+        validate_cors(c)?;
+    }
     let wh = &s.webhooks;
     if wh.schedule_s.is_empty() || wh.schedule_s.len() > 20 {
         return Err(ConfigError::new(
@@ -589,6 +655,7 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         1,
         7 * 86_400,
     )?;
+    range("webhooks.outbox_after_s", wh.outbox_after_s, 0, 3_600)?;
     range(
         "webhooks.disable_after_s",
         wh.disable_after_s,

@@ -75,8 +75,10 @@ pub fn admit(
     let (new_window, verdict) = check(window, req.quota, now_ms, req.cost);
     let window_update = (new_window != window).then_some(new_window).flatten();
     if !verdict.admitted {
+        // A rejection changes the window only when one from the future was
+        // pinned to now (it must not stay in the future).
         return AdmitPlan {
-            window: None,
+            window: window_update,
             claim: None,
             response: AdmitResponse::Limited { verdict },
         };
@@ -242,6 +244,7 @@ mod tests {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],
             body_omitted: false,
+            body_object: None,
             body_len: 2,
         }
     }

@@ -113,6 +113,11 @@ pub struct StoredResponse {
     pub body_omitted: bool,
     /// Length of the original body.
     pub body_len: u64,
+    /// Where the body is kept when it does not fit the object
+    /// (`body_omitted`): the R2 object key. `body_omitted` with no object =
+    /// the body is not available (a retry gets `IDEMPOTENT_REPLAY_UNAVAILABLE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_object: Option<String>,
 }
 
 /// What is kept per Idempotency-Key.
@@ -273,6 +278,7 @@ mod tests {
                 status: 201,
                 headers: vec![],
                 body_omitted: false,
+                body_object: None,
                 body_len: 0,
             },
         }

@@ -6,7 +6,9 @@
 //! the host with `cargo test`.
 
 pub mod audit;
+pub mod body;
 pub mod config;
+pub mod cors;
 pub mod credential;
 pub mod frame;
 pub mod guard;

@@ -18,6 +18,7 @@ pub enum ErrorCode {
     IdempotencyKeyInProgress,
     IdempotencyKeyReuseConflict,
     PayloadTooLarge,
+    ReplayUnavailable,
     OriginUnreachable,
     OriginTimeout,
     ValidationError,
@@ -31,7 +32,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -39,6 +40,7 @@ impl ErrorCode {
         ErrorCode::IdempotencyKeyInProgress,
         ErrorCode::IdempotencyKeyReuseConflict,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::ReplayUnavailable,
         ErrorCode::OriginUnreachable,
         ErrorCode::OriginTimeout,
         ErrorCode::ValidationError,
@@ -59,6 +61,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyInProgress => "IDEMPOTENCY_KEY_IN_PROGRESS",
             ErrorCode::IdempotencyKeyReuseConflict => "IDEMPOTENCY_KEY_REUSE_CONFLICT",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::ReplayUnavailable => "IDEMPOTENT_REPLAY_UNAVAILABLE",
             ErrorCode::OriginUnreachable => "ORIGIN_UNREACHABLE",
             ErrorCode::OriginTimeout => "ORIGIN_TIMEOUT",
             ErrorCode::ValidationError => "VALIDATION_ERROR",
@@ -81,6 +84,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyInProgress => 409,
             ErrorCode::IdempotencyKeyReuseConflict => 422,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::ReplayUnavailable => 410,
             ErrorCode::OriginUnreachable => 502,
             ErrorCode::OriginTimeout => 504,
             ErrorCode::NotFound => 404,
@@ -101,6 +105,7 @@ impl ErrorCode {
                 "Idempotency-Key reused with a different request"
             }
             ErrorCode::PayloadTooLarge => "Payload too large",
+            ErrorCode::ReplayUnavailable => "Stored response unavailable",
             ErrorCode::OriginUnreachable => "Origin unreachable",
             ErrorCode::OriginTimeout => "Origin timeout",
             ErrorCode::ValidationError => "Validation error",
@@ -210,6 +215,16 @@ impl Problem {
     pub fn not_found(what: &str, id: &str) -> Self {
         let shown: String = id.chars().take(64).collect();
         Problem::new(ErrorCode::NotFound, format!("no {what} with id {shown}"))
+    }
+
+    /// 410 for a retry whose original response cannot be replayed byte for
+    /// byte (over `idempotency.max_replay_bytes`, or its body storage
+    /// failed): the request ran once and is not run again.
+    pub fn replay_unavailable(status: u16, body_len: u64) -> Self {
+        Problem::new(
+            ErrorCode::ReplayUnavailable,
+            format!("this Idempotency-Key's request already ran (status {status}, {body_len}-byte body), but its response body cannot be replayed; it is not executed again"),
+        )
     }
 
     /// 401 for a revoked API key (found so in KV or by its object).

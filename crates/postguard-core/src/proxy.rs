@@ -49,6 +49,9 @@ pub struct Incoming {
     pub path_and_query: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The body crossed `max_body_bytes` (declared or while reading): it was
+    /// not read further and `body` holds nothing of it.
+    pub oversized: bool,
 }
 
 /// The outcome of the checks made before the key's object is asked.
@@ -78,7 +81,7 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Prefl
         claim: None,
         idempotency_key: None,
     };
-    if req.body.len() as u64 > settings.max_body_bytes {
+    if req.oversized || req.body.len() as u64 > settings.max_body_bytes {
         out.early = Some(Problem::payload_too_large(settings.max_body_bytes));
         return out;
     }
@@ -265,6 +268,64 @@ pub fn origin_request(
     }
 }
 
+/// A CORS preflight forwarded to the origin (no key, so none of the key's
+/// headers and no signature: the origin answers it like any preflight).
+pub fn preflight_request(
+    cfg: &Config,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    request_id: &str,
+) -> OriginRequest {
+    let mut headers = forward_request_headers(headers);
+    headers.push(("X-Request-Id".to_string(), request_id.to_string()));
+    OriginRequest {
+        url: format!(
+            "{}{}{}",
+            cfg.origin_url.origin().ascii_serialization(),
+            cfg.origin_url.path().trim_end_matches('/'),
+            path_and_query
+        ),
+        method: "OPTIONS".to_string(),
+        headers,
+        body: Vec::new(),
+        buffer: true,
+    }
+}
+
+/// Where a claimed request's response body is kept for replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// In the key's object, with the record (≤ `max_stored_body_bytes`).
+    Inline,
+    /// In R2 (≤ `max_replay_bytes`, the bucket bound).
+    Object,
+    /// Nowhere: a retry gets `IDEMPOTENT_REPLAY_UNAVAILABLE` (410).
+    Unavailable,
+}
+
+/// Where a body of `body_len` bytes is kept; `bucket` says whether the R2
+/// binding is there.
+pub fn keep(settings: &Settings, body_len: u64, bucket: bool) -> Keep {
+    let idem = &settings.idempotency;
+    if body_len <= idem.max_stored_body_bytes {
+        Keep::Inline
+    } else if bucket && body_len <= idem.max_replay_bytes {
+        Keep::Object
+    } else {
+        Keep::Unavailable
+    }
+}
+
+/// The R2 object key of a stored body: per API key id, per Idempotency-Key
+/// (hashed: a key may be any visible ASCII, and is the client's data), per
+/// request (a later claim of an expired key never collides with it).
+pub fn replay_object_key(key_id: &str, idempotency_key: &str, request_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(idempotency_key.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("replays/{key_id}/{hex}/{request_id}")
+}
+
 /// Why the origin gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -337,6 +398,7 @@ pub fn settle(
             status,
             headers: storable_response_headers(headers, idem.store_set_cookie),
             body_omitted: body_len as u64 > idem.max_stored_body_bytes,
+            body_object: None,
             body_len: body_len as u64,
         },
     })
@@ -377,6 +439,7 @@ mod tests {
             path_and_query: "/orders?x=1".into(),
             headers: headers.to_vec(),
             body: body.to_vec(),
+            oversized: false,
         }
     }
 

@@ -53,10 +53,39 @@ fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
+impl Window {
+    /// What the object loads when its stored window cannot be read: a window
+    /// "from the future" with the quota used up, which [`check`] pins to the
+    /// current instant. Unreadable state fails closed for one window, then
+    /// heals (it never reopens a full window).
+    pub const UNREADABLE: Window = Window {
+        start_ms: u64::MAX,
+        used: u32::MAX,
+    };
+}
+
+/// The window in force at `now_ms`, if any. The clock may step back: a
+/// window that started "after" `now_ms` is still in force (a backward step
+/// never reopens the quota), and one that starts more than a window ahead
+/// (a stored window from the future, or [`Window::UNREADABLE`]) is pinned to
+/// `now_ms` with its usage kept, so it ends at most one window from now.
+fn in_force(state: Option<Window>, now_ms: u64, window_ms: u64) -> Option<Window> {
+    let w = state?;
+    let w = match w.start_ms > now_ms.saturating_add(window_ms) {
+        true => Window {
+            start_ms: now_ms,
+            used: w.used,
+        },
+        false => w,
+    };
+    (now_ms < w.start_ms.saturating_add(window_ms)).then_some(w)
+}
+
 /// Checks a request of `cost` against the key's window at `now_ms`.
 ///
-/// Returns the new state (unchanged for a rejection or a zero cost) and the
-/// verdict. Pure: the caller persists the state.
+/// Returns the new state (unchanged for a rejection or a zero cost, unless a
+/// window from the future was pinned to now) and the verdict. Pure: the
+/// caller persists the state.
 pub fn check(
     state: Option<Window>,
     quota: Quota,
@@ -64,8 +93,7 @@ pub fn check(
     cost: u32,
 ) -> (Option<Window>, Verdict) {
     let window_ms = quota.window_ms.max(1);
-    let live =
-        state.filter(|w| now_ms >= w.start_ms && now_ms < w.start_ms.saturating_add(window_ms));
+    let live = in_force(state, now_ms, window_ms);
     let (start_ms, used) = match live {
         Some(w) => (w.start_ms, w.used),
         None => (now_ms, 0),
@@ -83,11 +111,14 @@ pub fn check(
         reset_epoch_s: now_ms / 1000 + reset_in_s,
         window_s: ceil_div(window_ms, 1000),
     };
+    let pinned = live.filter(|w| Some(*w) != state);
     let new_state = if admitted && cost > 0 {
         Some(Window {
             start_ms,
             used: used_after,
         })
+    } else if pinned.is_some() {
+        pinned
     } else {
         state
     };
@@ -259,6 +290,59 @@ mod tests {
                 let (_, v3) = check(st, quota, v.reset_ms - 1, cost);
                 prop_assert!(!v3.admitted);
             }
+        }
+
+        /// A clock that moves both ways (steps back, jumps ahead less than a
+        /// window): over any sequence of instants spanning less than one
+        /// window, the admitted cost never exceeds the quota.
+        #[test]
+        fn backward_clock_never_reopens_the_window(
+            limit in 1u32..20,
+            window_s in 1u64..120,
+            steps in proptest::collection::vec((any::<bool>(), 0u64..10_000, 0u32..4), 1..300),
+        ) {
+            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let base = 1_700_000_000_000u64;
+            let mut st = None;
+            let mut total = 0u64;
+            for (back, d, cost) in steps {
+                // Any instant in [base, base + window): forward or backward steps.
+                let off = d % quota.window_ms;
+                let now = if back { base + quota.window_ms - 1 - off } else { base + off };
+                let cost = cost.min(limit);
+                let (s, v) = check(st, quota, now, cost);
+                if v.admitted { total += u64::from(cost); }
+                prop_assert!(v.remaining <= limit);
+                st = s;
+            }
+            prop_assert!(total <= u64::from(limit), "admitted {} of {}", total, limit);
+        }
+
+        /// A stored window from the future (or unreadable state) keeps its
+        /// usage: whatever the clock then does within a window, no more than
+        /// the rest of the quota is admitted, and it ends within one window.
+        #[test]
+        fn window_from_the_future_keeps_its_usage(
+            limit in 1u32..20,
+            used in 0u32..25,
+            ahead in 0u64..10_000_000_000,
+            steps in proptest::collection::vec(0u64..60_000, 1..100),
+        ) {
+            let quota = Quota { limit, window_ms: 60_000 };
+            let now0 = 1_700_000_000_000u64;
+            let mut st = Some(Window { start_ms: now0.saturating_add(ahead), used });
+            let mut total = 0u64;
+            for d in steps {
+                let now = now0 + d / 2;
+                let (s, v) = check(st, quota, now, 1);
+                if v.admitted { total += 1; }
+                prop_assert!(v.reset_ms <= now0.saturating_add(ahead).max(now) + 2 * quota.window_ms);
+                st = s;
+            }
+            prop_assert!(total <= u64::from(limit.saturating_sub(used)));
+            let (_, v) = check(Some(Window::UNREADABLE), quota, now0, 1);
+            prop_assert!(!v.admitted);
+            prop_assert!(v.reset_ms == now0 + quota.window_ms);
         }
 
         /// Within one window, each admitted request sees its own Remaining.

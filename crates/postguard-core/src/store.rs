@@ -138,20 +138,29 @@ pub fn revoke<S: GuardStore>(store: &mut S, now_ms: u64) -> Result<Ack, S::Error
 
 /// Deletes one batch of expired records with their bodies; the time of the
 /// next alarm (`now_ms` again when the batch was full).
-pub fn sweep<S: GuardStore>(
-    store: &mut S,
-    now_ms: u64,
-    batch: usize,
-) -> Result<Option<u64>, S::Error> {
+pub fn sweep<S: GuardStore>(store: &mut S, now_ms: u64, batch: usize) -> Result<Swept, S::Error> {
     let expired = store.expired(now_ms, batch)?;
+    let mut objects = Vec::new();
     for k in &expired {
+        if let Some(Record::Completed { response, .. }) = store.record(k)? {
+            objects.extend(response.body_object);
+        }
         store.delete_record(k)?;
         store.delete_body(k)?;
     }
-    if expired.len() == batch {
-        return Ok(Some(now_ms));
-    }
-    store.next_expiry()
+    let next = match expired.len() == batch {
+        true => Some(now_ms),
+        false => store.next_expiry()?,
+    };
+    Ok(Swept { next, objects })
+}
+
+/// What a sweep did: when to sweep next, and the R2 objects of the deleted
+/// records (deleted by the caller after the transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swept {
+    pub next: Option<u64>,
+    pub objects: Vec<String>,
 }
 
 /// A [`GuardStore`] in memory, for tests.
@@ -258,6 +267,7 @@ mod tests {
                 status: 201,
                 headers: vec![],
                 body_omitted: omitted,
+                body_object: None,
                 body_len: 4,
             },
         }
@@ -350,13 +360,13 @@ mod tests {
             ok(s.put_body(&key, b"b"));
         }
         // A full batch: run again at once.
-        assert_eq!(ok(sweep(&mut s, 1_000, 2)), Some(1_000));
+        assert_eq!(ok(sweep(&mut s, 1_000, 2)).next, Some(1_000));
         assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k2", "k3"]);
         // The rest of the expired ones, then the next expiry.
-        assert_eq!(ok(sweep(&mut s, 1_000, 2)), Some(5_000));
+        assert_eq!(ok(sweep(&mut s, 1_000, 2)).next, Some(5_000));
         assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k3"]);
         assert_eq!(s.bodies.keys().collect::<Vec<_>>(), ["k3"]);
-        assert_eq!(ok(sweep(&mut s, 6_000, 2)), None);
+        assert_eq!(ok(sweep(&mut s, 6_000, 2)).next, None);
         assert!(s.bodies.is_empty());
     }
 }

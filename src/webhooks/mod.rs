@@ -99,14 +99,18 @@ pub fn new_id(prefix: &str) -> String {
 /// Sends `jobs` to the delivery queue in chunks within `sendBatch`'s limits
 /// (100 messages, 256 KB): a fan-out or a re-queue of any size goes out.
 pub async fn enqueue(env: &worker::Env, jobs: Vec<Job>) -> worker::Result<()> {
-    use postguard_core::webhooks::fanout;
+    let queue = env.queue(crate::bindings::DELIVERIES)?;
+    for range in batches(&jobs) {
+        queue.send_batch(jobs[range].to_vec()).await?;
+    }
+    Ok(())
+}
+
+/// The ranges of `jobs` that each fit one `sendBatch` (the core decides).
+pub fn batches(jobs: &[Job]) -> Vec<std::ops::Range<usize>> {
     let sizes: Vec<usize> = jobs
         .iter()
         .map(|j| serde_json::to_vec(j).map_or(0, |b| b.len()))
         .collect();
-    let queue = env.queue(crate::bindings::DELIVERIES)?;
-    for range in fanout::chunks(&sizes) {
-        queue.send_batch(jobs[range].to_vec()).await?;
-    }
-    Ok(())
+    postguard_core::webhooks::fanout::chunks(&sizes)
 }

@@ -206,32 +206,29 @@ async fn flush_event(env: &Env, db: &D1Database, project: &str, event_id: &str) 
     send(env, db, unsent).await.map(|_| ())
 }
 
-/// Messages per `sendBatch` (the queue's limit).
-const SEND_CHUNK: usize = 100;
-
-/// Sends the first attempts, chunk by chunk, marking each chunk enqueued once
-/// sent (at least once: a crash between the two re-sends, which the consumer
-/// drops as a duplicate). A failed chunk stops here; what is unsent stays in
-/// the outbox.
+/// Sends the first attempts in `sendBatch`-sized chunks (`super::batches`),
+/// marking each chunk enqueued once sent (at least once: a crash between the
+/// two re-sends, which the consumer drops as a duplicate). A failed chunk
+/// stops here; what is unsent stays in the outbox.
 async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> {
     let queue = env.queue(bindings::DELIVERIES)?;
+    let jobs: Vec<Job> = unsent
+        .iter()
+        .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
+        .collect();
     let mut sent = 0;
-    for chunk in unsent.chunks(SEND_CHUNK) {
-        let jobs: Vec<Job> = chunk
-            .iter()
-            .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
-            .collect();
-        queue.send_batch(jobs).await?;
+    for range in super::batches(&jobs) {
+        queue.send_batch(jobs[range.clone()].to_vec()).await?;
         let now = num(now_ms());
-        let marks = chunk
+        let marks = unsent[range]
             .iter()
             .map(|u| {
                 db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id = ?")
                     .bind(&[now.clone(), text(&u.delivery_id)])
             })
             .collect::<Result<Vec<_>>>()?;
+        sent += marks.len();
         db.batch(marks).await?;
-        sent += chunk.len();
     }
     Ok(sent)
 }

@@ -536,7 +536,12 @@ async fn claim_all(env: &Env, claims: &[Claimed<'_>]) -> Result<Vec<bool>> {
         .map(|c| {
             let e = c.claim.expect;
             let id = c.job.delivery_id.as_str();
-            (id, c.claim.attempt.number, e.status.as_str(), e.attempts_made)
+            (
+                id,
+                c.claim.attempt.number,
+                e.status.as_str(),
+                e.attempts_made,
+            )
         })
         .collect();
     let db = env.d1(bindings::DB)?;
@@ -867,7 +872,13 @@ fn cas_many(db: &D1Database, writes: &[(&Recorded, Write)]) -> Result<D1Prepared
         .map(|(r, w)| {
             let e = w.expect;
             let id = r.delivery_id.as_str();
-            (id, w.status.as_str(), w.next_attempt_at, e.status.as_str(), e.attempts_made)
+            (
+                id,
+                w.status.as_str(),
+                w.next_attempt_at,
+                e.status.as_str(),
+                e.attempts_made,
+            )
         })
         .collect();
     db.prepare(

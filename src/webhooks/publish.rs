@@ -13,9 +13,10 @@
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::delivery::Status;
-use postguard_core::webhooks::events;
 use postguard_core::webhooks::ops::SubState;
+use postguard_core::webhooks::{events, fanout};
 use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
 use worker::d1::D1PreparedStatement;
 use worker::{D1Database, Env, Request, Result};
 
@@ -250,9 +251,9 @@ async fn flush_event(env: &Env, db: &D1Database, project: &str, event_id: &str) 
 }
 
 /// Sends the first attempts in `sendBatch`-sized chunks (`super::batches`),
-/// marking each chunk enqueued once sent (at least once: a crash between the
-/// two re-sends, which the consumer drops as a duplicate) with one statement.
-/// A failed chunk stops here; what is unsent stays in the outbox.
+/// then records them enqueued ([`mark_enqueued`]; at least once: a crash
+/// between the two re-sends, which the consumer drops as a duplicate). A
+/// failed chunk stops here; what is unsent stays in the outbox.
 async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> {
     if unsent.is_empty() {
         return Ok(0);
@@ -262,17 +263,70 @@ async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> 
         .iter()
         .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
         .collect();
-    let mut sent = 0;
+    let mut sent = Vec::with_capacity(jobs.len());
+    let mut failed = None;
     for range in super::batches(&jobs) {
-        queue.send_batch(jobs[range.clone()].to_vec()).await?;
-        let ids: Vec<&str> = unsent[range].iter().map(|u| u.delivery_id.as_str()).collect();
-        db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id IN (SELECT value FROM json_each(?))")
-            .bind(&[num(now_ms()), text(&to_json(&ids)?)])?
-            .run()
-            .await?;
-        sent += ids.len();
+        if let Err(e) = queue.send_batch(jobs[range.clone()].to_vec()).await {
+            failed = Some(e);
+            break;
+        }
+        sent.extend(unsent[range].iter().map(|u| u.delivery_id.clone()));
     }
-    Ok(sent)
+    let n = sent.len();
+    mark_enqueued(db, sent).await?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+thread_local! {
+    /// Delivery ids sent to the queue and not yet marked `enqueued_at`.
+    static SENT: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// When this isolate's marker started (0: none runs).
+    static MARKING_SINCE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Records `ids` enqueued. Concurrent publishes share the statement: the
+/// first becomes the isolate's marker and writes every id pending, in
+/// rounds, until none is left (at most `MARK_ROUNDS`); the others leave
+/// theirs to it and answer at once. An id whose mark is lost (a failed
+/// statement, a marker cut short) is swept and sent again, and the consumer
+/// drops the duplicate: the mark saves the sweep's work, it decides nothing.
+async fn mark_enqueued(db: &D1Database, ids: Vec<String>) -> Result<()> {
+    SENT.with(|s| s.borrow_mut().extend(ids));
+    let now = now_ms();
+    if !fanout::must_start_marker(MARKING_SINCE.with(Cell::get), now) {
+        return Ok(());
+    }
+    MARKING_SINCE.with(|m| m.set(now.max(1)));
+    let mut out = Ok(());
+    for _ in 0..fanout::MARK_ROUNDS {
+        let ids: Vec<String> = SENT.with(|s| {
+            let mut s = s.borrow_mut();
+            let n = s.len().min(fanout::MARK_CHUNK);
+            s.drain(..n).collect()
+        });
+        if ids.is_empty() {
+            break;
+        }
+        out = mark(db, &ids).await;
+        if out.is_err() {
+            break;
+        }
+    }
+    MARKING_SINCE.with(|m| m.set(0));
+    out
+}
+
+async fn mark(db: &D1Database, ids: &[String]) -> Result<()> {
+    db.prepare(
+        "UPDATE outbox SET enqueued_at = ? WHERE delivery_id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(&[num(now_ms()), text(&to_json(ids)?)])?
+    .run()
+    .await
+    .map(|_| ())
 }
 
 /// The every-minute sweep: outbox rows left unsent for `after_s` (their

@@ -44,7 +44,7 @@ pub fn chunks(sizes: &[usize]) -> Vec<Range<usize>> {
 pub const MARK_CHUNK: usize = 500;
 /// Rounds one publish request runs as the isolate's marker before it leaves
 /// what is still pending to the next publish (its own answer waits on them).
-pub const MARK_ROUNDS: usize = 4;
+pub const MARK_ROUNDS: usize = 8;
 /// A marker older than this is taken to be gone (its request ended without
 /// finishing) and a new one starts.
 pub const MARKER_STALE_MS: u64 = 10_000;

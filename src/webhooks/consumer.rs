@@ -8,8 +8,10 @@
 //! dead-letter the delivery.
 //!
 //! A batch costs three D1 round trips whatever its size: one query loads
-//! every due delivery, one `batch()` claims their attempt numbers, one
-//! `batch()` records every attempt (bench/webhooks.mjs).
+//! every due delivery, one multi-row compare-and-set claims their attempt
+//! numbers, one `batch()` of two multi-row statements records every attempt
+//! and status write (`json_each` over one bound JSON array; ADR 0020,
+//! bench/webhooks.mjs).
 
 use postguard_core::config::Config;
 use postguard_core::ids;
@@ -461,7 +463,8 @@ fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &wo
 /// A message's job and what it asks for; `None` (logged) when malformed or
 /// when it asks for nothing.
 fn parse(m: &Msg, from_dlq: bool) -> Option<(Job, delivery::Job)> {
-    let job = serde_json::from_value::<Job>(m.body().clone())
+    // Read from the parsed body in place (no copy of it per message).
+    let job = Job::deserialize(m.body())
         .map_err(|e| worker::console_error!("dropping a malformed delivery message: {}", e))
         .ok()?;
     let redirect = job.redirect_url.is_some();
@@ -1101,7 +1104,7 @@ pub async fn release_held(env: &Env, subscription_id: &str) -> Result<u32> {
 
 /// A task message's body, or `None` (logged) when malformed.
 pub fn task_step(m: &Msg) -> Option<TaskStep> {
-    serde_json::from_value::<TaskStep>(m.body().clone())
+    TaskStep::deserialize(m.body())
         .map_err(|e| worker::console_error!("dropping a malformed task message: {}", e))
         .ok()
 }

@@ -2,7 +2,7 @@
 //! one delivery per matching subscription in D1, enqueue the first attempts,
 //! and only then answer 202.
 //!
-//! An outbox (migrations/0003_outbox.sql): each delivery gets an `outbox`
+//! An outbox (migrations/0005_outbox.sql): each delivery gets an `outbox`
 //! row in the same transaction, marked `enqueued_at` once its first attempt
 //! was handed to the queue. If the send fails the origin gets a 500, and its
 //! retry of the same event id (otherwise a no-op) enqueues what is still
@@ -10,6 +10,11 @@
 //! `webhooks.outbox_after_s`. A job sent twice (a retry racing the sweep) is
 //! dropped by the consumer: a scheduled job runs only while it matches the
 //! delivery's `next_attempt_at`, once.
+//!
+//! Two D1 calls per publish whatever its fan-out (ADR 0020): one `batch()`
+//! reads whether the id is known and the subscriptions, one transaction
+//! writes (multi-row statements) and returns what is unsent; the marks of
+//! concurrent publishes share one statement ([`mark_enqueued`]).
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::delivery::Status;
@@ -206,8 +211,10 @@ async fn store_and_send(
             .bind(&[text(&to_json(&unheld)?)])?,
         );
     }
-    // Last, in the same transaction: what of this event is still unsent (ours,
+    // Another statement of this transaction (a counter, a check) goes here.
+    // Then, in the same transaction: what of this event is still unsent (ours,
     // or a concurrent publisher's of the same id).
+    let unsent_at = statements.len();
     statements.push(unsent_of(db, ev.project, ev.id)?);
     // Durable before the 202: the event, its deliveries and their outbox rows
     // in one transaction. A concurrent publish of the same id is absorbed by
@@ -221,7 +228,7 @@ async fn store_and_send(
         .and_then(|r| r.meta().ok().flatten())
         .and_then(|m| m.changes)
         .is_some_and(|n| n > 0);
-    let unsent: Vec<Unsent> = match results.last() {
+    let unsent: Vec<Unsent> = match results.get(unsent_at) {
         Some(r) => r.results()?,
         None => Vec::new(),
     };

@@ -1,28 +1,38 @@
-// Webhook delivery throughput: events published through POST /_postguard/v1/events, each
-// delivered once through the queue consumer to a local receiver answering 200; deliveries/s
-// from the first publish to the last delivery received. Two gateways identical but for the
-// consumer's max_batch_size (wrangler.toml's value, and 1) alternate, 3 rounds; the
-// receiver's own capacity (autocannon POSTing the same body straight to it) is the ceiling.
-// Every delivery is counted once by webhook-id; every 25th is verified with standardwebhooks.
-// Usage: node bench/webhooks.mjs [events per round] [rounds]
+// Webhook throughput, publish and delivery. Events are published through
+// POST /_postguard/v1/events by 16 concurrent publishers, each delivered through the queue
+// consumer to a local receiver answering 200; every delivery is counted once by
+// (subscription, webhook-id), and every 25th is verified with standardwebhooks.
+//   - delivery: one subscription; deliveries/s from the first publish to the last delivery
+//     received, at the consumer's max_batch_size from wrangler.toml and at 1;
+//   - publish: five subscriptions per event; events/s from the first publish to the last 202
+//     (the deliveries drain before the next round).
+// Contenders alternate, `rounds` times. BEFORE_ROOT=<checkout with its own build> adds that
+// build (its own wrangler.toml) as one more contender in the same rounds. BATCHES=100,10,1
+// replaces the batch sizes of this build (BATCH_TIMEOUT=s the batch timeout) to explore.
+// The receiver's own capacity (autocannon POSTing the same body straight to it) is the ceiling.
+// Usage: [BEFORE_ROOT=…] node bench/webhooks.mjs [events per round] [rounds]
 import http from 'node:http';
 import { Webhook } from 'standardwebhooks';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, loadWranglerToml } from '../tests/support/gateway.mjs';
-import { load, median, spread, writeSection } from './results.mjs';
+import { startGateway, cfg, ORIGIN_TOKEN, loadWranglerToml, ROOT } from '../tests/support/gateway.mjs';
+import { commitOf, load, median, spread, writeSection } from './results.mjs';
 
 const EVENTS = Number(process.argv[2] ?? 1000);
 const ROUNDS = Number(process.argv[3] ?? 3);
 const PUBLISHERS = 16;
+const FANOUT = 5;
+const BEFORE_ROOT = process.env.BEFORE_ROOT;
 const CONFIG = {
   webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   plans: { big: { requests_per_window: 10_000_000 } },
 };
-const toml = loadWranglerToml();
-const mainQueue = toml.queues.consumers[0];
+const consumerOf = (root) => loadWranglerToml(root && `${root}/wrangler.toml`).queues.consumers[0];
+const mainQueue = consumerOf();
 const BATCH = mainQueue.max_batch_size ?? 10;
+const TIMEOUT = process.env.BATCH_TIMEOUT === undefined ? undefined : Number(process.env.BATCH_TIMEOUT);
+const BATCHES = process.env.BATCHES ? process.env.BATCHES.split(',').map(Number) : [BATCH, 1];
 
-// The receiver: answers 200 at once, records the first arrival of each webhook-id.
+// The receiver: answers 200 at once, records the first arrival of each (path, webhook-id).
 let secret = null;
 let seen = new Map();
 let verified = 0;
@@ -33,10 +43,11 @@ const receiver = http.createServer((req, res) => {
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
     const id = req.headers['webhook-id'];
-    if (id && seen.has(id)) duplicates += 1;
+    const key = `${req.url} ${id}`;
+    if (id && seen.has(key)) duplicates += 1;
     else if (id) {
-      seen.set(id, performance.now());
-      if (secret && seen.size % 25 === 0) {
+      seen.set(key, performance.now());
+      if (secret && req.url === '/hook/0' && seen.size % 25 === 0) {
         try {
           new Webhook(secret).verify(Buffer.concat(chunks).toString('utf8'), req.headers);
           verified += 1;
@@ -52,89 +63,137 @@ await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
 const receiverUrl = `http://127.0.0.1:${receiver.address().port}`;
 
 const origin = await startOrigin();
-const gateways = {};
-for (const batch of [BATCH, 1]) {
-  gateways[batch] = await startGateway({
+const contenders = [];
+async function contender(label, root, batch, timeout) {
+  if (root) process.env.POSTGUARD_ROOT = root; // the harness reads the build from here
+  const q = consumerOf(root);
+  const gw = await startGateway({
     originUrl: origin.url,
     vars: { POSTGUARD_CONFIG: cfg(CONFIG) },
-    patchOptions: (o) => { o.queueConsumers[mainQueue.queue].maxBatchSize = batch; },
+    patchOptions: (o) => {
+      o.queueConsumers[q.queue].maxBatchSize = batch;
+      if (timeout !== undefined) o.queueConsumers[q.queue].maxBatchTimeout = timeout;
+    },
   });
+  delete process.env.POSTGUARD_ROOT;
+  contenders.push({ label, batch, timeout: timeout ?? q.max_batch_timeout, gw, delivery: [], publish: [] });
+}
+for (const batch of BATCHES) await contender(`after (${commitOf(ROOT)})`, undefined, batch, TIMEOUT);
+if (BEFORE_ROOT) {
+  const q = consumerOf(BEFORE_ROOT);
+  await contender(`before (${commitOf(BEFORE_ROOT)})`, BEFORE_ROOT, q.max_batch_size ?? 10, undefined);
 }
 
-async function round(gw, project, n) {
+/** Publishes `n` events to `project` (16 at a time); waits for `n × subs` deliveries. */
+async function round(c, project, n, subs) {
   seen = new Map();
   duplicates = 0;
+  secret = c.secrets[project];
   const t0 = performance.now();
   let next = 0;
   const publisher = async () => {
     while (next < n) {
       const i = next++;
-      const res = await gw.admin('POST', '/_postguard/v1/events', { project, type: 'bench.tick', data: { n: i } }, { token: ORIGIN_TOKEN });
+      const res = await c.gw.admin('POST', '/_postguard/v1/events', { project, type: 'bench.tick', data: { n: i } }, { token: ORIGIN_TOKEN });
       if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
     }
   };
   await Promise.all(Array.from({ length: PUBLISHERS }, publisher));
   const published = performance.now() - t0;
-  const deadline = Date.now() + 120_000;
-  while (seen.size < n) {
-    if (Date.now() > deadline) throw new Error(`only ${seen.size} of ${n} deliveries arrived within 120 s`);
+  const backlog = n * subs - seen.size; // left for the consumer alone
+  const deadline = Date.now() + 180_000;
+  while (seen.size < n * subs) {
+    if (Date.now() > deadline) throw new Error(`only ${seen.size} of ${n * subs} deliveries arrived within 180 s`);
     await new Promise((r) => setTimeout(r, 20));
   }
   const last = Math.max(...seen.values());
-  return { published, total: last - t0, perSecond: n / ((last - t0) / 1000), duplicates };
+  const drained = last - t0 - published;
+  return {
+    drainPerSecond: backlog > 0 && drained > 0 ? backlog / (drained / 1000) : NaN,
+    published,
+    publishPerSecond: n / (published / 1000),
+    total: last - t0,
+    perSecond: (n * subs) / ((last - t0) / 1000),
+    duplicates,
+  };
 }
 
 try {
-  const projects = {};
-  for (const [batch, gw] of Object.entries(gateways)) {
-    projects[batch] = `bench-${batch}`;
-    const { key } = await gw.createKey({ project: projects[batch], plan: 'big' });
-    const sub = await gw.admin('POST', '/_postguard/v1/webhooks', { url: `${receiverUrl}/hook`, events: ['*'] }, { token: key });
-    if (sub.status !== 201) throw new Error(`subscription: ${sub.status} ${sub.text}`);
-    gateways[batch].secret = sub.json.secret;
-    secret = sub.json.secret;
-    await round(gw, projects[batch], 50); // warm-up
+  for (const [i, c] of contenders.entries()) {
+    c.secrets = {};
+    c.projects = { one: `bench-${i}-one`, fan: `bench-${i}-fan` };
+    for (const [kind, project] of Object.entries(c.projects)) {
+      const { key } = await c.gw.createKey({ project, plan: 'big' });
+      for (let s = 0; s < (kind === 'one' ? 1 : FANOUT); s++) {
+        const sub = await c.gw.admin('POST', '/_postguard/v1/webhooks', { url: `${receiverUrl}/hook/${s}`, events: ['*'] }, { token: key });
+        if (sub.status !== 201) throw new Error(`subscription: ${sub.status} ${sub.text}`);
+        if (s === 0) c.secrets[project] = sub.json.secret;
+      }
+    }
+    await round(c, c.projects.one, 50, 1); // warm-up
+    await round(c, c.projects.fan, 50, FANOUT);
   }
-  const results = { [BATCH]: [], 1: [] };
   const direct = [];
   const sample = JSON.stringify({ id: 'evt_x', type: 'bench.tick', created_at: 0, data: { n: 1 } });
-  for (let i = 0; i < ROUNDS; i++) {
-    for (const batch of [BATCH, 1]) {
-      secret = gateways[batch].secret;
-      const r = await round(gateways[batch], projects[batch], EVENTS);
-      results[batch].push(r);
-      console.log(`batch ${batch}: ${JSON.stringify(r)}`);
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const c of contenders) {
+      const d = await round(c, c.projects.one, EVENTS, 1);
+      c.delivery.push(d);
+      console.log(`${c.label} batch ${c.batch}, delivery: ${JSON.stringify(d)}`);
     }
-    direct.push((await load({ url: `${receiverUrl}/hook`, method: 'POST', body: sample, connections: 16, duration: 4, headers: { 'content-type': 'application/json' } })).requests.average);
+    for (const c of contenders) {
+      const p = await round(c, c.projects.fan, EVENTS, FANOUT);
+      c.publish.push(p);
+      console.log(`${c.label} batch ${c.batch}, publish ×${FANOUT}: ${JSON.stringify(p)}`);
+    }
+    direct.push((await load({ url: `${receiverUrl}/hook/0`, method: 'POST', body: sample, connections: 16, duration: 4, headers: { 'content-type': 'application/json' } })).requests.average);
   }
-  const rate = (rs) => rs.map((r) => r.perSecond);
   const ms = (xs) => `${median(xs).toFixed(0)} (${spread(xs, 0)})`;
-  const row = (batch) => {
-    const rs = results[batch];
-    const ratio = rs.map((r, i) => r.perSecond / results[1][i].perSecond);
-    return `| ${batch} | ${ms(rate(rs))} | ${median(ratio).toFixed(2)} (${spread(ratio)}) | ${ms(rs.map((r) => (EVENTS / r.published) * 1000))} | ${ms(rs.map((r) => r.total))} | ${ms(rs.map((r) => r.total - r.published))} | ${rs.reduce((a, r) => a + r.duplicates, 0)} |`;
+  const ratio = (xs, ys) => {
+    const rs = xs.map((x, i) => x / ys[i]);
+    return `${median(rs).toFixed(2)} (${spread(rs)})`;
   };
-  writeSection('webhooks', `## Webhook delivery throughput
+  const base = contenders.at(-1);
+  const perSecond = (rs) => rs.map((r) => r.perSecond);
+  const publishRate = (rs) => rs.map((r) => r.publishPerSecond);
+  const deliveryRow = (c) => {
+    const rs = c.delivery;
+    return `| ${c.label} | ${c.batch} | ${c.timeout} | ${ms(perSecond(rs))} | ${ratio(perSecond(rs), perSecond(base.delivery))} | ${ms(publishRate(rs))} | ${ms(rs.map((r) => r.total))} | ${ms(rs.map((r) => r.total - r.published))} | ${rs.reduce((a, r) => a + r.duplicates, 0)} |`;
+  };
+  const publishRow = (c) => {
+    const rs = c.publish;
+    const drain = rs.map((r) => r.drainPerSecond);
+    return `| ${c.label} | ${c.batch} | ${ms(publishRate(rs))} | ${ratio(publishRate(rs), publishRate(base.publish))} | ${ms(perSecond(rs))} | ${ratio(perSecond(rs), perSecond(base.publish))} | ${ms(drain)} | ${ratio(drain, base.publish.map((r) => r.drainPerSecond))} | ${rs.reduce((a, r) => a + r.duplicates, 0)} |`;
+  };
+  const best = Math.max(...contenders.map((c) => median(perSecond(c.delivery))));
+  writeSection('webhooks', `## Webhook throughput: publish and delivery
 
-\`node bench/webhooks.mjs ${EVENTS} ${ROUNDS}\` — ${new Date().toISOString().slice(0, 10)}; ${EVENTS} events per round, one subscription, a local
-receiver answering 200 at once, ${PUBLISHERS} concurrent publishers, ${ROUNDS} rounds alternating two gateways that differ only in the
-queue consumer's max_batch_size (${BATCH} from wrangler.toml, and 1). Deliveries/s: first publish → last delivery received.
+\`${BEFORE_ROOT ? 'BEFORE_ROOT=<build of the code before> ' : ''}node bench/webhooks.mjs ${EVENTS} ${ROUNDS}\` — ${new Date().toISOString().slice(0, 10)}; ${EVENTS} events per round, ${PUBLISHERS} concurrent
+publishers, a local receiver answering 200 at once, ${ROUNDS} rounds alternating the contenders (ratios against the last row).
 Publishing and delivery share the isolate, and delivery cannot outrun publishing: "last publish → last delivery" is
-how far the consumer lags behind. A batch costs two D1 round trips whatever its size (one query loads its
-deliveries, one \`batch()\` records its attempts); its POSTs run concurrently.
+how far the consumer lags behind. Miniflare's queue hands the consumer one batch at a time (the next once the last
+has returned), a batch of up to max_batch_size, sent when full or max_batch_timeout after its first message.
 
-| max_batch_size | deliveries/s, median (spread) | ÷ batch size 1 | events published/s | first publish → last delivery, ms | last publish → last delivery, ms | duplicate arrivals |
-|---|---|---|---|---|---|---|
-${row(BATCH)}
-${row(1)}
+Delivery, one subscription (deliveries/s: first publish → last delivery received):
+
+| build | max_batch_size | max_batch_timeout, s | deliveries/s, median (spread) | ÷ last row | events published/s | first publish → last delivery, ms | last publish → last delivery, ms | duplicate arrivals |
+|---|---|---|---|---|---|---|---|---|
+${contenders.map(deliveryRow).join('\n')}
+
+Publish, ${FANOUT} subscriptions per event (events/s: first publish → last 202; deliveries/s: ${FANOUT} × events, first publish →
+last delivery; drain: the consumer alone, the deliveries not yet received at the last 202 ÷ the time from it to the last delivery):
+
+| build | max_batch_size | events published/s, median (spread) | ÷ last row | deliveries/s | ÷ last row | drain deliveries/s | ÷ last row | duplicate arrivals |
+|---|---|---|---|---|---|---|---|---|
+${contenders.map(publishRow).join('\n')}
 
 The receiver alone (autocannon POSTing the same body to it, 16 connections): ${ms(direct)} req/s, the ceiling;
-postguard at batch size ${BATCH} reaches ${(median(rate(results[BATCH])) / median(direct)).toFixed(3)} of it. Signatures verified with standardwebhooks:
+the best contender's deliveries/s reach ${(best / median(direct)).toFixed(3)} of it. Signatures verified with standardwebhooks:
 ${verified} sampled, ${failedVerification} failed.
 `);
   if (failedVerification) process.exitCode = 1;
 } finally {
-  for (const gw of Object.values(gateways)) await gw.dispose();
+  for (const c of contenders) await c.gw.dispose();
   await origin.kill();
   receiver.close();
 }

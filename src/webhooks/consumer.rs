@@ -8,8 +8,10 @@
 //! dead-letter the delivery.
 //!
 //! A batch costs three D1 round trips whatever its size: one query loads
-//! every due delivery, one `batch()` claims their attempt numbers, one
-//! `batch()` records every attempt (bench/webhooks.mjs).
+//! every due delivery, one multi-row compare-and-set claims their attempt
+//! numbers, one `batch()` of two multi-row statements records every attempt
+//! and status write (`json_each` over one bound JSON array; ADR 0020,
+//! bench/webhooks.mjs).
 
 use postguard_core::config::Config;
 use postguard_core::ids;
@@ -26,7 +28,7 @@ use worker::d1::{D1Database, D1PreparedStatement};
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Env, MessageBuilder, MessageExt, Result};
 
-use super::{num, opt_text, text, Job, TaskStep};
+use super::{num, text, to_json, Job, TaskStep};
 use crate::runtime::{new_ulid_parts, now_ms, within};
 use crate::{bindings, http};
 
@@ -461,7 +463,8 @@ fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &wo
 /// A message's job and what it asks for; `None` (logged) when malformed or
 /// when it asks for nothing.
 fn parse(m: &Msg, from_dlq: bool) -> Option<(Job, delivery::Job)> {
-    let job = serde_json::from_value::<Job>(m.body().clone())
+    // Read from the parsed body in place (no copy of it per message).
+    let job = Job::deserialize(m.body())
         .map_err(|e| worker::console_error!("dropping a malformed delivery message: {}", e))
         .ok()?;
     let redirect = job.redirect_url.is_some();
@@ -525,24 +528,46 @@ pub async fn changed(db: &D1Database, statements: Vec<D1PreparedStatement>) -> R
 
 /// Claims each attempt's number (`attempts_made = n` where the delivery is
 /// still as loaded) before anything is sent, so two batches never send the
-/// same number: the loser sends nothing.
+/// same number: the loser sends nothing. One multi-row compare-and-set for
+/// the whole batch; the ids it returns are the claims that held.
 async fn claim_all(env: &Env, claims: &[Claimed<'_>]) -> Result<Vec<bool>> {
-    let db = env.d1(bindings::DB)?;
-    let statements = claims
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(&str, u32, &str, u32)> = claims
         .iter()
         .map(|c| {
             let e = c.claim.expect;
-            db.prepare("UPDATE deliveries SET attempts_made = ?, updated_at = ? WHERE id = ? AND status = ? AND attempts_made = ?")
-                .bind(&[
-                    num(u64::from(c.claim.attempt.number)),
-                    num(now_ms()),
-                    text(&c.job.delivery_id),
-                    text(e.status.as_str()),
-                    num(u64::from(e.attempts_made)),
-                ])
+            let id = c.job.delivery_id.as_str();
+            (
+                id,
+                c.claim.attempt.number,
+                e.status.as_str(),
+                e.attempts_made,
+            )
         })
-        .collect::<Result<_>>()?;
-    changed(&db, statements).await
+        .collect();
+    let db = env.d1(bindings::DB)?;
+    let won: Vec<Id> = db
+        .prepare(
+            "UPDATE deliveries SET attempts_made = json_extract(j.value, '$[1]'), updated_at = ? FROM json_each(?) AS j \
+             WHERE deliveries.id = json_extract(j.value, '$[0]') AND deliveries.status = json_extract(j.value, '$[2]') \
+             AND deliveries.attempts_made = json_extract(j.value, '$[3]') RETURNING id",
+        )
+        .bind(&[num(now_ms()), text(&to_json(&rows)?)])?
+        .all()
+        .await?
+        .results()?;
+    Ok(claims
+        .iter()
+        .map(|c| won.iter().any(|w| w.id == c.job.delivery_id))
+        .collect())
+}
+
+/// A row id returned by a multi-row compare-and-set.
+#[derive(Deserialize)]
+struct Id {
+    id: String,
 }
 
 /// One claimed attempt: sent (or given up), settled by the core on the
@@ -709,27 +734,31 @@ struct Recorded {
 const SETTLE_ROUNDS: usize = 3;
 
 /// Writes every attempt row and applies every status write in one D1
-/// `batch()`. A compare-and-set that did not hold (another attempt wrote
-/// first) is settled again on a fresh read, its row's next retry corrected.
+/// `batch()` of two multi-row statements. A compare-and-set that did not
+/// hold (another attempt wrote first) is settled again on a fresh read, its
+/// row's next retry corrected.
 async fn record_all(env: &Env, cfg: &Config, records: &[Recorded]) -> Result<()> {
     if records.is_empty() {
         return Ok(());
     }
     let db = env.d1(bindings::DB)?;
-    let mut statements = Vec::with_capacity(records.len() * 2);
-    let mut writes = Vec::new();
-    for r in records {
-        statements.push(insert_attempt(&db, r)?);
-        if let Some(w) = r.transition.write {
-            statements.push(cas(&db, &r.delivery_id, &w)?);
-            writes.push((r, statements.len() - 1));
-        }
+    let writes: Vec<(&Recorded, Write)> = records
+        .iter()
+        .filter_map(|r| r.transition.write.map(|w| (r, w)))
+        .collect();
+    let mut statements = vec![insert_attempts(&db, records)?];
+    if !writes.is_empty() {
+        statements.push(cas_many(&db, &writes)?);
     }
-    let ok = changed(&db, statements).await?;
+    let results = db.batch(statements).await?;
+    let held: Vec<Id> = match results.get(1) {
+        Some(r) => r.results()?,
+        None => Vec::new(),
+    };
     let mut lost: Vec<&Recorded> = writes
         .into_iter()
-        .filter(|(_, i)| !ok[*i])
         .map(|(r, _)| r)
+        .filter(|r| !held.iter().any(|h| h.id == r.delivery_id))
         .collect();
     for _ in 0..SETTLE_ROUNDS {
         if lost.is_empty() {
@@ -790,28 +819,77 @@ fn opt_num(v: Option<u64>) -> JsValue {
     v.map_or(JsValue::NULL, num)
 }
 
-fn insert_attempt(db: &D1Database, r: &Recorded) -> Result<D1PreparedStatement> {
-    let a = &r.row;
-    let status_code = match &r.result {
-        Attempted::Sent(AttemptResult::Status { code, .. }) => Some(u64::from(*code)),
-        _ => None,
-    };
+/// One attempt row: the columns of `attempts` in order, an element of the
+/// JSON array bound to the multi-row insert.
+type AttemptCols<'a> = (
+    &'a str,
+    &'a str,
+    u32,
+    &'a str,
+    Option<u16>,
+    Option<&'a str>,
+    Option<&'a str>,
+    u64,
+    u64,
+    Option<u64>,
+);
+
+/// Every attempt row of the batch in one statement.
+fn insert_attempts(db: &D1Database, records: &[Recorded]) -> Result<D1PreparedStatement> {
+    let rows: Vec<AttemptCols> = records
+        .iter()
+        .map(|r| {
+            let a = &r.row;
+            let status_code = match &r.result {
+                Attempted::Sent(AttemptResult::Status { code, .. }) => Some(*code),
+                _ => None,
+            };
+            (
+                r.delivery_id.as_str(),
+                a.request_id.as_str(),
+                a.number,
+                a.url.as_str(),
+                status_code,
+                a.error.as_deref(),
+                a.excerpt.as_deref(),
+                a.duration_ms,
+                a.at,
+                r.transition.follow_up.map(|f| f.at),
+            )
+        })
+        .collect();
     db.prepare(
         "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
+         json_extract(value, '$[4]'), json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
+         json_extract(value, '$[8]'), json_extract(value, '$[9]') FROM json_each(?)",
     )
-    .bind(&[
-        text(&r.delivery_id),
-        text(&a.request_id),
-        num(u64::from(a.number)),
-        text(&a.url),
-        opt_num(status_code),
-        opt_text(a.error.as_deref()),
-        opt_text(a.excerpt.as_deref()),
-        num(a.duration_ms),
-        num(a.at),
-        opt_num(r.transition.follow_up.map(|f| f.at)),
-    ])
+    .bind(&[text(&to_json(&rows)?)])
+}
+
+/// Every status write of the batch as one compare-and-set statement; it
+/// returns the ids of the deliveries whose write held.
+fn cas_many(db: &D1Database, writes: &[(&Recorded, Write)]) -> Result<D1PreparedStatement> {
+    let rows: Vec<(&str, &str, Option<u64>, &str, u32)> = writes
+        .iter()
+        .map(|(r, w)| {
+            let e = w.expect;
+            let id = r.delivery_id.as_str();
+            (
+                id,
+                w.status.as_str(),
+                w.next_attempt_at,
+                e.status.as_str(),
+                e.attempts_made,
+            )
+        })
+        .collect();
+    db.prepare(
+        "UPDATE deliveries SET status = json_extract(j.value, '$[1]'), next_attempt_at = json_extract(j.value, '$[2]'), updated_at = ? \
+         FROM json_each(?) AS j WHERE deliveries.id = json_extract(j.value, '$[0]') \
+         AND deliveries.status = json_extract(j.value, '$[3]') AND deliveries.attempts_made = json_extract(j.value, '$[4]') RETURNING id",
+    )
+    .bind(&[num(now_ms()), text(&to_json(&rows)?)])
 }
 
 /// The compare-and-set status write: only where the delivery is still as the
@@ -1026,7 +1104,7 @@ pub async fn release_held(env: &Env, subscription_id: &str) -> Result<u32> {
 
 /// A task message's body, or `None` (logged) when malformed.
 pub fn task_step(m: &Msg) -> Option<TaskStep> {
-    serde_json::from_value::<TaskStep>(m.body().clone())
+    TaskStep::deserialize(m.body())
         .map_err(|e| worker::console_error!("dropping a malformed task message: {}", e))
         .ok()
 }

@@ -90,6 +90,13 @@ pub fn policy(cfg: &Config) -> UrlPolicy<'_> {
     }
 }
 
+/// A JSON array bound as one parameter of a multi-row statement
+/// (`json_each(?)`): one statement for any number of rows, within D1's limit
+/// of 100 bound parameters.
+pub fn to_json<T: Serialize + ?Sized>(rows: &T) -> worker::Result<String> {
+    serde_json::to_string(rows).map_err(|e| worker::Error::RustError(e.to_string()))
+}
+
 /// `prefix` + a ULID of now.
 pub fn new_id(prefix: &str) -> String {
     let (now, rnd) = crate::runtime::new_ulid_parts();

@@ -2,7 +2,7 @@
 //! one delivery per matching subscription in D1, enqueue the first attempts,
 //! and only then answer 202.
 //!
-//! An outbox (migrations/0003_outbox.sql): each delivery gets an `outbox`
+//! An outbox (migrations/0005_outbox.sql): each delivery gets an `outbox`
 //! row in the same transaction, marked `enqueued_at` once its first attempt
 //! was handed to the queue. If the send fails the origin gets a 500, and its
 //! retry of the same event id (otherwise a no-op) enqueues what is still
@@ -10,16 +10,22 @@
 //! `webhooks.outbox_after_s`. A job sent twice (a retry racing the sweep) is
 //! dropped by the consumer: a scheduled job runs only while it matches the
 //! delivery's `next_attempt_at`, once.
+//!
+//! Two D1 calls per publish whatever its fan-out (ADR 0020): one `batch()`
+//! reads whether the id is known and the subscriptions, one transaction
+//! writes (multi-row statements) and returns what is unsent; the marks of
+//! concurrent publishes share one statement ([`mark_enqueued`]).
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::delivery::Status;
-use postguard_core::webhooks::events;
 use postguard_core::webhooks::ops::SubState;
+use postguard_core::webhooks::{events, fanout};
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
+use std::cell::{Cell, RefCell};
+use worker::d1::D1PreparedStatement;
 use worker::{D1Database, Env, Request, Result};
 
-use super::{new_id, num, text, Job};
+use super::{new_id, num, text, to_json, Job};
 use crate::auth;
 use crate::bindings;
 use crate::http;
@@ -51,13 +57,28 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     let input = events::parse_publish(&body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
-    let existing: Option<Exists> = env
-        .d1(bindings::DB)?
-        .prepare("SELECT id FROM events WHERE project = ? AND id = ?")
-        .bind(&[text(&input.project), text(&event_id)])?
-        .first(None)
+    let db = env.d1(bindings::DB)?;
+    // One round trip: whether the id is known, and the project's subscriptions.
+    let read = db
+        .batch(vec![
+            db.prepare("SELECT id FROM events WHERE project = ? AND id = ?")
+                .bind(&[text(&input.project), text(&event_id)])?,
+            subscriptions(&db, &input.project)?,
+        ])
         .await?;
-    if existing.is_none() {
+    let known = read
+        .first()
+        .map(|r| r.results::<Exists>())
+        .transpose()?
+        .is_some_and(|rows| !rows.is_empty());
+    if known {
+        // A retry of a publish whose send failed enqueues what is still unsent.
+        flush_event(env, &db, &input.project, &event_id).await?;
+    } else {
+        let subs: Vec<SubRow> = match read.get(1) {
+            Some(r) => r.results()?,
+            None => Vec::new(),
+        };
         let event = Event {
             project: &input.project,
             id: &event_id,
@@ -65,11 +86,8 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
             data: &input.data,
             request_id: &rc.request_id,
         };
-        fan_out(env, cfg, &event, None).await?;
+        store_and_send(env, cfg, &db, &event, subs, None).await?;
     }
-    // A retry of a publish whose send failed enqueues what is still unsent.
-    let db = env.d1(bindings::DB)?;
-    flush_event(env, &db, &input.project, &event_id).await?;
     http::json(rc, 202, &Accepted { id: &event_id }, &[])
 }
 
@@ -83,6 +101,16 @@ pub struct Event<'a> {
     pub request_id: &'a str,
 }
 
+/// The project's subscriptions that can receive events: those of a revoked
+/// key receive nothing (ADR 0015).
+fn subscriptions(db: &D1Database, project: &str) -> Result<D1PreparedStatement> {
+    db.prepare(
+        "SELECT s.id, s.url, s.events, o.state FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+         LEFT JOIN subscription_owners w ON w.subscription_id = s.id WHERE s.project = ? AND w.key_revoked_at IS NULL",
+    )
+    .bind(&[text(project)])
+}
+
 /// Stores the event and one delivery per matching subscription (but
 /// `exclude`), then queues the first attempts. Deliveries to a paused or
 /// disabled subscription are created `paused`, with no attempt queued.
@@ -94,14 +122,25 @@ pub async fn fan_out(
     exclude: Option<&str>,
 ) -> Result<bool> {
     let db = env.d1(bindings::DB)?;
-    let subs: Vec<SubRow> = db
-        // Subscriptions of a revoked key receive nothing (ADR 0015).
-        .prepare("SELECT s.id, s.url, s.events, o.state FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
-                  LEFT JOIN subscription_owners w ON w.subscription_id = s.id WHERE s.project = ? AND w.key_revoked_at IS NULL")
-        .bind(&[text(ev.project)])?
-        .all()
-        .await?
-        .results()?;
+    let subs: Vec<SubRow> = subscriptions(&db, ev.project)?.all().await?.results()?;
+    store_and_send(env, cfg, &db, ev, subs, exclude).await
+}
+
+/// One delivery to create: `[id, subscription_id, url, status, next_attempt_at]`,
+/// an element of the JSON array bound to the multi-row insert.
+type NewDelivery<'a> = (String, &'a str, &'a str, &'static str, Option<u64>);
+
+/// The write of one publish, in one D1 `batch()` (one round trip, one
+/// transaction), then the queue. Multi-row statements (`json_each` over one
+/// bound JSON array) keep it at five statements whatever the fan-out.
+async fn store_and_send(
+    env: &Env,
+    cfg: &Config,
+    db: &D1Database,
+    ev: &Event<'_>,
+    subs: Vec<SubRow>,
+    exclude: Option<&str>,
+) -> Result<bool> {
     let now = now_ms();
     let payload = events::payload(
         ev.id,
@@ -111,6 +150,27 @@ pub async fn fan_out(
         cfg.settings.webhooks.max_payload_bytes as usize,
     );
     let payload = String::from_utf8_lossy(&payload).into_owned();
+    let mut rows: Vec<NewDelivery> = Vec::new();
+    for sub in &subs {
+        let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
+        if !events::matches(&filters, ev.event_type) || exclude == Some(sub.id.as_str()) {
+            continue;
+        }
+        let held = sub.state.is_some_and(SubState::holds);
+        let (status, next) = if held {
+            (Status::Paused, None)
+        } else {
+            (Status::Pending, Some(now))
+        };
+        rows.push((new_id("dlv_"), &sub.id, &sub.url, status.as_str(), next));
+    }
+    // The outbox rows, only for deliveries actually written (an ignored
+    // duplicate has another id); a held (paused) one is not enqueued.
+    let unheld: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.4.is_some())
+        .map(|r| r.0.as_str())
+        .collect();
     let mut statements = vec![
         db.prepare(
             "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -125,48 +185,37 @@ pub async fn fan_out(
         db.prepare("INSERT OR REPLACE INTO event_requests (project, event_id, request_id) VALUES (?, ?, ?)")
             .bind(&[text(ev.project), text(ev.id), text(ev.request_id)])?,
     ];
-    for sub in subs {
-        let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
-        if !events::matches(&filters, ev.event_type) || exclude == Some(sub.id.as_str()) {
-            continue;
-        }
-        let delivery_id = new_id("dlv_");
-        let held = sub.state.is_some_and(SubState::holds);
-        let (status, next) = if held {
-            (Status::Paused, JsValue::NULL)
-        } else {
-            (Status::Pending, num(now))
-        };
+    if !rows.is_empty() {
         statements.push(
             db.prepare(
                 "INSERT OR IGNORE INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                 SELECT json_extract(value, '$[0]'), ?, ?, ?, json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]'), 0, \
+                 json_extract(value, '$[4]'), ?, ? FROM json_each(?)",
             )
             .bind(&[
-                text(&delivery_id),
                 text(ev.project),
                 text(ev.id),
                 text(ev.event_type),
-                text(&sub.id),
-                text(&sub.url),
-                text(status.as_str()),
-                next,
                 num(now),
                 num(now),
+                text(&to_json(&rows)?),
             ])?,
         );
-        // The outbox row, only for the delivery actually written (an ignored
-        // duplicate has another id); a held (paused) one is not enqueued.
-        if !held {
-            statements.push(
-                db.prepare(
-                    "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
-                     SELECT id, project, event_id, created_at FROM deliveries WHERE id = ?",
-                )
-                .bind(&[text(&delivery_id)])?,
-            );
-        }
     }
+    if !unheld.is_empty() {
+        statements.push(
+            db.prepare(
+                "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
+                 SELECT id, project, event_id, created_at FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(&[text(&to_json(&unheld)?)])?,
+        );
+    }
+    // Another statement of this transaction (a counter, a check) goes here.
+    // Then, in the same transaction: what of this event is still unsent (ours,
+    // or a concurrent publisher's of the same id).
+    let unsent_at = statements.len();
+    statements.push(unsent_of(db, ev.project, ev.id)?);
     // Durable before the 202: the event, its deliveries and their outbox rows
     // in one transaction. A concurrent publish of the same id is absorbed by
     // the constraints (`INSERT OR IGNORE` on the events key and on one
@@ -179,11 +228,12 @@ pub async fn fan_out(
         .and_then(|r| r.meta().ok().flatten())
         .and_then(|m| m.changes)
         .is_some_and(|n| n > 0);
-    flush_event(env, &db, ev.project, ev.id).await?;
-    if !inserted {
-        return Ok(false);
-    }
-    Ok(true)
+    let unsent: Vec<Unsent> = match results.get(unsent_at) {
+        Some(r) => r.results()?,
+        None => Vec::new(),
+    };
+    send(env, db, unsent).await?;
+    Ok(inserted)
 }
 
 #[derive(Deserialize)]
@@ -192,45 +242,98 @@ struct Unsent {
     next_attempt_at: u64,
 }
 
+/// The event's deliveries not yet handed to the queue.
+fn unsent_of(db: &D1Database, project: &str, event_id: &str) -> Result<D1PreparedStatement> {
+    db.prepare(
+        "SELECT o.delivery_id, d.next_attempt_at FROM outbox o JOIN deliveries d ON d.id = o.delivery_id \
+         WHERE o.project = ? AND o.event_id = ? AND o.enqueued_at IS NULL",
+    )
+    .bind(&[text(project), text(event_id)])
+}
+
 /// Enqueues the event's deliveries not yet enqueued, then records them sent.
 async fn flush_event(env: &Env, db: &D1Database, project: &str, event_id: &str) -> Result<()> {
-    let unsent: Vec<Unsent> = db
-        .prepare(
-            "SELECT o.delivery_id, d.next_attempt_at FROM outbox o JOIN deliveries d ON d.id = o.delivery_id \
-             WHERE o.project = ? AND o.event_id = ? AND o.enqueued_at IS NULL",
-        )
-        .bind(&[text(project), text(event_id)])?
-        .all()
-        .await?
-        .results()?;
+    let unsent: Vec<Unsent> = unsent_of(db, project, event_id)?.all().await?.results()?;
     send(env, db, unsent).await.map(|_| ())
 }
 
 /// Sends the first attempts in `sendBatch`-sized chunks (`super::batches`),
-/// marking each chunk enqueued once sent (at least once: a crash between the
-/// two re-sends, which the consumer drops as a duplicate). A failed chunk
-/// stops here; what is unsent stays in the outbox.
+/// then records them enqueued ([`mark_enqueued`]; at least once: a crash
+/// between the two re-sends, which the consumer drops as a duplicate). A
+/// failed chunk stops here; what is unsent stays in the outbox.
 async fn send(env: &Env, db: &D1Database, unsent: Vec<Unsent>) -> Result<usize> {
+    if unsent.is_empty() {
+        return Ok(0);
+    }
     let queue = env.queue(bindings::DELIVERIES)?;
     let jobs: Vec<Job> = unsent
         .iter()
         .map(|u| Job::scheduled(u.delivery_id.clone(), u.next_attempt_at))
         .collect();
-    let mut sent = 0;
+    let mut sent = Vec::with_capacity(jobs.len());
+    let mut failed = None;
     for range in super::batches(&jobs) {
-        queue.send_batch(jobs[range.clone()].to_vec()).await?;
-        let now = num(now_ms());
-        let marks = unsent[range]
-            .iter()
-            .map(|u| {
-                db.prepare("UPDATE outbox SET enqueued_at = ? WHERE delivery_id = ?")
-                    .bind(&[now.clone(), text(&u.delivery_id)])
-            })
-            .collect::<Result<Vec<_>>>()?;
-        sent += marks.len();
-        db.batch(marks).await?;
+        if let Err(e) = queue.send_batch(jobs[range.clone()].to_vec()).await {
+            failed = Some(e);
+            break;
+        }
+        sent.extend(unsent[range].iter().map(|u| u.delivery_id.clone()));
     }
-    Ok(sent)
+    let n = sent.len();
+    mark_enqueued(db, sent).await?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+thread_local! {
+    /// Delivery ids sent to the queue and not yet marked `enqueued_at`.
+    static SENT: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// When this isolate's marker started (0: none runs).
+    static MARKING_SINCE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Records `ids` enqueued. Concurrent publishes share the statement: the
+/// first becomes the isolate's marker and writes every id pending, in
+/// rounds, until none is left (at most `MARK_ROUNDS`); the others leave
+/// theirs to it and answer at once. An id whose mark is lost (a failed
+/// statement, a marker cut short) is swept and sent again, and the consumer
+/// drops the duplicate: the mark saves the sweep's work, it decides nothing.
+async fn mark_enqueued(db: &D1Database, ids: Vec<String>) -> Result<()> {
+    SENT.with(|s| s.borrow_mut().extend(ids));
+    let now = now_ms();
+    if !fanout::must_start_marker(MARKING_SINCE.with(Cell::get), now) {
+        return Ok(());
+    }
+    MARKING_SINCE.with(|m| m.set(now.max(1)));
+    let mut out = Ok(());
+    for _ in 0..fanout::MARK_ROUNDS {
+        let ids: Vec<String> = SENT.with(|s| {
+            let mut s = s.borrow_mut();
+            let n = s.len().min(fanout::MARK_CHUNK);
+            s.drain(..n).collect()
+        });
+        if ids.is_empty() {
+            break;
+        }
+        out = mark(db, &ids).await;
+        if out.is_err() {
+            break;
+        }
+    }
+    MARKING_SINCE.with(|m| m.set(0));
+    out
+}
+
+async fn mark(db: &D1Database, ids: &[String]) -> Result<()> {
+    db.prepare(
+        "UPDATE outbox SET enqueued_at = ? WHERE delivery_id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(&[num(now_ms()), text(&to_json(ids)?)])?
+    .run()
+    .await
+    .map(|_| ())
 }
 
 /// The every-minute sweep: outbox rows left unsent for `after_s` (their

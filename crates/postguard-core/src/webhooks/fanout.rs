@@ -40,9 +40,31 @@ pub fn chunks(sizes: &[usize]) -> Vec<Range<usize>> {
     out
 }
 
+/// Ids one outbox-mark statement carries: one round of the coalesced marker.
+pub const MARK_CHUNK: usize = 500;
+/// Rounds one publish request runs as the isolate's marker before it leaves
+/// what is still pending to the next publish (its own answer waits on them).
+pub const MARK_ROUNDS: usize = 8;
+/// A marker older than this is taken to be gone (its request ended without
+/// finishing) and a new one starts.
+pub const MARKER_STALE_MS: u64 = 10_000;
+
+/// Whether a publish becomes the isolate's outbox marker: none is running
+/// (`since_ms` = 0), or the running one is stale.
+pub fn must_start_marker(since_ms: u64, now_ms: u64) -> bool {
+    since_ms == 0 || now_ms.saturating_sub(since_ms) >= MARKER_STALE_MS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_starts_when_none_runs_or_it_is_stale() {
+        assert!(must_start_marker(0, 5));
+        assert!(!must_start_marker(1_000, 1_000 + MARKER_STALE_MS - 1));
+        assert!(must_start_marker(1_000, 1_000 + MARKER_STALE_MS));
+    }
     use proptest::prelude::*;
 
     #[test]

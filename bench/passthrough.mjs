@@ -29,7 +29,6 @@ export const PASS_THROUGH = `export default {
 };`;
 
 const referenceScript = (rpc) => `import { DurableObject } from 'cloudflare:workers';
-const WINDOW_MS = 60000;
 export class Ref extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
@@ -38,11 +37,11 @@ export class Ref extends DurableObject {
     this.sql.exec('CREATE TABLE IF NOT EXISTS r (k TEXT PRIMARY KEY, fp TEXT NOT NULL, status INTEGER NOT NULL, body BLOB)');
     this.window = this.sql.exec('SELECT start, n FROM w').toArray()[0] ?? { start: 0, n: 0 };
   }
-  admit(limit, k, fp) {
+  admit(limit, windowMs, k, fp) {
     const now = Date.now();
-    const start = now - (now % WINDOW_MS);
+    const start = now - (now % windowMs);
     const used = this.window.start === start ? this.window.n : 0;
-    const rl = { limit, remaining: Math.max(0, limit - used - 1), reset: (start + WINDOW_MS) / 1000, resetIn: Math.ceil((start + WINDOW_MS - now) / 1000) };
+    const rl = { limit, window: windowMs / 1000, remaining: Math.max(0, limit - used - 1), reset: (start + windowMs) / 1000, resetIn: Math.ceil((start + windowMs - now) / 1000) };
     if (used >= limit) return { status: 429, rl: { ...rl, remaining: 0 } };
     this.window = { start, n: used + 1 };
     this.sql.exec('INSERT INTO w (k, start, n) VALUES (?, ?, ?) ON CONFLICT(k) DO UPDATE SET start = excluded.start, n = excluded.n', 'window', start, used + 1);
@@ -64,7 +63,7 @@ export class Ref extends DurableObject {
       this.complete(q.get('k'), Number(q.get('s')), await req.arrayBuffer());
       return new Response(null, { status: 204 });
     }
-    const a = this.admit(Number(q.get('limit')), q.get('k'), q.get('fp'));
+    const a = this.admit(Number(q.get('limit')), Number(q.get('window')), q.get('k'), q.get('fp'));
     return new Response(a.body ?? null, { headers: { 'x-answer': JSON.stringify({ ...a, body: undefined }) } });
   }
 }
@@ -81,6 +80,8 @@ export class Audit extends DurableObject {
     return rows.length;
   }
   async fetch(req) {
+    // GET: the rows written so far (a check that the benchmark's audit rows land).
+    if (req.method === 'GET') return new Response(String(this.ctx.storage.sql.exec('SELECT COUNT(*) AS n FROM audit').one().n));
     return new Response(String(this.write(await req.json())));
   }
 }
@@ -106,9 +107,9 @@ async function lookup(env, token) {
   keys.set(hash, { rec, at: now });
   return rec;
 }
-async function admit(stub, limit, k, fp) {
-  if (RPC) return stub.admit(limit, k, fp);
-  const q = new URLSearchParams({ limit: String(limit) });
+async function admit(stub, limit, windowMs, k, fp) {
+  if (RPC) return stub.admit(limit, windowMs, k, fp);
+  const q = new URLSearchParams({ limit: String(limit), window: String(windowMs) });
   if (k) { q.set('k', k); q.set('fp', fp); }
   const res = await stub.fetch('https://ref/admit?' + q, { method: 'POST' });
   const a = JSON.parse(res.headers.get('x-answer'));
@@ -122,19 +123,20 @@ async function complete(stub, k, status, body) {
 }
 let pending = [];
 let flushing = null;
+// The request that starts a flush keeps it alive (waitUntil); later rows join it. (A
+// promise of one request awaited by another is cancelled when its request ends.)
 function audit(env, ctx, row) {
   pending.push(row);
-  if (!flushing) {
-    flushing = (async () => {
-      await new Promise((r) => setTimeout(r, 20));
-      const rows = pending;
-      pending = [];
-      flushing = null;
-      const stub = env.AUDIT.get(env.AUDIT.idFromName(rows[0][8] ?? '-'));
-      if (RPC) await stub.write(rows);
-      else await stub.fetch('https://audit/write', { method: 'POST', body: JSON.stringify(rows) });
-    })();
-  }
+  if (flushing) return;
+  flushing = (async () => {
+    await new Promise((r) => setTimeout(r, 20));
+    const rows = pending;
+    pending = [];
+    flushing = null;
+    const stub = env.AUDIT.get(env.AUDIT.idFromName(rows[0][8] ?? '-'));
+    if (RPC) await stub.write(rows);
+    else await stub.fetch('https://audit/write', { method: 'POST', body: JSON.stringify(rows) });
+  })();
   ctx.waitUntil(flushing);
 }
 function answer(status, headers, body, rl, id) {
@@ -142,7 +144,7 @@ function answer(status, headers, body, rl, id) {
   h.set('X-RateLimit-Limit', String(rl.limit));
   h.set('X-RateLimit-Remaining', String(rl.remaining));
   h.set('X-RateLimit-Reset', String(rl.reset));
-  h.set('RateLimit-Policy', '"default";q=' + rl.limit + ';w=60');
+  h.set('RateLimit-Policy', '"default";q=' + rl.limit + ';w=' + rl.window);
   h.set('RateLimit', '"default";r=' + rl.remaining + ';t=' + rl.resetIn);
   h.set('X-Request-Id', id);
   return new Response(body, { status, headers: h });
@@ -157,7 +159,7 @@ async function handle(req, env, id, facts) {
   const body = req.method === 'GET' ? null : await req.arrayBuffer();
   const fp = await sha256(body ?? new Uint8Array(0));
   const stub = env.REF.get(env.REF.idFromName(rec.id));
-  const a = await admit(stub, rec.limit, k, fp);
+  const a = await admit(stub, rec.limit, rec.window_ms, k, fp);
   facts.remaining = a.rl.remaining;
   if (a.replayed) { facts.replayed = true; return answer(a.status, { 'Idempotent-Replayed': 'true' }, a.body, a.rl, id); }
   if (a.status) return answer(a.status, { 'content-type': 'application/problem+json' }, '{"code":"' + a.status + '"}', a.rl, id);
@@ -206,13 +208,18 @@ export async function startBaseline(script, originUrl) {
   const out = { url, dispose: () => mf.dispose() };
   if (!ref) return out;
   const kv = await mf.getKVNamespace('KEYS');
-  const seed = async (id, limit) => {
+  const seed = async (id, limit, windowMs) => {
     const key = `ref_${id}_${Math.random().toString(36).slice(2)}`;
-    await kv.put(`h:${await sha256hex(key)}`, JSON.stringify({ id, prefix: key.slice(0, 12), project: 'bench', limit }));
+    await kv.put(`h:${await sha256hex(key)}`, JSON.stringify({ id, prefix: key.slice(0, 12), project: 'bench', limit, window_ms: windowMs }));
     return key;
   };
-  out.key = await seed('key-bench', 10_000_000);
-  out.tiny = await seed('key-tiny', 1);
+  out.auditRows = async () => {
+    const ns = await mf.getDurableObjectNamespace('AUDIT');
+    return Number(await (await ns.get(ns.idFromName('bench')).fetch('https://audit/count')).text());
+  };
+  // As benchGateway's plans: "bench" (no practical limit), "tiny" (one request a day).
+  out.key = await seed('key-bench', 10_000_000, 60_000);
+  out.tiny = await seed('key-tiny', 1, 86_400_000);
   await fetch(`${url}/bench/items`, { headers: { authorization: `Bearer ${out.tiny}` } }).then((r) => r.arrayBuffer()); // uses the only admission
   return out;
 }

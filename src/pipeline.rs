@@ -455,14 +455,25 @@ fn respond(
             Err(Reject::from(p).with(rl))
         }
         Ok(Forwarded::Streaming(resp)) => {
-            let headers = client_response_headers(&header_pairs(resp.headers()));
-            let h = http::to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+            let origin = header_pairs(resp.headers());
+            let kept = client_response_headers(&origin);
+            // The origin's headers copied in one call, then only what the core
+            // dropped deleted: not every kept header appended one by one.
+            let h = web_sys::Headers::new_with_headers(&resp.headers().0)
+                .map_err(worker::Error::from)?;
+            let h = Headers(h);
+            for (k, _) in origin.iter().filter(|p| !kept.contains(p)) {
+                h.delete(k)?;
+            }
             for (k, v) in rl {
                 h.set(k, v)?;
             }
             h.set("X-Request-Id", &rc.request_id)?;
             http::cors(rc, &h)?;
-            let declared = h.get("Content-Length")?.and_then(|v| v.parse().ok());
+            let declared = kept
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse().ok());
             rc.note(|f| f.response_bytes = declared);
             Ok(resp.with_headers(h))
         }

@@ -20,6 +20,23 @@ extern "C" {
     type GuardStub;
     #[wasm_bindgen(method, catch)]
     fn run(this: &GuardStub, op: &str, frame: &Uint8Array) -> Result<JsValue, JsValue>;
+
+    /// The `KEY_GUARD` namespace binding.
+    type GuardNamespace;
+    /// The stub of the object named `name`: one call where `idFromName` and
+    /// `get` are two.
+    #[wasm_bindgen(method, catch, js_name = getByName)]
+    fn get_by_name(this: &GuardNamespace, name: &str) -> Result<GuardStub, JsValue>;
+}
+
+/// The stub of API key `key_id`'s object.
+fn stub(env: &Env, key_id: &str) -> worker::Result<GuardStub> {
+    let ns = worker::js_sys::Reflect::get(env, &JsValue::from_str(bindings::KEY_GUARD))?;
+    if ns.is_undefined() {
+        let e = format!("binding {} is missing", bindings::KEY_GUARD);
+        return Err(worker::Error::RustError(e));
+    }
+    Ok(ns.unchecked_into::<GuardNamespace>().get_by_name(key_id)?)
 }
 
 /// A call that failed: the round trip itself, or the object's answer.
@@ -58,8 +75,7 @@ pub async fn call<O: Operation>(
     req: &O::Request,
     payload: &[u8],
 ) -> Result<(O::Response, Vec<u8>), CallError> {
-    let ns = env.durable_object(bindings::KEY_GUARD)?;
-    let stub: GuardStub = ns.id_from_name(key_id)?.get_stub()?.into_rpc();
+    let stub = stub(env, key_id)?;
     // One copy into a JS array the runtime serializes (never a view of wasm memory).
     let body = Uint8Array::from(frame::encode(req, payload)?.as_slice());
     let pending = stub.run(O::PATH, &body).map_err(worker::Error::from)?;

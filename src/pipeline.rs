@@ -78,12 +78,7 @@ pub async fn proxy(
 /// before this point never has its body read; an oversized one is answered
 /// 413 after the limiter, with its headers, and never forwarded).
 async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
-    let url = req.url()?;
-    let path = url.path().to_string();
-    let path_and_query = match url.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.clone(),
-    };
+    let (path, path_and_query) = http::path_and_query(req);
     let (body, oversized) = match proxy::has_body(&method) {
         true => match request::read_bounded(req, max).await? {
             Body::Read(b) => (b, false),
@@ -192,11 +187,7 @@ enum Forwarded {
 /// charged, claimed or attributed to a key); the gateway's
 /// `Idempotency-Key` is added to what the origin allows.
 pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let url = req.url()?;
-    let path_and_query = match url.query() {
-        Some(q) => format!("{}?{q}", url.path()),
-        None => url.path().to_string(),
-    };
+    let (_, path_and_query) = http::path_and_query(req);
     let headers = header_pairs(req.headers());
     let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
     match forward(origin, cfg).await {

@@ -156,11 +156,14 @@ pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
 /// (bench/RESULTS.md). An own `cf` property, undefined, shadows the getter.
 pub fn request(raw: worker::web_sys::Request) -> worker::Request {
     use worker::js_sys::{Object, Reflect};
-    let undefined = Object::new();
-    let shadowed = Reflect::set(&undefined, &JsValue::from_str("value"), &JsValue::UNDEFINED)
-        .and_then(|_| Reflect::define_property(&raw, &JsValue::from_str("cf"), &undefined));
-    // Not shadowed (the runtime refused): the wrapper reads `cf` as before.
-    let _ = shadowed;
+    thread_local! {
+        /// The property name and its descriptor (`{ value: undefined }`), made once.
+        static CF: (JsValue, Object) = (JsValue::from_str("cf"), Object::new());
+    }
+    CF.with(|(name, undefined)| {
+        // Not shadowed (the runtime refused): the wrapper reads `cf` as before.
+        let _ = Reflect::define_property(&raw, name, undefined);
+    });
     worker::Request::from(raw)
 }
 

@@ -31,8 +31,7 @@ use reject::Handled;
 /// endpoints or the proxy pipeline, render a rejection, then record the audit
 /// row after the response. No error escapes as a bare 500.
 #[event(fetch)]
-async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
-    let req = runtime::request(req);
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let mut rc = runtime::RequestCtx::new();
     rc.origin = req.headers().get("Origin").ok().flatten();
     let cfg = match runtime::config(&env) {

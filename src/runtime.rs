@@ -150,23 +150,6 @@ pub fn config(env: &Env) -> Result<Rc<Config>, ConfigError> {
     })
 }
 
-/// The client's request in the `worker` crate's wrapper, without its `cf`
-/// object: the wrapper reads `cf` (which postguard never uses), and the
-/// runtime builds that object on first access, about a tenth of a 429's CPU
-/// (bench/RESULTS.md). An own `cf` property, undefined, shadows the getter.
-pub fn request(raw: worker::web_sys::Request) -> worker::Request {
-    use worker::js_sys::{Object, Reflect};
-    thread_local! {
-        /// The property name and its descriptor (`{ value: undefined }`), made once.
-        static CF: (JsValue, Object) = (JsValue::from_str("cf"), Object::new());
-    }
-    CF.with(|(name, undefined)| {
-        // Not shadowed (the runtime refused): the wrapper reads `cf` as before.
-        let _ = Reflect::define_property(&raw, name, undefined);
-    });
-    worker::Request::from(raw)
-}
-
 /// Runs `fut` for at most `ms` milliseconds; `None` when the time ran out.
 pub async fn within<F: std::future::Future>(ms: u64, fut: F) -> Option<F::Output> {
     use futures_util::future::{select, Either};

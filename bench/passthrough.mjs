@@ -193,14 +193,14 @@ const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256',
 
 /**
  * Starts one baseline script (PASS_THROUGH, REFERENCE or REFERENCE_RPC) in front of
- * `originUrl`. Resolves with `{ url, dispose }`, and for a reference `key` (a key with
+ * `originUrl` (with a V8 inspector on `inspectorPort` if given). Resolves with `{ url, dispose }`, and for a reference `key` (a key with
  * no practical limit) and `tiny` (a key whose one request a day is used up).
  */
-export async function startBaseline(script, originUrl) {
+export async function startBaseline(script, originUrl, { inspectorPort } = {}) {
   const ref = script !== PASS_THROUGH;
   const mf = new Miniflare(convertV4MiniflareOptions({
     host: '127.0.0.1', port: 0, modules: true, script,
-    compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false,
+    compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false, inspectorPort,
     kvNamespaces: ref ? { KEYS: 'ref-keys' } : {},
     durableObjects: ref ? { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } } : {},
   }));

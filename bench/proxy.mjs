@@ -1,9 +1,9 @@
 // Benchmark: postguard against (a) a bare pass-through worker, the ceiling for any proxy
-// on this runtime, (b) a minimal JS gateway making the same Durable Object round trips,
-// the floor for any design with central per-key state (bench/passthrough.mjs), and (c)
-// the origin hit directly. Everything runs locally under Miniflare (workerd); figures are
-// ratios measured side by side in one run, the three loaded in alternation, each scenario
-// repeated `rounds` times.
+// on this runtime, (b) a minimal JS gateway doing the I/O the contract requires, the floor
+// for any design with central per-key state (bench/passthrough.mjs), once calling its
+// objects by fetch and once by JS RPC, and (c) the origin hit directly. Everything runs
+// locally under Miniflare (workerd); figures are ratios measured side by side in one run,
+// the contenders loaded in alternation, each scenario repeated `rounds` times.
 // Usage: node bench/proxy.mjs [rounds] [seconds]
 import fs from 'node:fs';
 import path from 'node:path';

@@ -6,11 +6,21 @@ import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 // every request to the origin.
 //
 // REFERENCE: the floor for any gateway that keeps the contract's central per-key state:
-// a minimal JS worker making the same Durable Object round trips as postguard, with the
-// same kind of SQLite writes, and nothing else (no auth, validation, headers, signing,
-// fingerprints, audit or error handling). One object call and a counter write per request;
-// under an Idempotency-Key a lookup/claim first and a second call storing the response;
-// a replay answered from the object; `/limited/…` answered 429 by the object.
+// a minimal JS worker doing the I/O the contract requires of postguard and nothing else.
+// - The API key looked up by SHA-256 in KV, cached per isolate for 30 s (as src/auth.rs).
+// - One call per request to the key's SQLite object: a fixed-window charge (kept in
+//   memory, written through), and under an Idempotency-Key a lookup/claim keyed by the
+//   key and a SHA-256 of the body; a replay answered from the object; a second call
+//   storing the response after a fresh POST.
+// - The origin request signed (HMAC-SHA256 over its fields and the body's SHA-256, the
+//   shape of X-Postguard-Signature), without the client's Authorization.
+// - The rate-limit headers and X-Request-Id on every answer.
+// - An audit row per request, batched per isolate (20 ms) and written by one call per
+//   flush to a SQLite audit object that inserts the rows in one transaction (the shape of
+//   postguard's audit write after issue 16).
+// What it omits is listed in bench/README.md.
+// The object calls go through `fetch` (REFERENCE) or JS RPC (REFERENCE_RPC), the same
+// code otherwise.
 export const PASS_THROUGH = `export default {
   async fetch(req, env) {
     const u = new URL(req.url);
@@ -18,60 +28,198 @@ export const PASS_THROUGH = `export default {
   },
 };`;
 
-export const REFERENCE = `import { DurableObject } from 'cloudflare:workers';
+const referenceScript = (rpc) => `import { DurableObject } from 'cloudflare:workers';
 export class Ref extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
-    ctx.storage.sql.exec('CREATE TABLE IF NOT EXISTS w (k TEXT PRIMARY KEY, n INTEGER NOT NULL)');
-    ctx.storage.sql.exec('CREATE TABLE IF NOT EXISTS r (k TEXT PRIMARY KEY, status INTEGER NOT NULL, body BLOB)');
+    this.sql = ctx.storage.sql;
+    this.sql.exec('CREATE TABLE IF NOT EXISTS w (k TEXT PRIMARY KEY, start INTEGER NOT NULL, n INTEGER NOT NULL)');
+    this.sql.exec('CREATE TABLE IF NOT EXISTS r (k TEXT PRIMARY KEY, fp TEXT NOT NULL, status INTEGER NOT NULL, body BLOB)');
+    this.window = this.sql.exec('SELECT start, n FROM w').toArray()[0] ?? { start: 0, n: 0 };
+  }
+  admit(limit, windowMs, k, fp) {
+    const now = Date.now();
+    const start = now - (now % windowMs);
+    const used = this.window.start === start ? this.window.n : 0;
+    const rl = { limit, window: windowMs / 1000, remaining: Math.max(0, limit - used - 1), reset: (start + windowMs) / 1000, resetIn: Math.ceil((start + windowMs - now) / 1000) };
+    if (used >= limit) return { status: 429, rl: { ...rl, remaining: 0 } };
+    this.window = { start, n: used + 1 };
+    this.sql.exec('INSERT INTO w (k, start, n) VALUES (?, ?, ?) ON CONFLICT(k) DO UPDATE SET start = excluded.start, n = excluded.n', 'window', start, used + 1);
+    if (!k) return { status: 0, rl };
+    const row = this.sql.exec('SELECT fp, status, body FROM r WHERE k = ?', k).toArray()[0];
+    if (row && row.fp !== fp) return { status: 422, rl };
+    if (row && row.status) return { status: row.status, body: row.body, rl, replayed: true };
+    if (row) return { status: 409, rl };
+    this.sql.exec('INSERT INTO r (k, fp, status) VALUES (?, ?, 0)', k, fp);
+    return { status: 0, rl };
+  }
+  complete(k, status, body) {
+    this.sql.exec('UPDATE r SET status = ?, body = ? WHERE k = ?', status, body, k);
   }
   async fetch(req) {
     const u = new URL(req.url);
-    const k = u.searchParams.get('k');
-    const sql = this.ctx.storage.sql;
+    const q = u.searchParams;
     if (u.pathname === '/complete') {
-      const body = await req.arrayBuffer();
-      sql.exec('UPDATE r SET status = ?, body = ? WHERE k = ?', Number(u.searchParams.get('s')), body, k);
+      this.complete(q.get('k'), Number(q.get('s')), await req.arrayBuffer());
       return new Response(null, { status: 204 });
     }
-    if (u.searchParams.has('limited')) return new Response('limited', { status: 429 });
-    sql.exec('INSERT INTO w (k, n) VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET n = n + 1', 'window');
-    if (!k) return new Response(null, { status: 204 });
-    const row = sql.exec('SELECT status, body FROM r WHERE k = ?', k).toArray()[0];
-    if (row && row.status) return new Response(row.body, { status: row.status, headers: { 'x-replayed': 'true' } });
-    if (row) return new Response('in progress', { status: 409 });
-    sql.exec('INSERT INTO r (k, status) VALUES (?, 0)', k);
-    return new Response(null, { status: 204 });
+    const a = this.admit(Number(q.get('limit')), Number(q.get('window')), q.get('k'), q.get('fp'));
+    return new Response(a.body ?? null, { headers: { 'x-answer': JSON.stringify({ ...a, body: undefined }) } });
   }
 }
+export class Audit extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    ctx.storage.sql.exec('CREATE TABLE IF NOT EXISTS audit (request_id TEXT PRIMARY KEY, time INTEGER, method TEXT, path TEXT, status INTEGER, response_bytes INTEGER, response_time_ms INTEGER, key_prefix TEXT, project TEXT, idempotency_key TEXT, replayed INTEGER, rate_limit_remaining INTEGER)');
+  }
+  write(rows) {
+    const sql = this.ctx.storage.sql;
+    this.ctx.storage.transactionSync(() => {
+      for (const r of rows) sql.exec('INSERT OR IGNORE INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', ...r);
+    });
+    return rows.length;
+  }
+  async fetch(req) {
+    // GET: the rows written so far (a check that the benchmark's audit rows land).
+    if (req.method === 'GET') return new Response(String(this.ctx.storage.sql.exec('SELECT COUNT(*) AS n FROM audit').one().n));
+    return new Response(String(this.write(await req.json())));
+  }
+}
+const RPC = ${rpc};
+const enc = new TextEncoder();
+const hex = (buf) => { let s = ''; for (const b of new Uint8Array(buf)) s += b.toString(16).padStart(2, '0'); return s; };
+const sha256 = async (data) => hex(await crypto.subtle.digest('SHA-256', data));
+const signingKey = crypto.subtle.importKey('raw', enc.encode('reference-signing-secret-0123456789'), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+/** X-Postguard-Signature's shape: HMAC-SHA256 over the request's fields and its body's SHA-256. */
+async function sign(id, req, path, bodyHash, rec, k) {
+  const t = Math.floor(Date.now() / 1000);
+  const fields = ['v2', t, id, req.method, path, bodyHash, rec.project, rec.prefix, 'bench', k ?? '', req.headers.get('content-type') ?? '', req.headers.get('cf-connecting-ip') ?? ''];
+  const mac = await crypto.subtle.sign('HMAC', await signingKey, enc.encode(fields.join('\\n')));
+  return 't=' + t + ',v2=' + btoa(String.fromCharCode(...new Uint8Array(mac)));
+}
+const keys = new Map();
+async function lookup(env, token) {
+  const hash = await sha256(enc.encode(token));
+  const now = Date.now();
+  const hit = keys.get(hash);
+  if (hit && now - hit.at < 30000) return hit.rec;
+  const rec = await env.KEYS.get('h:' + hash, 'json');
+  keys.set(hash, { rec, at: now });
+  return rec;
+}
+async function admit(stub, limit, windowMs, k, fp) {
+  if (RPC) return stub.admit(limit, windowMs, k, fp);
+  const q = new URLSearchParams({ limit: String(limit), window: String(windowMs) });
+  if (k) { q.set('k', k); q.set('fp', fp); }
+  const res = await stub.fetch('https://ref/admit?' + q, { method: 'POST' });
+  const a = JSON.parse(res.headers.get('x-answer'));
+  if (a.replayed) a.body = await res.arrayBuffer();
+  return a;
+}
+async function complete(stub, k, status, body) {
+  if (RPC) return stub.complete(k, status, body);
+  const q = new URLSearchParams({ k, s: String(status) });
+  await stub.fetch('https://ref/complete?' + q, { method: 'POST', body });
+}
+let pending = [];
+let flushing = null;
+// The request that starts a flush keeps it alive (waitUntil); later rows join it. (A
+// promise of one request awaited by another is cancelled when its request ends.)
+function audit(env, ctx, row) {
+  pending.push(row);
+  if (flushing) return;
+  flushing = (async () => {
+    await new Promise((r) => setTimeout(r, 20));
+    const rows = pending;
+    pending = [];
+    flushing = null;
+    const stub = env.AUDIT.get(env.AUDIT.idFromName(rows[0][8] ?? '-'));
+    if (RPC) await stub.write(rows);
+    else await stub.fetch('https://audit/write', { method: 'POST', body: JSON.stringify(rows) });
+  })();
+  ctx.waitUntil(flushing);
+}
+function answer(status, headers, body, rl, id) {
+  const h = new Headers(headers);
+  h.set('X-RateLimit-Limit', String(rl.limit));
+  h.set('X-RateLimit-Remaining', String(rl.remaining));
+  h.set('X-RateLimit-Reset', String(rl.reset));
+  h.set('RateLimit-Policy', '"default";q=' + rl.limit + ';w=' + rl.window);
+  h.set('RateLimit', '"default";r=' + rl.remaining + ';t=' + rl.resetIn);
+  h.set('X-Request-Id', id);
+  return new Response(body, { status, headers: h });
+}
+async function handle(req, env, id, facts) {
+  const token = (req.headers.get('authorization') ?? '').replace(/^Bearer /, '');
+  const rec = token ? await lookup(env, token) : null;
+  if (!rec) return new Response('{"code":"INVALID_API_KEY"}', { status: 401, headers: { 'content-type': 'application/problem+json', 'X-Request-Id': id } });
+  facts.key = rec;
+  const u = new URL(req.url);
+  const k = req.method === 'GET' ? null : req.headers.get('idempotency-key');
+  const body = req.method === 'GET' ? null : await req.arrayBuffer();
+  const fp = await sha256(body ?? new Uint8Array(0));
+  const stub = env.REF.get(env.REF.idFromName(rec.id));
+  const a = await admit(stub, rec.limit, rec.window_ms, k, fp);
+  facts.remaining = a.rl.remaining;
+  if (a.replayed) { facts.replayed = true; return answer(a.status, { 'Idempotent-Replayed': 'true' }, a.body, a.rl, id); }
+  if (a.status) return answer(a.status, { 'content-type': 'application/problem+json' }, '{"code":"' + a.status + '"}', a.rl, id);
+  const headers = new Headers(req.headers);
+  headers.delete('authorization');
+  headers.set('X-Request-Id', id);
+  headers.set('X-Postguard-Signature', await sign(id, req, u.pathname + u.search, fp, rec, k));
+  const res = await fetch(env.ORIGIN_URL + u.pathname + u.search, { method: req.method, headers, body, redirect: 'manual' });
+  if (!k) return answer(res.status, res.headers, res.body, a.rl, id);
+  const out = await res.arrayBuffer();
+  await complete(stub, k, res.status, out);
+  return answer(res.status, res.headers, out, a.rl, id);
+}
 export default {
-  async fetch(req, env) {
+  async fetch(req, env, ctx) {
+    const started = Date.now();
+    const id = crypto.randomUUID();
+    const facts = {};
+    const res = await handle(req, env, id, facts);
     const u = new URL(req.url);
-    const stub = env.REF.get(env.REF.idFromName('one-key'));
-    const k = req.method === 'GET' ? null : req.headers.get('idempotency-key');
-    const q = new URLSearchParams();
-    if (k) q.set('k', k);
-    if (u.pathname.startsWith('/limited/')) q.set('limited', '1');
-    const admit = await stub.fetch('https://ref/admit?' + q, { method: 'POST' });
-    if (admit.status !== 204) return admit;
-    const res = await fetch(env.ORIGIN_URL + u.pathname + u.search, { method: req.method, headers: req.headers, body: req.body });
-    if (!k) return res;
-    const body = await res.arrayBuffer();
-    q.set('s', String(res.status));
-    await stub.fetch('https://ref/complete?' + q, { method: 'POST', body });
-    return new Response(body, res);
+    audit(env, ctx, [id, started, req.method, u.pathname, res.status, Number(res.headers.get('content-length')) || null, Date.now() - started,
+      facts.key?.prefix ?? null, facts.key?.project ?? null, req.headers.get('idempotency-key'), facts.replayed ? 1 : 0, facts.remaining ?? null]);
+    return res;
   },
 };`;
+export const REFERENCE = referenceScript(false);
+export const REFERENCE_RPC = referenceScript(true);
+
+/** SHA-256 hex, as the reference stores its keys. */
+const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))).toString('hex');
 
 /**
- * Starts one baseline script (PASS_THROUGH or REFERENCE) in front of `originUrl`.
- * Resolves with `{ url, dispose }`.
+ * Starts one baseline script (PASS_THROUGH, REFERENCE or REFERENCE_RPC) in front of
+ * `originUrl` (with a V8 inspector on `inspectorPort` if given). Resolves with `{ url, dispose }`, and for a reference `key` (a key with
+ * no practical limit) and `tiny` (a key whose one request a day is used up).
  */
-export async function startBaseline(script, originUrl) {
+export async function startBaseline(script, originUrl, { inspectorPort } = {}) {
+  const ref = script !== PASS_THROUGH;
   const mf = new Miniflare(convertV4MiniflareOptions({
     host: '127.0.0.1', port: 0, modules: true, script,
-    compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN),
-    durableObjects: script === REFERENCE ? { REF: { className: 'Ref', useSQLite: true } } : {},
+    compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false, inspectorPort,
+    kvNamespaces: ref ? { KEYS: 'ref-keys' } : {},
+    durableObjects: ref ? { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } } : {},
   }));
-  return { url: new URL(await mf.ready).origin, dispose: () => mf.dispose() };
+  const url = new URL(await mf.ready).origin;
+  const out = { url, dispose: () => mf.dispose() };
+  if (!ref) return out;
+  const kv = await mf.getKVNamespace('KEYS');
+  const seed = async (id, limit, windowMs) => {
+    const key = `ref_${id}_${Math.random().toString(36).slice(2)}`;
+    await kv.put(`h:${await sha256hex(key)}`, JSON.stringify({ id, prefix: key.slice(0, 12), project: 'bench', limit, window_ms: windowMs }));
+    return key;
+  };
+  out.auditRows = async () => {
+    const ns = await mf.getDurableObjectNamespace('AUDIT');
+    return Number(await (await ns.get(ns.idFromName('bench')).fetch('https://audit/count')).text());
+  };
+  // As benchGateway's plans: "bench" (no practical limit), "tiny" (one request a day).
+  out.key = await seed('key-bench', 10_000_000, 60_000);
+  out.tiny = await seed('key-tiny', 1, 86_400_000);
+  await fetch(`${url}/bench/items`, { headers: { authorization: `Bearer ${out.tiny}` } }).then((r) => r.arrayBuffer()); // uses the only admission
+  return out;
 }

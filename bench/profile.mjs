@@ -11,6 +11,7 @@
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
+import { REFERENCE, startBaseline } from './passthrough.mjs';
 
 const SCENARIO = process.argv[2] ?? 'all';
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -64,7 +65,8 @@ function scenariosFor({ gw, auth, tiny, body }) {
 /** Profiles one run of `opts` on the gateway whose inspector listens on `port`. */
 async function profiled(port, opts) {
   const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-  const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets[0];
+  // postguard's worker by name; the reference's is the unnamed user worker.
+  const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets.find((t) => t.id === 'core:user:') ?? targets[0];
   const c = cdp(target.webSocketDebuggerUrl);
   await c.open;
   await c.send('Profiler.enable');
@@ -135,12 +137,24 @@ function analyse(profile, requests) {
 const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40);
 
 const origin = await startOrigin();
-const builds = [{ label: 'this build', commit: commitOf(ROOT), port: 9239, ctx: await benchGateway(origin.url, { inspectorPort: 9239 }) }];
+// Inspector ports PROFILE_PORT, +1, +2 (default 9239): another port base lets two profiles run on one machine.
+const PORT = Number(process.env.PROFILE_PORT ?? 9239);
+const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT }) }];
 if (BEFORE_ROOT) {
   process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here
-  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: 9240, ctx: await benchGateway(origin.url, { inspectorPort: 9240 }) });
+  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: PORT + 1, ctx: await benchGateway(origin.url, { inspectorPort: PORT + 1 }) });
   delete process.env.POSTGUARD_ROOT;
 }
+// The minimal gateway of bench/passthrough.mjs (calling its objects by fetch), profiled in
+// the same rounds: the CPU target is postguard's busy time ÷ its busy time.
+{
+  const r = await startBaseline(REFERENCE, origin.url, { inspectorPort: PORT + 2 });
+  const auth = { authorization: `Bearer ${r.key}`, 'content-type': 'application/json' };
+  const body = '{"amount":100}';
+  await fetch(`${r.url}/bench/pay`, { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body }).then((res) => res.arrayBuffer()); // the stored response
+  builds.push({ label: 'reference', commit: 'JS', port: PORT + 2, reference: true, ctx: { gw: { url: r.url, dispose: r.dispose }, auth, tiny: r.tiny, body } });
+}
+const refIndex = builds.findIndex((b) => b.reference);
 try {
   const sets = builds.map((b) => scenariosFor(b.ctx));
   const names = SCENARIO === 'all' ? Object.keys(sets[0]) : [SCENARIO];
@@ -166,7 +180,9 @@ try {
     const field = (runs, k) => runs.map((o) => o[k]);
     const main = summary.map((s) => {
       const [cur] = s.runs;
-      return `| ${s.name} | ${median(cur.map((o) => o.res.requests.average)).toFixed(0)} | ${m(field(cur, 'busy'))} | ${median(field(cur, 'worker')).toFixed(0)} | ${median(field(cur, 'object')).toFixed(0)} | ${median(field(cur, 'runtime')).toFixed(0)} | ${s.top} |`;
+      const ref = s.runs[refIndex];
+      const ratio = cur.map((o, i) => o.busy / ref[i].busy);
+      return `| ${s.name} | ${median(cur.map((o) => o.res.requests.average)).toFixed(0)} | ${m(field(cur, 'busy'))} | ${median(field(cur, 'worker')).toFixed(0)} | ${median(field(cur, 'object')).toFixed(0)} | ${median(field(cur, 'runtime')).toFixed(0)} | ${m(field(ref, 'busy'))} | ${m(ratio, 2)} | ${s.top} |`;
     }).join('\n');
     const compare = !BEFORE_ROOT ? '' : `
 Before and after, profiled in alternation in the same run (build ${builds[1].commit} from \`BEFORE_ROOT\`, build ${builds[0].commit}):
@@ -185,11 +201,12 @@ ${summary.map((s) => {
 of the postguard isolate through Miniflare's inspector while autocannon drives 16 connections for ${SECONDS} s, ${ROUNDS} rounds.
 Locally the key's Durable Object runs in the same isolate and thread as the worker, so the thread's busy time per
 request is what limits throughput here. "object": samples with a KeyGuard frame on the stack (in production another
-machine); "runtime": samples with no JS stack (workerd's own work, GC). µs per request, medians (spread); the
-largest self-time entries are from the last round.
+machine); "runtime": samples with no JS stack (workerd's own work, GC). "reference": the minimal JS gateway of
+bench/passthrough.mjs (objects called by fetch), profiled the same way in the same rounds, its objects included in its
+busy time. µs per request, medians (spread); the largest self-time entries are from the last round.
 
-| scenario | req/s while profiled | busy µs/request | worker | object | runtime | largest self-time entries (µs/request) |
-|---|---|---|---|---|---|---|
+| scenario | req/s while profiled | busy µs/request | worker | object | runtime | reference busy µs/request | postguard ÷ reference, per round | largest self-time entries (µs/request) |
+|---|---|---|---|---|---|---|---|---|
 ${main}
 ${compare}`);
   }

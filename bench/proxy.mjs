@@ -1,16 +1,16 @@
 // Benchmark: postguard against (a) a bare pass-through worker, the ceiling for any proxy
-// on this runtime, (b) a minimal JS gateway making the same Durable Object round trips,
-// the floor for any design with central per-key state (bench/passthrough.mjs), and (c)
-// the origin hit directly. Everything runs locally under Miniflare (workerd); figures are
-// ratios measured side by side in one run, the three loaded in alternation, each scenario
-// repeated `rounds` times.
+// on this runtime, (b) a minimal JS gateway doing the I/O the contract requires, the floor
+// for any design with central per-key state (bench/passthrough.mjs), once calling its
+// objects by fetch and once by JS RPC, and (c) the origin hit directly. Everything runs
+// locally under Miniflare (workerd); figures are ratios measured side by side in one run,
+// the contenders loaded in alternation, each scenario repeated `rounds` times.
 // Usage: node bench/proxy.mjs [rounds] [seconds]
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { PASS_THROUGH, REFERENCE, startBaseline } from './passthrough.mjs';
+import { PASS_THROUGH, REFERENCE, REFERENCE_RPC, startBaseline } from './passthrough.mjs';
 import { benchGateway, commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
@@ -40,7 +40,8 @@ const origin = await startOrigin();
 const bare = await startBaseline(PASS_THROUGH, origin.url);
 const bareUrl = bare.url;
 const ref = await startBaseline(REFERENCE, origin.url);
-const refUrl = ref.url;
+// The same reference calling its objects by JS RPC instead of fetch (as postguard does).
+const rpc = await startBaseline(REFERENCE_RPC, origin.url);
 const { gw, tiny, auth, body } = await benchGateway(origin.url);
 let before = null;
 if (BEFORE_ROOT) {
@@ -49,28 +50,29 @@ if (BEFORE_ROOT) {
   delete process.env.POSTGUARD_ROOT;
 }
 try {
-  await load(`${refUrl}/bench/pay`, { method: 'POST', headers: { 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
   const json = { 'content-type': 'application/json' };
+  const refAuth = (r) => ({ ...json, authorization: `Bearer ${r.key}` });
+  for (const r of [ref, rpc]) await load(`${r.url}/bench/pay`, { method: 'POST', headers: { ...refAuth(r), 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
   const current = { gw, tiny, auth };
   const scenarios = {
     'GET (no idempotency)': {
       pg: (g) => load(`${g.gw.url}/bench/items`, { headers: g.auth }),
-      ref: () => load(`${refUrl}/bench/items`),
+      ref: (r) => load(`${r.url}/bench/items`, { headers: refAuth(r) }),
       bare: () => load(`${bareUrl}/bench/items`),
     },
     'fresh POST (auth + limit + claim + forward + store)': {
       pg: (g) => load(`${g.gw.url}/bench/pay`, { method: 'POST', headers: g.auth, body, fresh: true }),
-      ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: json, body, fresh: true }),
+      ref: (r) => load(`${r.url}/bench/pay`, { method: 'POST', headers: refAuth(r), body, fresh: true }),
       bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     'replayed POST': {
       pg: (g) => load(`${g.gw.url}/bench/pay`, { method: 'POST', headers: { ...g.auth, 'idempotency-key': 'bench-replay' }, body }),
-      ref: () => load(`${refUrl}/bench/pay`, { method: 'POST', headers: { ...json, 'idempotency-key': 'bench-replay' }, body }),
+      ref: (r) => load(`${r.url}/bench/pay`, { method: 'POST', headers: { ...refAuth(r), 'idempotency-key': 'bench-replay' }, body }),
       bare: () => load(`${bareUrl}/bench/pay`, { method: 'POST', headers: json, body }),
     },
     '429 rejection': {
       pg: (g) => load(`${g.gw.url}/bench/items`, { headers: { authorization: `Bearer ${g.tiny}` } }),
-      ref: () => load(`${refUrl}/limited/bench/items`),
+      ref: (r) => load(`${r.url}/bench/items`, { headers: { authorization: `Bearer ${r.tiny}` } }),
       bare: () => load(`${bareUrl}/bench/items`),
     },
   };
@@ -81,11 +83,13 @@ try {
   for (const [name, s] of Object.entries(scenarios)) {
     await s.pg(current); // warm-up
     if (before) await s.pg(before);
-    await s.ref();
-    const r = { rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set(), beforeRps: [], afterBefore: [] };
+    await s.ref(ref);
+    await s.ref(rpc);
+    const r = { rpcRps: [], pgRpc: [], rpcStatus: new Set(), rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set(), beforeRps: [], afterBefore: [] };
     for (let i = 0; i < ROUNDS; i++) {
       const b = await s.bare();
-      const f = await s.ref();
+      const f = await s.ref(ref);
+      const fr = await s.ref(rpc);
       const p = await s.pg(current);
       if (before) {
         const o = await s.pg(before);
@@ -94,6 +98,9 @@ try {
       }
       codes(p).forEach((c) => r.status.add(c));
       codes(f).forEach((c) => r.refStatus.add(c));
+      codes(fr).forEach((c) => r.rpcStatus.add(c));
+      r.rpcRps.push(fr.requests.average / b.requests.average);
+      r.pgRpc.push(p.requests.average / fr.requests.average);
       r.rps.push(p.requests.average / b.requests.average);
       r.refRps.push(f.requests.average / b.requests.average);
       r.pgRef.push(p.requests.average / f.requests.average);
@@ -106,11 +113,18 @@ try {
       r.pgP99.push(p.latency.p99);
     }
     rows.push({ name, ...r });
-    console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, status: [...r.status], refStatus: [...r.refStatus] }));
+    console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, pgRpc: r.pgRpc, status: [...r.status], refStatus: [...r.refStatus] }));
   }
   const wasm = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
   const m = (xs) => `${median(xs).toFixed(2)} (${spread(xs)})`;
   const table = rows.map((r) => `| ${r.name} | ${m(r.rps)} | ${m(r.p50)} | ${m(r.p99)} | ${m(r.refRps)} | ${m(r.pgRef)} | ${median(r.pgRps).toFixed(0)} / ${median(r.refAbs).toFixed(0)} / ${median(r.bareRps).toFixed(0)} | ${median(r.pgP50)} / ${median(r.pgP99)} | ${[...r.status].join(', ')} (reference ${[...r.refStatus].join(', ')}) |`).join('\n');
+  const rpcTable = `
+The reference with its object calls made by JS RPC instead of \`fetch\` (\`REFERENCE_RPC\` in bench/passthrough.mjs, same code otherwise), in the same rounds:
+
+| scenario | reference (RPC) ÷ bare, req/s | postguard ÷ reference (RPC), req/s | statuses |
+|---|---|---|---|
+${rows.map((r) => `| ${r.name} | ${m(r.rpcRps)} | ${m(r.pgRpc)} | ${[...r.rpcStatus].join(', ')} |`).join('\n')}
+`;
   const beforeTable = !before ? '' : `
 Before and after, side by side in the same rounds: build ${commitOf(BEFORE_ROOT)} (\`BEFORE_ROOT\`) loaded right after build ${commit}.
 
@@ -121,9 +135,9 @@ ${rows.map((r) => `| ${r.name} | ${m(r.beforeRps)} | ${m(r.rps)} | ${m(r.afterBe
   const section = `## postguard against a pass-through and a minimal gateway
 
 \`${before ? 'BEFORE_ROOT=<checkout of an earlier build> ' : ''}node bench/proxy.mjs ${ROUNDS} ${SECONDS}\` — build ${commit}, ${new Date().toISOString().slice(0, 10)}; ${CONNECTIONS} connections, ${SECONDS} s per run,
-${ROUNDS} rounds per scenario alternating bare, reference, postguard${before ? ' and the earlier build' : ''}, all on Miniflare (workerd) on this
+${ROUNDS} rounds per scenario alternating bare, reference, reference (RPC), postguard${before ? ' and the earlier build' : ''}, all on Miniflare (workerd) on this
 machine, same local origin. Medians with the spread over the rounds. "bare": the JS pass-through; "reference":
-the minimal JS gateway with postguard's Durable Object round trips (bench/passthrough.mjs). Requests/s: higher
+the minimal JS gateway doing the I/O the contract requires (key lookup, object calls, rate-limit headers, batched audit write; bench/passthrough.mjs). Requests/s: higher
 is better; latency: lower is better.
 
 | scenario | postguard ÷ bare, req/s | p50 ratio | p99 ratio | reference ÷ bare, req/s | postguard ÷ reference, req/s | req/s postguard / reference / bare | postguard p50 / p99 ms | statuses |
@@ -132,6 +146,7 @@ ${table}
 
 Origin hit directly (no worker): ${median(origRuns.map((r) => r.requests.average)).toFixed(0)} req/s, p50 ${median(origRuns.map((r) => r.latency.p50))} ms, p99 ${median(origRuns.map((r) => r.latency.p99))} ms.
 
+${rpcTable}
 wasm: ${wasm.length.toLocaleString('en')} B raw, ${zlib.gzipSync(wasm, { level: 9 }).length.toLocaleString('en')} B gzip (wasm-opt off).
 ${beforeTable}`;
   writeSection('proxy', section);
@@ -140,5 +155,6 @@ ${beforeTable}`;
   await before?.gw.dispose();
   await bare.dispose();
   await ref.dispose();
+  await rpc.dispose();
   await origin.kill();
 }

@@ -7,3 +7,7 @@ source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 node scripts/build-dashboard.mjs
 worker-build --release
+# JS RPC to KeyGuard (ADR 0018): worker-build's module moves to build/postguard.js and
+# src/entry.mjs, which re-exports it with KeyGuard as a DurableObject class, is the entry.
+mv build/index.js build/postguard.js
+cp src/entry.mjs build/index.js

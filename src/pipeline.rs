@@ -78,12 +78,7 @@ pub async fn proxy(
 /// before this point never has its body read; an oversized one is answered
 /// 413 after the limiter, with its headers, and never forwarded).
 async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
-    let url = req.url()?;
-    let path = url.path().to_string();
-    let path_and_query = match url.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.clone(),
-    };
+    let (path, path_and_query) = http::path_and_query(req);
     let (body, oversized) = match proxy::has_body(&method) {
         true => match request::read_bounded(req, max).await? {
             Body::Read(b) => (b, false),
@@ -192,11 +187,7 @@ enum Forwarded {
 /// charged, claimed or attributed to a key); the gateway's
 /// `Idempotency-Key` is added to what the origin allows.
 pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let url = req.url()?;
-    let path_and_query = match url.query() {
-        Some(q) => format!("{}?{q}", url.path()),
-        None => url.path().to_string(),
-    };
+    let (_, path_and_query) = http::path_and_query(req);
     let headers = header_pairs(req.headers());
     let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
     match forward(origin, cfg).await {
@@ -455,14 +446,25 @@ fn respond(
             Err(Reject::from(p).with(rl))
         }
         Ok(Forwarded::Streaming(resp)) => {
-            let headers = client_response_headers(&header_pairs(resp.headers()));
-            let h = http::to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+            let origin = header_pairs(resp.headers());
+            let kept = client_response_headers(&origin);
+            // The origin's headers copied in one call, then only what the core
+            // dropped deleted: not every kept header appended one by one.
+            let h = web_sys::Headers::new_with_headers(&resp.headers().0)
+                .map_err(worker::Error::from)?;
+            let h = Headers(h);
+            for (k, _) in origin.iter().filter(|p| !kept.contains(p)) {
+                h.delete(k)?;
+            }
             for (k, v) in rl {
                 h.set(k, v)?;
             }
             h.set("X-Request-Id", &rc.request_id)?;
             http::cors(rc, &h)?;
-            let declared = h.get("Content-Length")?.and_then(|v| v.parse().ok());
+            let declared = kept
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse().ok());
             rc.note(|f| f.response_bytes = declared);
             Ok(resp.with_headers(h))
         }

@@ -24,12 +24,33 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], getrandom::Error> {
     Ok(buf)
 }
 
+/// Ids drawn per refill of [`ID_POOL`]: one `getRandomValues` call (a JS
+/// crossing and a typed array) per 64 ids instead of one per request.
+const IDS_PER_REFILL: usize = 64;
+
+thread_local! {
+    /// CSPRNG output not yet used, for ids (never for secrets: those call
+    /// `random_bytes` afresh).
+    static ID_POOL: RefCell<Vec<u128>> = const { RefCell::new(Vec::new()) };
+}
+
 fn random_u128() -> u128 {
-    // A request id needs uniqueness, not secrecy: fall back to the clock if the
-    // CSPRNG is unavailable rather than failing the request.
-    random_bytes::<16>()
-        .map(u128::from_le_bytes)
-        .unwrap_or_else(|_| u128::from(now_ms()).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    ID_POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        if pool.is_empty() {
+            if let Ok(bytes) = random_bytes::<{ 16 * IDS_PER_REFILL }>() {
+                pool.extend(
+                    bytes
+                        .chunks_exact(16)
+                        .filter_map(|c| <[u8; 16]>::try_from(c).ok().map(u128::from_le_bytes)),
+                );
+            }
+        }
+        // An id needs uniqueness, not secrecy: fall back to the clock if the
+        // CSPRNG is unavailable rather than failing the request.
+        pool.pop()
+            .unwrap_or_else(|| u128::from(now_ms()).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    })
 }
 
 pub fn new_ulid_parts() -> (u64, u128) {

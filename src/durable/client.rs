@@ -5,9 +5,39 @@
 
 use postguard_core::frame;
 use postguard_core::guard::{GuardError, Operation, Reply};
-use worker::{wasm_bindgen::JsValue, Env};
+use wasm_bindgen::prelude::wasm_bindgen;
+use worker::js_sys::{Promise, Uint8Array};
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::Env;
 
-use crate::{bindings, http};
+use crate::bindings;
+
+#[wasm_bindgen]
+extern "C" {
+    /// A `KeyGuard` stub: `run` is the RPC method of the object's JS class
+    /// (`src/entry.mjs`), which hands the frame to `KeyGuard::rpc`.
+    type GuardStub;
+    #[wasm_bindgen(method, catch)]
+    fn run(this: &GuardStub, op: &str, frame: &Uint8Array) -> Result<JsValue, JsValue>;
+
+    /// The `KEY_GUARD` namespace binding.
+    type GuardNamespace;
+    /// The stub of the object named `name`: one call where `idFromName` and
+    /// `get` are two.
+    #[wasm_bindgen(method, catch, js_name = getByName)]
+    fn get_by_name(this: &GuardNamespace, name: &str) -> Result<GuardStub, JsValue>;
+}
+
+/// The stub of API key `key_id`'s object.
+fn stub(env: &Env, key_id: &str) -> worker::Result<GuardStub> {
+    let ns = worker::js_sys::Reflect::get(env, &JsValue::from_str(bindings::KEY_GUARD))?;
+    if ns.is_undefined() {
+        let e = format!("binding {} is missing", bindings::KEY_GUARD);
+        return Err(worker::Error::RustError(e));
+    }
+    Ok(ns.unchecked_into::<GuardNamespace>().get_by_name(key_id)?)
+}
 
 /// A call that failed: the round trip itself, or the object's answer.
 #[derive(Debug)]
@@ -45,18 +75,18 @@ pub async fn call<O: Operation>(
     req: &O::Request,
     payload: &[u8],
 ) -> Result<(O::Response, Vec<u8>), CallError> {
-    let ns = env.durable_object(bindings::KEY_GUARD)?;
-    let stub: JsValue = ns.id_from_name(key_id)?.get_stub()?.into_rpc();
-    let body = frame::encode(req, payload)?;
-    let init = http::request_init("POST", &body);
-    let resp = http::raw_fetch(&stub, &format!("https://key-guard{}", O::PATH), &init).await?;
-    let bytes = http::read_body(&resp).await?;
-    if resp.status() != 200 {
-        // Not an answer of the object's code (the runtime failed the call).
-        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-        let e = format!("{} answered {}: {shown}", O::PATH, resp.status());
-        return Err(CallError::Transport(worker::Error::RustError(e)));
-    }
+    let stub = stub(env, key_id)?;
+    // One copy into a JS array the runtime serializes (never a view of wasm memory).
+    let body = Uint8Array::from(frame::encode(req, payload)?.as_slice());
+    let pending = stub.run(O::PATH, &body).map_err(worker::Error::from)?;
+    // An RPC call answers a thenable, not necessarily a `Promise`.
+    let answer = JsFuture::from(Promise::resolve(&pending))
+        .await
+        .map_err(worker::Error::from)?;
+    let bytes = answer
+        .dyn_into::<Uint8Array>()
+        .map_err(|_| worker::Error::RustError(format!("{} answered no frame", O::PATH)))?
+        .to_vec();
     let (reply, payload): (Reply<O::Response>, Vec<u8>) = frame::decode(bytes)?;
     reply.map(|r| (r, payload)).map_err(CallError::Guard)
 }

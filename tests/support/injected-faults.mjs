@@ -29,13 +29,10 @@ function faultyState(state) {
       return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
     },
   });
-  return new Proxy(state, {
-    get(t, prop) {
-      if (prop === 'storage') return storage;
-      const v = Reflect.get(t, prop, t);
-      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
-    },
-  });
+  // The real state, its storage shadowed by an own property: the object's class extends
+  // DurableObject, whose constructor accepts nothing but a DurableObjectState.
+  Object.defineProperty(state, 'storage', { value: storage, configurable: true });
+  return state;
 }
 
 export class KeyGuard extends RealKeyGuard {

@@ -8,9 +8,9 @@ use postguard_core::audit::{
     bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
     MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
-use postguard_core::audit_shard::{self, Shard};
+use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use worker::{Context, Delay, Env, Result};
 
@@ -151,14 +151,22 @@ async fn flush(env: Env, bucket_ms: u64, me: u64) {
 }
 
 /// One batch: the directory rows of shards this isolate has not entered yet
-/// (one D1 batch), then one call per shard, all at once. A shard whose
+/// (one D1 batch), then one call per shard, all at once, then the counts
+/// they added to each bucket's cross-project roll-up shard. A shard whose
 /// directory row could not be written is not written either: a row the
 /// directory does not know would never be read nor dropped by retention.
-async fn write_batch(env: &Env, cfg_bucket_ms: u64, rows: Vec<AuditRow>) -> Result<()> {
-    let groups = audit_shard::group(rows, cfg_bucket_ms);
-    let new: Vec<&Shard> = KNOWN.with(|k| {
+async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<()> {
+    let groups = audit_shard::group(rows, bucket_ms);
+    let mut wanted: Vec<Shard> = groups.keys().cloned().collect();
+    wanted.extend(groups.keys().map(Shard::all_projects));
+    wanted.sort();
+    wanted.dedup();
+    let new: Vec<Shard> = KNOWN.with(|k| {
         let k = k.borrow();
-        groups.keys().filter(|s| !k.contains(&s.name())).collect()
+        wanted
+            .into_iter()
+            .filter(|s| !k.contains(&s.name()))
+            .collect()
     });
     if !new.is_empty() {
         enter(env, &new).await?;
@@ -167,27 +175,53 @@ async fn write_batch(env: &Env, cfg_bucket_ms: u64, rows: Vec<AuditRow>) -> Resu
             if k.len() + new.len() > MAX_KNOWN {
                 k.clear();
             }
-            k.extend(new.iter().map(|s| s.name()));
+            k.extend(new.iter().map(Shard::name));
         });
     }
-    let calls = groups.iter().map(|(shard, rows)| async move {
-        let body = serde_json::to_vec(rows).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        object::call(env, shard, object::INGEST, &body).await
-    });
+    let calls = groups.iter().map(|(shard, rows)| ingest(env, shard, rows));
+    let mut added: BTreeMap<Shard, Vec<Rollups>> = BTreeMap::new();
     for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
-        if let Err(e) = res {
-            worker::console_error!(
+        match res {
+            Ok(done) if !done.rollups.is_empty() => {
+                added
+                    .entry(shard.all_projects())
+                    .or_default()
+                    .push(done.rollups);
+            }
+            Ok(_) => {}
+            Err(e) => worker::console_error!(
                 "audit write of {} rows to {} failed: {}",
                 rows.len(),
                 shard.name(),
                 e
-            );
+            ),
+        }
+    }
+    let calls = added.into_iter().map(|(all, parts)| async move {
+        let body = serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?;
+        object::call(env, &all, object::ADD, &body)
+            .await
+            .map(|_| all)
+    });
+    for res in join_all(calls).await {
+        if let Err(e) = res {
+            worker::console_error!("audit roll-up write to a cross-project shard failed: {}", e);
         }
     }
     Ok(())
 }
 
-async fn enter(env: &Env, shards: &[&Shard]) -> Result<()> {
+fn rust_err(e: impl std::fmt::Display) -> worker::Error {
+    worker::Error::RustError(e.to_string())
+}
+
+async fn ingest(env: &Env, shard: &Shard, rows: &[AuditRow]) -> Result<Ingested> {
+    let body = serde_json::to_vec(rows).map_err(rust_err)?;
+    let bytes = object::call(env, shard, object::INGEST, &body).await?;
+    serde_json::from_slice(&bytes).map_err(rust_err)
+}
+
+async fn enter(env: &Env, shards: &[Shard]) -> Result<()> {
     let db = env.d1(bindings::DB)?;
     let now = num(now_ms());
     let statements = shards

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startGateway, problem, poll, bearer, cfg, ADMIN_TOKEN } from './support/gateway.mjs';
-import { directory, projectRows, enter } from './support/audit-shards.mjs';
+import { directory, projectRows, enter, shardStats } from './support/audit-shards.mjs';
 
 const BUCKET = 2000;
 const CONFIG = {
@@ -156,6 +156,28 @@ describe("the operator's cross-project view", () => {
     // A key sees its project only, through the same shards.
     const own = await walk(`path=/ops/${tag}/*`, a.key, 4);
     assert.ok(own.length > 0 && own.every((r) => r.project === `ops-a-${tag}`));
+  });
+
+  it("/stats without project: each bucket's cross-project roll-ups equal the sum of every project's shards", async () => {
+    // Every shard's roll-ups, read from the objects: the project (and no-project) shards
+    // against the cross-project ones, then /stats against both.
+    const sum = (parts) => parts.flatMap((p) => p.hours).reduce((a, h) => ({
+      requests: a.requests + h.requests, errors: a.errors + h.errors, server_errors: a.server_errors + h.server_errors,
+    }), { requests: 0, errors: 0, server_errors: 0 });
+    const result = await poll(async () => {
+      const dir = await directory(gw);
+      const rows = sum(await Promise.all(dir.filter((d) => d.project !== '~all').map((d) => shardStats(gw, d))));
+      const all = sum(await Promise.all(dir.filter((d) => d.project === '~all').map((d) => shardStats(gw, d))));
+      const st = await gw.admin('GET', '/_postguard/v1/stats?days=2');
+      assert.equal(st.status, 200, st.text);
+      const days = st.json.days.reduce((a, d) => ({
+        requests: a.requests + d.requests, errors: a.errors + d.errors, server_errors: a.server_errors + d.server_errors,
+      }), { requests: 0, errors: 0, server_errors: 0 });
+      // Equal once no row is in flight (the reads themselves are recorded after their answer).
+      return JSON.stringify(rows) === JSON.stringify(all) && JSON.stringify(days) === JSON.stringify(all) ? { all, st: st.json } : undefined;
+    }, { timeout: 15000, message: 'cross-project roll-ups equal to the sum of the shards' });
+    assert.ok(result.all.requests > 100);
+    assert.ok(result.st.top_paths.length === 10 && result.st.p50_ms !== null);
   });
 
   it('over more than 32 projects in one bucket: 400 AUDIT_PROJECT_REQUIRED, fine with project or a narrower range', async () => {

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use postguard_core::audit::{bounded, parse_days, Arg, AuditQuery, AuditRow, COLUMNS};
 use postguard_core::audit_shard::{
     self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
-    MAX_LATENCY_MS, MAX_STATS_SHARDS,
+    ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
 };
 use postguard_core::config::Config;
 use postguard_core::credential::Credential;
@@ -134,32 +134,46 @@ struct Span {
 const MAX_DIRECTORY_ROWS: u64 = 5_000;
 
 /// The sources that may hold rows of `project` (None = every project)
-/// between `lo` and `hi`: the shards in the directory, and the legacy table
-/// if it still holds such rows. One D1 round trip.
+/// between `lo` and `hi`: the shards in the directory (`shards_of`: the
+/// directory's project, None = every project's row shards), and the legacy
+/// table if it still holds such rows. One D1 round trip.
 async fn sources(
     db: &D1Database,
+    shards_of: Option<&str>,
     project: Option<&str>,
     lo: u64,
     hi: u64,
     max: u64,
 ) -> Result<Vec<Source>> {
-    let (pf, mut args) = match project {
-        Some(p) => (" AND project = ?", vec![text(p)]),
-        None => ("", vec![]),
+    let hi = num(hi.min(1 << 53));
+    let mut dir_args = vec![num(lo), hi.clone()];
+    let dir_filter = match shards_of {
+        Some(p) => {
+            dir_args.push(text(p));
+            "project = ?"
+        }
+        None => {
+            dir_args.push(text(ALL_PROJECTS));
+            "project != ?"
+        }
     };
-    let mut dir_args = vec![num(lo), num(hi.min(1 << 53))];
-    dir_args.append(&mut args.clone());
     dir_args.push(num(max));
     let dir = db
         .prepare(format!(
-            "SELECT project, start_ms, end_ms FROM audit_shards WHERE end_ms > ? AND start_ms <= ?{pf} ORDER BY start_ms DESC LIMIT ?"
+            "SELECT project, start_ms, end_ms FROM audit_shards WHERE end_ms > ? AND start_ms <= ? AND {dir_filter} ORDER BY start_ms DESC LIMIT ?"
         ))
         .bind(&dir_args)?;
-    let mut legacy_args = vec![num(lo), num(hi.min(1 << 53))];
-    legacy_args.append(&mut args);
+    let mut legacy_args = vec![num(lo), hi];
+    let legacy_filter = match project {
+        Some(p) => {
+            legacy_args.push(text(p));
+            " AND project = ?"
+        }
+        None => "",
+    };
     let legacy = db
         .prepare(format!(
-            "SELECT MIN(time) AS lo, MAX(time) AS hi FROM audit_log WHERE time >= ? AND time <= ?{pf}"
+            "SELECT MIN(time) AS lo, MAX(time) AS hi FROM audit_log WHERE time >= ? AND time <= ?{legacy_filter}"
         ))
         .bind(&legacy_args)?;
     let mut answers = db.batch(vec![dir, legacy]).await?.into_iter();
@@ -231,14 +245,8 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     }
     let db = env.d1(bindings::DB)?;
     let bounds = Bounds::of(&q);
-    let found = sources(
-        &db,
-        q.project.as_deref(),
-        bounds.lo,
-        bounds.hi,
-        MAX_DIRECTORY_ROWS,
-    )
-    .await?;
+    let p = q.project.as_deref();
+    let found = sources(&db, p, p, bounds.lo, bounds.hi, MAX_DIRECTORY_ROWS).await?;
     let bands = shards::plan(found, bounds);
     let want = q.limit as usize + 1;
     let mut rows: Vec<AuditRow> = Vec::with_capacity(want);
@@ -363,7 +371,17 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
     let db = env.d1(bindings::DB)?;
     let max = MAX_STATS_SHARDS as u64 + 1;
-    let found = sources(&db, project.as_deref(), since, u64::MAX, max).await?;
+    // Without a project: each bucket's cross-project roll-up shard.
+    let shards_of = project.as_deref().unwrap_or(ALL_PROJECTS);
+    let found = sources(
+        &db,
+        Some(shards_of),
+        project.as_deref(),
+        since,
+        u64::MAX,
+        max,
+    )
+    .await?;
     let shards_found: Vec<Shard> = found
         .iter()
         .filter_map(|s| match s {

@@ -15,7 +15,7 @@
 use std::cell::Cell;
 
 use postguard_core::audit::{Arg, AuditQuery, AuditRow};
-use postguard_core::audit_shard::{self, Rollups, Shard, ShardStore, StatsQuery};
+use postguard_core::audit_shard::{self, Ingested, Rollups, Shard, ShardStore, StatsQuery};
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
@@ -96,6 +96,8 @@ const STATS: &str = "SELECT json_object(
          WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) GROUP BY ms)))";
 
 pub const INGEST: &str = "/ingest";
+/// Roll-up counts only (the cross-project shard of a bucket).
+pub const ADD: &str = "/add";
 pub const QUERY: &str = "/query";
 pub const STATS_PATH: &str = "/stats";
 pub const DROP: &str = "/drop";
@@ -190,14 +192,28 @@ impl AuditShard {
     }
 
     /// A batch and its roll-ups in one transaction: all or nothing.
-    fn ingest(&self, body: &[u8]) -> Result<usize> {
+    fn ingest(&self, body: &[u8]) -> Result<Ingested> {
         let rows: Vec<AuditRow> = serde_json::from_slice(body).map_err(err)?;
+        self.atomically(|store| audit_shard::ingest(store, &rows))
+    }
+
+    /// Roll-up counts alone, in one transaction.
+    fn add(&self, body: &[u8]) -> Result<()> {
+        let rollups: Rollups = serde_json::from_slice(body).map_err(err)?;
+        self.atomically(|store| store.add(&rollups))
+    }
+
+    fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Result<T>) -> Result<T> {
         let mut store = self.sql()?;
-        let mut out: Option<Result<usize>> = None;
+        let mut f = Some(f);
+        let mut out: Option<Result<T>> = None;
         let raw = self.state.storage();
         let tx: &ShardTxStorage = raw.as_raw().unchecked_ref();
         let ran = tx.transaction_sync(&mut || {
-            let r = audit_shard::ingest(&mut store, &rows);
+            let r = match f.take() {
+                Some(f) => f(&mut store),
+                None => Err(err("transaction callback ran twice")),
+            };
             let failed = r.is_err();
             out = Some(r);
             match failed {
@@ -241,7 +257,10 @@ impl DurableObject for AuditShard {
         let path = req.path();
         let body = req.bytes().await?;
         let answer = match path.as_str() {
-            INGEST => self.ingest(&body).map(|n| format!("{{\"inserted\":{n}}}")),
+            INGEST => self
+                .ingest(&body)
+                .and_then(|i| serde_json::to_string(&i).map_err(err)),
+            ADD => self.add(&body).map(|()| "{}".to_string()),
             QUERY => self.query(&body),
             STATS_PATH => self.stats(&body),
             DROP => {

@@ -19,6 +19,10 @@ use crate::{ErrorCode, Problem};
 /// a valid API key). `~` is not allowed in project names, so no project can
 /// ever read or collide with it.
 pub const UNSCOPED: &str = "~none";
+/// The shard "project" holding, per bucket, the roll-ups of every project
+/// (no rows): the operator's `/stats` without `project` reads one object per
+/// bucket instead of one per project and bucket.
+pub const ALL_PROJECTS: &str = "~all";
 pub const HOUR_MS: u64 = 3_600_000;
 pub const DAY_MS: u64 = 86_400_000;
 /// Default bucket: one UTC day (ADR 0016 has the numbers).
@@ -61,6 +65,14 @@ impl Shard {
     /// The object's name (`idFromName`).
     pub fn name(&self) -> String {
         format!("{}/{}", self.project, self.start_ms)
+    }
+
+    /// The cross-project roll-up shard of the same bucket.
+    pub fn all_projects(&self) -> Shard {
+        Shard {
+            project: ALL_PROJECTS.to_string(),
+            ..self.clone()
+        }
     }
 
     /// The `project` of the rows this shard returns.
@@ -205,6 +217,49 @@ pub struct LatencyDelta {
 }
 
 impl Rollups {
+    /// The sum of several batches' counts (same keys added up).
+    pub fn sum(parts: Vec<Rollups>) -> Rollups {
+        let mut paths: BTreeMap<(u64, String, String), [u64; 3]> = BTreeMap::new();
+        let mut latency: BTreeMap<(u64, String, u64), u64> = BTreeMap::new();
+        for p in parts {
+            for d in p.paths {
+                let c = paths.entry((d.hour, d.key_prefix, d.path)).or_default();
+                c[0] += d.requests;
+                c[1] += d.errors;
+                c[2] += d.server_errors;
+            }
+            for d in p.latency {
+                *latency.entry((d.hour, d.key_prefix, d.ms)).or_default() += d.n;
+            }
+        }
+        Rollups {
+            paths: paths
+                .into_iter()
+                .map(|((hour, key_prefix, path), c)| PathDelta {
+                    hour,
+                    key_prefix,
+                    path,
+                    requests: c[0],
+                    errors: c[1],
+                    server_errors: c[2],
+                })
+                .collect(),
+            latency: latency
+                .into_iter()
+                .map(|((hour, key_prefix, ms), n)| LatencyDelta {
+                    hour,
+                    key_prefix,
+                    ms,
+                    n,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.latency.is_empty()
+    }
+
     pub fn of(rows: &[&AuditRow]) -> Rollups {
         let mut paths: BTreeMap<(u64, &str, &str), [u64; 3]> = BTreeMap::new();
         let mut latency: BTreeMap<(u64, &str, u64), u64> = BTreeMap::new();
@@ -379,10 +434,17 @@ pub trait ShardStore {
     fn add(&mut self, rollups: &Rollups) -> Result<(), Self::Error>;
 }
 
+/// What one ingest did: how many rows were new, and the counts they added
+/// (which the writer adds to the bucket's [`ALL_PROJECTS`] shard too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ingested {
+    pub inserted: usize,
+    pub rollups: Rollups,
+}
+
 /// Stores a batch and its roll-ups: rows already stored (a retried batch)
-/// and repeats within the batch are skipped, and count nowhere. Returns how
-/// many rows were new.
-pub fn ingest<S: ShardStore>(s: &mut S, rows: &[AuditRow]) -> Result<usize, S::Error> {
+/// and repeats within the batch are skipped, and count nowhere.
+pub fn ingest<S: ShardStore>(s: &mut S, rows: &[AuditRow]) -> Result<Ingested, S::Error> {
     let ids: Vec<&str> = rows.iter().map(|r| r.request_id.as_str()).collect();
     let stored: HashSet<String> = s.existing(&ids)?.into_iter().collect();
     let mut seen: HashSet<&str> = HashSet::new();
@@ -391,11 +453,15 @@ pub fn ingest<S: ShardStore>(s: &mut S, rows: &[AuditRow]) -> Result<usize, S::E
         .filter(|r| !stored.contains(&r.request_id) && seen.insert(r.request_id.as_str()))
         .collect();
     if fresh.is_empty() {
-        return Ok(0);
+        return Ok(Ingested::default());
     }
     s.insert(&fresh)?;
-    s.add(&Rollups::of(&fresh))?;
-    Ok(fresh.len())
+    let rollups = Rollups::of(&fresh);
+    s.add(&rollups)?;
+    Ok(Ingested {
+        inserted: fresh.len(),
+        rollups,
+    })
 }
 
 #[cfg(test)]
@@ -533,11 +599,25 @@ mod tests {
             row("r2", HOUR_MS + 2, "/a", 503, 7, Some("pgk_a")),
             row("r2", HOUR_MS + 2, "/a", 503, 7, Some("pgk_a")),
         ];
-        assert_eq!(ingest(&mut m, &batch), Ok(2));
-        assert_eq!(ingest(&mut m, &batch), Ok(0), "a retry inserts nothing");
+        let first = ingest(&mut m, &batch).unwrap();
+        assert_eq!(first.inserted, 2);
+        assert_eq!(
+            ingest(&mut m, &batch),
+            Ok(Ingested::default()),
+            "a retry inserts and counts nothing"
+        );
         let mut more = batch.clone();
         more.push(row("r3", 2 * HOUR_MS, "/b", 404, 900_000, None));
-        assert_eq!(ingest(&mut m, &more), Ok(1));
+        let second = ingest(&mut m, &more).unwrap();
+        assert_eq!(second.inserted, 1);
+        // The cross-project shard gets what the project shards added, summed.
+        let mut all = Mem::default();
+        all.add(&Rollups::sum(vec![first.rollups, second.rollups]))
+            .unwrap();
+        assert_eq!(
+            (all.paths.clone(), all.latency.clone()),
+            (m.paths.clone(), m.latency.clone())
+        );
         assert_eq!(m.paths[&(HOUR_MS, "pgk_a".into(), "/a".into())], [2, 1, 1]);
         assert_eq!(m.latency[&(2 * HOUR_MS, String::new(), MAX_LATENCY_MS)], 1);
         let all = merge_stats(vec![m.stats(&StatsQuery {

@@ -60,8 +60,26 @@ old_cols = shard_cols[:10] + ["project"] + shard_cols[10:]
 empty = measure(shard_schema(), "rows", shard_cols, [])
 shard = measure(shard_schema(), "rows", shard_cols, data)
 old = measure(open(os.path.join(ROOT, "migrations/0001_audit_log.sql")).read(), "audit_log", old_cols, data)
-# Roll-ups of a day of one key: one row per (hour, path) and per (hour, distinct ms).
-paths = {(r["time"] // 3_600_000, r["path"]) for r in data}
-lat = {(r["time"] // 3_600_000, min(r["response_time_ms"], 600_000)) for r in data}
+# Roll-ups of the same day (one key): one row per (hour, key, path) and per (hour, key, ms).
+paths, lat = {}, {}
+for r in data:
+    h = r["time"] // 3_600_000 * 3_600_000
+    c = paths.setdefault((h, r["key_prefix"], r["path"]), [0, 0, 0])
+    c[0] += 1
+    c[1] += r["status"] >= 400
+    c[2] += r["status"] >= 500
+    k = (h, r["key_prefix"], min(r["response_time_ms"], 600_000))
+    lat[k] = lat.get(k, 0) + 1
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "r.db")
+    db = sqlite3.connect(path)
+    db.executescript(shard_schema())
+    db.executemany("INSERT INTO paths VALUES (?, ?, ?, ?, ?, ?)", [(*k, *v) for k, v in paths.items()])
+    db.executemany("INSERT INTO latency VALUES (?, ?, ?, ?)", [(*k, v) for k, v in lat.items()])
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+    rollups = os.path.getsize(path) - empty
 print(f"rows {N}: shard schema {(shard - empty) / N:.1f} B/row (file {shard} B), old D1 schema {old / N:.1f} B/row")
-print(f"roll-up rows for that day: {len(paths)} path counters, {len(lat)} latency counters")
+print(f"roll-ups of those rows: {len(paths)} path counters, {len(lat)} latency counters, {rollups} B "
+      f"({rollups / N:.1f} B/row)")

@@ -85,7 +85,8 @@ const MAX_KNOWN: usize = 4_096;
 
 /// How long the first row waits for others of the same isolate to join it.
 const COALESCE: Duration = Duration::from_millis(20);
-/// Statements per D1 batch (one round trip, one transaction).
+/// Rows per flush round: one object call per shard they belong to, all at
+/// once (each a single JSON document, one transaction in the object).
 const MAX_BATCH: usize = 100;
 
 /// Queues a row for writing after the response. Rows of concurrent requests

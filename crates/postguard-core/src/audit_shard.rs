@@ -109,11 +109,14 @@ impl Source {
     }
 }
 
-/// The time range a query can match: `lo <= time <= hi`.
+/// The time range a query can match: `lo <= time <= hi`; `shards`: whether
+/// shards can hold a match at all (a `request_id=` the gateway did not make
+/// can only be a legacy row's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
     pub lo: u64,
     pub hi: u64,
+    pub shards: bool,
 }
 
 /// The creation time of a gateway request id (`req_` + ULID). The gateway
@@ -131,11 +134,16 @@ impl Bounds {
             hi = hi.min(*t);
         }
         let mut lo = q.since.unwrap_or(0);
-        if let Some(t) = q.request_id.as_deref().and_then(request_id_time) {
-            hi = hi.min(t);
-            lo = lo.max(t);
+        let mut shards = true;
+        match q.request_id.as_deref().map(request_id_time) {
+            Some(Some(t)) => {
+                hi = hi.min(t);
+                lo = lo.max(t);
+            }
+            Some(None) => shards = false,
+            None => {}
         }
-        Bounds { lo, hi }
+        Bounds { lo, hi, shards }
     }
 }
 
@@ -146,7 +154,8 @@ impl Bounds {
 pub fn plan(mut sources: Vec<Source>, b: Bounds) -> Vec<Vec<Source>> {
     sources.retain(|s| {
         let (start, end) = s.span();
-        end > b.lo && start <= b.hi && b.lo <= b.hi
+        let kind = b.shards || matches!(s, Source::Legacy { .. });
+        kind && end > b.lo && start <= b.hi && b.lo <= b.hi
     });
     sources.sort_by_key(|s| std::cmp::Reverse(s.span()));
     let mut bands: Vec<Vec<Source>> = Vec::new();
@@ -713,6 +722,7 @@ mod tests {
         let all = Bounds {
             lo: 0,
             hi: u64::MAX,
+            shards: true,
         };
         let bands = plan(sources.clone(), all);
         assert_eq!(
@@ -730,8 +740,21 @@ mod tests {
         };
         let bands = plan(sources.clone(), Bounds::of(&q));
         assert_eq!(bands, vec![vec![shard("a", 10), sources[4].clone()]]);
-        let empty = Bounds { lo: 30, hi: 5 };
-        assert!(plan(sources, empty).is_empty());
+        let empty = Bounds {
+            lo: 30,
+            hi: 5,
+            shards: true,
+        };
+        assert!(plan(sources.clone(), empty).is_empty());
+        let foreign = AuditQuery {
+            request_id: Some("req_0b1e5c6a-0000-4000-8000-000000000000".into()),
+            ..AuditQuery::default()
+        };
+        assert_eq!(
+            plan(sources.clone(), Bounds::of(&foreign)),
+            vec![vec![sources[4].clone()]],
+            "an id the gateway did not make can only be a legacy row's"
+        );
     }
 
     #[test]
@@ -747,7 +770,8 @@ mod tests {
             Bounds::of(&q),
             Bounds {
                 lo: 1_700_000_000_123,
-                hi: 1_700_000_000_123
+                hi: 1_700_000_000_123,
+                shards: true,
             }
         );
         let q = AuditQuery {
@@ -759,7 +783,8 @@ mod tests {
             Bounds::of(&q),
             Bounds {
                 lo: 0,
-                hi: u64::MAX
+                hi: u64::MAX,
+                shards: false,
             }
         );
     }
@@ -769,7 +794,14 @@ mod tests {
         let wide: Vec<Source> = (0..=MAX_FANOUT)
             .map(|i| shard(&format!("p{i}"), 0))
             .collect();
-        let bands = plan(wide, Bounds { lo: 0, hi: 100 });
+        let bands = plan(
+            wide,
+            Bounds {
+                lo: 0,
+                hi: 100,
+                shards: true,
+            },
+        );
         let e = check_fanout(&bands).err().map(|p| p.code);
         assert_eq!(e, Some(ErrorCode::AuditProjectRequired));
         assert!(check_fanout(&bands[..0]).is_ok());

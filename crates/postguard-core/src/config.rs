@@ -882,6 +882,14 @@ mod tests {
             err_field(r#"{"retention":{"audit_days":0}}"#),
             "retention.audit_days"
         );
+        assert_eq!(
+            err_field(r#"{"audit":{"bucket_ms":999}}"#),
+            "audit.bucket_ms"
+        );
+        assert_eq!(
+            err_field(r#"{"audit":{"bucket_ms":2678400001}}"#),
+            "audit.bucket_ms"
+        );
         assert_eq!(err_field(r#"{"max_body_bytes":0}"#), "max_body_bytes");
         assert_eq!(err_field(r#"{"plans":{}}"#), "plans");
         assert_eq!(

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startGateway, problem, poll, bearer, cfg, ADMIN_TOKEN } from './support/gateway.mjs';
-import { directory, projectRows, enter, shardStats } from './support/audit-shards.mjs';
+import { directory, projectRows, enter, shardStats, shardRows, ingest } from './support/audit-shards.mjs';
 
 const BUCKET = 2000;
 const CONFIG = {
@@ -134,6 +134,28 @@ describe('shard rollover', () => {
     const perKey = await gw.admin('GET', `/_postguard/v1/stats?days=2&project=roll-stats&key_prefix=${other.prefix}`);
     assert.equal(perKey.status, 200, perKey.text);
     assert.deepEqual(perKey.json, expect(now.filter((r) => r.key_prefix === other.prefix)));
+  });
+});
+
+describe('the object', () => {
+  it('a retried batch inserts nothing and counts nothing twice; a batch with old and new rows counts the new', async () => {
+    const shard = { project: 'retry', start_ms: 500 * BUCKET, end_ms: 501 * BUCKET };
+    const r = (id, status) => ({
+      request_id: id, time: shard.start_ms + 1, method: 'GET', path: '/retry', status, response_bytes: 2, response_time_ms: 7,
+      client_ip: null, user_agent: null, key_prefix: 'pgk_retry000', project: 'retry', idempotency_key: null, replayed: true, rate_limit_remaining: 3,
+    });
+    assert.equal(await ingest(gw, shard, [r('req_r1', 200), r('req_r2', 500)]), 2);
+    assert.equal(await ingest(gw, shard, [r('req_r1', 200), r('req_r2', 500)]), 0, 'the retry');
+    assert.equal(await ingest(gw, shard, [r('req_r2', 500), r('req_r3', 404), r('req_r3', 404)]), 1, 'one new row, given twice');
+    const st = await shardStats(gw, shard);
+    assert.deepEqual(st.hours.map((h) => [h.requests, h.errors, h.server_errors]), [[3, 2, 1]]);
+    assert.deepEqual(st.paths, [{ path: '/retry', requests: 3 }]);
+    assert.deepEqual(st.latency, [[7, 3]]);
+    const rows = await shardRows(gw, shard);
+    assert.deepEqual(rows.map((x) => x.request_id), ['req_r3', 'req_r2', 'req_r1']);
+    assert.equal(rows[0].replayed, true);
+    assert.equal(rows[0].rate_limit_remaining, 3);
+    assert.equal(rows[0].project, null, 'the shard stores no project: the reader fills it from the directory');
   });
 });
 

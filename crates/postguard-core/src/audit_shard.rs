@@ -356,11 +356,14 @@ pub struct Stats {
     pub p95_ms: Option<u64>,
 }
 
+/// `YYYY-MM-DD` (UTC) of an epoch-ms time. Fields, not `format()`: chrono's
+/// formatter would add its whole strftime machinery to the wasm.
 fn utc_date(ms: u64) -> String {
+    use chrono::Datelike;
     i64::try_from(ms)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|t| t.format("%Y-%m-%d").to_string())
+        .map(|t| format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day()))
         .unwrap_or_default()
 }
 

@@ -130,6 +130,9 @@ struct Span {
     hi: Option<u64>,
 }
 
+/// Bands of `/audit` read at once after the first.
+const BAND_WAVE: usize = 4;
+
 /// Directory rows fetched per query at most (newest first).
 const MAX_DIRECTORY_ROWS: u64 = 5_000;
 
@@ -250,18 +253,41 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     let bands = shards::plan(found, bounds);
     let want = q.limit as usize + 1;
     let mut rows: Vec<AuditRow> = Vec::with_capacity(want);
-    for band in &bands {
+    let mut next = 0;
+    // The newest band alone first (it usually fills the page), then waves of
+    // bands read at once, so a selective filter over many days does not pay
+    // one round trip per day.
+    let mut wave = 1;
+    while next < bands.len() && rows.len() < want {
+        // At most `wave` bands and (past the first band) `MAX_FANOUT` sources.
+        let mut end = next + 1;
+        let mut sources_read = bands[next].len();
+        while end < bands.len()
+            && end - next < wave
+            && sources_read + bands[end].len() <= shards::MAX_FANOUT
+        {
+            sources_read += bands[end].len();
+            end += 1;
+        }
+        let these = &bands[next..end];
+        next = end;
+        wave = BAND_WAVE;
         // Checked per band visited: a wide old bucket does not stop the
         // newest pages of the operator's view.
         if q.project.is_none() {
-            shards::check_fanout(std::slice::from_ref(band))?;
+            shards::check_fanout(these)?;
         }
         let take = want - rows.len();
-        let answers = join_all(band.iter().map(|s| rows_of(env, &db, s, &q, take as u32))).await;
-        let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
-        rows.extend(shards::merge(answers, take));
-        if rows.len() >= want {
-            break;
+        let reads = these
+            .iter()
+            .map(|band| join_all(band.iter().map(|s| rows_of(env, &db, s, &q, take as u32))));
+        for answers in join_all(reads).await {
+            let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
+            let take = want - rows.len();
+            rows.extend(shards::merge(answers, take));
+            if rows.len() >= want {
+                break;
+            }
         }
     }
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));

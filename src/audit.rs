@@ -1,17 +1,22 @@
-//! Writing audit rows to D1 (after the response, via `waitUntil`, batched per
-//! isolate) and the retention sweep run by the cron trigger. A D1 failure is
-//! logged, never propagated to the client.
+//! Writing audit rows to their shards (after the response, via `waitUntil`,
+//! batched per isolate: one object call per shard of a batch, all at once)
+//! and the retention sweep run by the cron trigger (whole buckets dropped).
+//! A failure is logged, never propagated to the client.
 
+use futures_util::future::join_all;
 use postguard_core::audit::{
     bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
     MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
+use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
 use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-use worker::{Context, D1Database, D1PreparedStatement, Delay, Env, Result};
+use worker::{Context, Delay, Env, Result};
 
 use crate::bindings;
-use crate::d1::{num, opt_num, opt_text, text};
+use crate::d1::{num, text};
+use crate::durable::audit_shard as object;
 use crate::runtime::{now_ms, RequestCtx};
 
 /// What is known of the request before it is handed to a handler.
@@ -60,29 +65,6 @@ pub fn row(seen: Seen, rc: &RequestCtx, status: u16) -> AuditRow {
     .shortened_if_unauthenticated()
 }
 
-fn insert(db: &D1Database, r: &AuditRow) -> Result<D1PreparedStatement> {
-    db.prepare(format!(
-        "INSERT OR IGNORE INTO audit_log ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        postguard_core::audit::COLUMNS
-    ))
-    .bind(&[
-        text(&r.request_id),
-        num(r.time),
-        text(&r.method),
-        text(&r.path),
-        num(u64::from(r.status)),
-        opt_num(r.response_bytes),
-        num(r.response_time_ms),
-        opt_text(r.client_ip.as_deref()),
-        opt_text(r.user_agent.as_deref()),
-        opt_text(r.key_prefix.as_deref()),
-        opt_text(r.project.as_deref()),
-        opt_text(r.idempotency_key.as_deref()),
-        num(u64::from(r.replayed)),
-        opt_num(r.rate_limit_remaining.map(u64::from)),
-    ])
-}
-
 thread_local! {
     /// Rows of this isolate waiting for the next batch write (at most
     /// `MAX_PENDING`).
@@ -93,11 +75,18 @@ thread_local! {
     static FLUSHING_SINCE: Cell<u64> = const { Cell::new(0) };
     /// Rows dropped because the queue was full, not yet reported.
     static DROPPED: Cell<u64> = const { Cell::new(0) };
+    /// Shards this isolate has entered in the D1 directory (names).
+    static KNOWN: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
 }
+
+/// Directory entries remembered per isolate at most (then forgotten: a
+/// re-entry is an INSERT OR IGNORE, harmless).
+const MAX_KNOWN: usize = 4_096;
 
 /// How long the first row waits for others of the same isolate to join it.
 const COALESCE: Duration = Duration::from_millis(20);
-/// Statements per D1 batch (one round trip, one transaction).
+/// Rows per flush round: one object call per shard they belong to, all at
+/// once (each a single JSON document, one transaction in the object).
 const MAX_BATCH: usize = 100;
 
 /// Queues a row for writing after the response. Rows of concurrent requests
@@ -105,7 +94,7 @@ const MAX_BATCH: usize = 100;
 /// flushes queued rows, up to `MAX_ROUNDS` batches. A full queue drops the
 /// row (counted; the count is logged once by the next flusher). A failed
 /// write is logged, never propagated.
-pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
+pub fn record(env: &Env, ctx: &Context, bucket_ms: u64, row: AuditRow) {
     let queued = PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let room = may_queue(p.len());
@@ -123,13 +112,13 @@ pub fn record(env: &Env, ctx: &Context, row: AuditRow) {
     }
     FLUSHING_SINCE.with(|f| f.set(now.max(1)));
     let env = env.clone();
-    ctx.wait_until(flush(env, now.max(1)));
+    ctx.wait_until(flush(env, bucket_ms, now.max(1)));
 }
 
 /// One flusher: at most `MAX_ROUNDS` batches, then it gives way. It clears
 /// the marker only if it is still its own (a stale flusher replaced by a
 /// newer one leaves the newer one's marker alone).
-async fn flush(env: Env, me: u64) {
+async fn flush(env: Env, bucket_ms: u64, me: u64) {
     Delay::from(COALESCE).await;
     let dropped = DROPPED.with(|d| d.replace(0));
     if dropped > 0 {
@@ -148,8 +137,9 @@ async fn flush(env: Env, me: u64) {
         if rows.is_empty() {
             break;
         }
-        if let Err(e) = write_batch(&env, &rows).await {
-            worker::console_error!("audit write of {} rows failed: {}", rows.len(), e);
+        let n = rows.len();
+        if let Err(e) = write_batch(&env, bucket_ms, rows).await {
+            worker::console_error!("audit write of {} rows failed: {}", n, e);
         }
     }
     // No await since the last drain: a row queued from here on starts a new
@@ -161,24 +151,150 @@ async fn flush(env: Env, me: u64) {
     });
 }
 
-async fn write_batch(env: &Env, rows: &[AuditRow]) -> Result<()> {
+/// One batch: the directory rows of shards this isolate has not entered yet
+/// (one D1 batch), then one call per shard, all at once, then the counts
+/// they added to each bucket's cross-project roll-up shard. A shard whose
+/// directory row could not be written is not written either: a row the
+/// directory does not know would never be read nor dropped by retention.
+async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<()> {
+    let groups = audit_shard::group(rows, bucket_ms);
+    let mut wanted: Vec<Shard> = groups.keys().cloned().collect();
+    wanted.extend(groups.keys().map(Shard::all_projects));
+    wanted.sort();
+    wanted.dedup();
+    let new: Vec<Shard> = KNOWN.with(|k| {
+        let k = k.borrow();
+        wanted
+            .into_iter()
+            .filter(|s| !k.contains(&s.name()))
+            .collect()
+    });
+    if !new.is_empty() {
+        enter(env, &new).await?;
+        KNOWN.with(|k| {
+            let mut k = k.borrow_mut();
+            if k.len() + new.len() > MAX_KNOWN {
+                k.clear();
+            }
+            k.extend(new.iter().map(Shard::name));
+        });
+    }
+    let calls = groups.iter().map(|(shard, rows)| ingest(env, shard, rows));
+    let mut added: BTreeMap<Shard, Vec<Rollups>> = BTreeMap::new();
+    for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
+        match res {
+            Ok(done) if !done.rollups.is_empty() => {
+                added
+                    .entry(shard.all_projects())
+                    .or_default()
+                    .push(done.rollups);
+            }
+            Ok(_) => {}
+            Err(e) => worker::console_error!(
+                "audit write of {} rows to {} failed: {}",
+                rows.len(),
+                shard.name(),
+                e
+            ),
+        }
+    }
+    let calls = added.into_iter().map(|(all, parts)| async move {
+        let body = serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?;
+        object::call(env, &all, object::ADD, &body)
+            .await
+            .map(|_| all)
+    });
+    for res in join_all(calls).await {
+        if let Err(e) = res {
+            worker::console_error!("audit roll-up write to a cross-project shard failed: {}", e);
+        }
+    }
+    Ok(())
+}
+
+fn rust_err(e: impl std::fmt::Display) -> worker::Error {
+    worker::Error::RustError(e.to_string())
+}
+
+async fn ingest(env: &Env, shard: &Shard, rows: &[AuditRow]) -> Result<Ingested> {
+    let body = serde_json::to_vec(rows).map_err(rust_err)?;
+    let bytes = object::call(env, shard, object::INGEST, &body).await?;
+    serde_json::from_slice(&bytes).map_err(rust_err)
+}
+
+async fn enter(env: &Env, shards: &[Shard]) -> Result<()> {
     let db = env.d1(bindings::DB)?;
-    let statements = rows
+    let now = num(now_ms());
+    let statements = shards
         .iter()
-        .map(|r| insert(&db, r))
+        .map(|s| {
+            db.prepare("INSERT OR IGNORE INTO audit_shards (project, start_ms, end_ms, created_at) VALUES (?, ?, ?, ?)")
+                .bind(&[text(&s.project), num(s.start_ms), num(s.end_ms), now.clone()])
+        })
         .collect::<Result<Vec<_>>>()?;
     db.batch(statements).await?;
     Ok(())
 }
 
-/// Rows deleted per statement, and statements per cron run: bounded work.
+/// Legacy rows deleted per statement, and statements per cron run.
 const BATCH: u32 = 5_000;
 const MAX_BATCHES: u32 = 40;
+/// Buckets dropped per cron run at most (the next run takes the rest).
+const MAX_DROPS: u32 = 500;
+/// Objects dropped at once.
+const DROP_WAVE: usize = 25;
 
-/// Deletes rows older than `days`; returns how many were deleted.
-pub async fn sweep(env: &Env, days: u32) -> Result<u64> {
+#[derive(serde::Deserialize)]
+struct DirRow {
+    project: String,
+    start_ms: u64,
+    end_ms: u64,
+}
+
+/// Retention: drops every shard whose bucket ended before the cutoff (the
+/// object deletes all its storage, then its directory row goes), and deletes
+/// the legacy table's rows past it. Returns (buckets dropped, legacy rows).
+pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
     let db = env.d1(bindings::DB)?;
-    let cutoff = num(retention_cutoff_ms(now_ms(), days));
+    let cutoff = retention_cutoff_ms(now_ms(), days);
+    let due: Vec<DirRow> = crate::d1::all(
+        &db,
+        "SELECT project, start_ms, end_ms FROM audit_shards WHERE end_ms <= ? ORDER BY end_ms LIMIT ?",
+        &[num(cutoff), num(u64::from(MAX_DROPS))],
+    )
+    .await?;
+    let mut dropped = 0u64;
+    let db = &db;
+    for wave in due.chunks(DROP_WAVE) {
+        let calls = wave.iter().map(|d| async move {
+            let shard = Shard {
+                project: d.project.clone(),
+                start_ms: d.start_ms,
+                end_ms: d.end_ms,
+            };
+            object::call(env, &shard, object::DROP, b"{}").await?;
+            db.prepare("DELETE FROM audit_shards WHERE project = ? AND start_ms = ?")
+                .bind(&[text(&d.project), num(d.start_ms)])?
+                .run()
+                .await?;
+            Ok::<_, worker::Error>(())
+        });
+        for res in join_all(calls).await {
+            match res {
+                Ok(()) => dropped += 1,
+                Err(e) => {
+                    worker::console_error!("audit retention: dropping a bucket failed: {}", e)
+                }
+            }
+        }
+    }
+    let legacy = sweep_legacy(env, cutoff).await?;
+    Ok((dropped, legacy))
+}
+
+async fn sweep_legacy(env: &Env, cutoff: u64) -> Result<u64> {
+    let db = env.d1(bindings::DB)?;
+    let cutoff = num(cutoff);
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES {
         let res = db

@@ -2,6 +2,8 @@
 
 /// Durable Object namespace: one `KeyGuard` per API key.
 pub const KEY_GUARD: &str = "KEY_GUARD";
+/// Durable Object namespace: one `AuditShard` per (project, time bucket).
+pub const AUDIT: &str = "AUDIT";
 /// KV namespace holding API keys by hash.
 pub const API_KEYS: &str = "API_KEYS";
 

@@ -24,10 +24,11 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
     }
     let days = cfg.settings.retention.audit_days;
     match audit::sweep(env, days).await {
-        Ok(n) => worker::console_log!(
-            "audit retention: deleted {} rows older than {} days",
-            n,
-            days
+        Ok((buckets, legacy)) => worker::console_log!(
+            "audit retention ({} days): dropped {} buckets, deleted {} legacy rows",
+            days,
+            buckets,
+            legacy
         ),
         Err(e) => worker::console_error!("audit retention failed: {}", e),
     }

@@ -18,10 +18,6 @@ pub fn num(v: u64) -> JsValue {
     JsValue::from_f64(v as f64)
 }
 
-pub fn opt_num(v: Option<u64>) -> JsValue {
-    v.map_or(JsValue::NULL, num)
-}
-
 /// Every row of one query.
 pub async fn all<T: DeserializeOwned>(
     db: &D1Database,

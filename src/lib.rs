@@ -17,6 +17,7 @@ mod request;
 mod runtime;
 mod webhooks;
 
+pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
 
 use postguard_core::Problem;
@@ -42,7 +43,13 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let seen = audit::Seen::of(&req);
     let resp = reject::render(&rc, handle(req, &env, &cfg, &rc, &ctx).await)?;
     if cfg.settings.audit.enabled {
-        audit::record(&env, &ctx, audit::row(seen, &rc, resp.status_code()));
+        let bucket_ms = cfg.settings.audit.bucket_ms;
+        audit::record(
+            &env,
+            &ctx,
+            bucket_ms,
+            audit::row(seen, &rc, resp.status_code()),
+        );
     }
     Ok(resp)
 }

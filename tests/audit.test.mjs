@@ -6,6 +6,7 @@ import { startOrigin } from './support/origin.mjs';
 import {
   startGateway, problem, poll, bearer, cfg, ADMIN_TOKEN, ORIGIN_TOKEN, REQUEST_ID_RE,
 } from './support/gateway.mjs';
+import { directory, shardRows, shardStats, projectRows, ingest, enter } from './support/audit-shards.mjs';
 
 const CONFIG = {
   origin: { timeout_ms: 1000 },
@@ -47,7 +48,9 @@ async function rowOf(requestId) {
   }, { timeout: 5000, message: `the audit row of ${requestId}` });
 }
 
-const countRows = async (where = '1 = 1', ...args) => (await db.prepare(`SELECT COUNT(*) AS n FROM audit_log WHERE ${where}`).bind(...args).first()).n;
+/** Rows of a project stored in its audit shards (read straight from the objects). */
+const countRows = async (project) => (await projectRows(gw, project)).length;
+const countLegacy = async () => (await db.prepare('SELECT COUNT(*) AS n FROM audit_log').first()).n;
 
 describe('what is recorded', () => {
   it('a proxied request: every field, path without its query', async () => {
@@ -121,7 +124,13 @@ describe('what is recorded', () => {
     await gw.fetch('/x', { headers: bearer(ORIGIN_TOKEN) });
     const last = await gw.fetch('/s2', { method: 'PUT', headers: { ...bearer(keyB.key), authorization: `Bearer ${keyB.key}` }, body: 'hunter2' });
     await rowOf(last.headers['x-request-id']);
-    const { results } = await db.prepare('SELECT * FROM audit_log').all();
+    // Every stored row and roll-up of every shard, read from the objects themselves.
+    const results = [];
+    for (const shard of await directory(gw)) {
+      results.push(...(await shardRows(gw, shard)));
+      const r = await shardStats(gw, shard);
+      results.push(...r.paths.map((p) => ({ request_id: `${shard.project} roll-up`, ...p })));
+    }
     assert.ok(results.length >= 5);
     for (const row of results) {
       for (const [col, value] of Object.entries(row)) {
@@ -174,7 +183,7 @@ describe('GET /_postguard/v1/audit', () => {
       const r = await gw.fetch(`/page/${i}`, { headers: bearer(key.key) });
       sent.add(r.headers['x-request-id']);
     }
-    await poll(async () => (await countRows('project = ?', 'audit-pages')) === 260, { timeout: 10000, message: '260 audit rows' });
+    await poll(async () => (await countRows('audit-pages')) === 260, { timeout: 10000, message: '260 audit rows' });
     const seen = [];
     let cursor = null;
     let pages = 0;
@@ -201,7 +210,7 @@ describe('GET /_postguard/v1/audit', () => {
   it('without ?limit a page holds 50 rows', async () => {
     const key = await gw.createKey({ project: 'audit-default-page', plan: 'big' });
     for (let i = 0; i < 51; i++) await gw.fetch(`/default-page/${i}`, { headers: bearer(key.key) });
-    await poll(async () => (await countRows('project = ?', 'audit-default-page')) === 51, { timeout: 10000, message: '51 audit rows' });
+    await poll(async () => (await countRows('audit-default-page')) === 51, { timeout: 10000, message: '51 audit rows' });
     // Read as the operator: its own requests belong to no project and do not add rows here.
     const first = await audit('?project=audit-default-page', ADMIN_TOKEN);
     assert.equal(first.status, 200, first.text);
@@ -269,12 +278,32 @@ describe('retention', () => {
     await insert('req_retention_old_2', now - 365 * DAY);
     await insert('req_retention_edge', now - 89 * DAY);
     await insert('req_retention_new', now - 1000);
-    const before = await countRows();
+    const before = await countLegacy();
+    // Shards: a bucket that ended 91 days ago goes whole; one of 89 days ago stays.
+    const start = (t) => Math.floor(t / DAY) * DAY;
+    const old = { project: 'audit-retention', start_ms: start(now - 92 * DAY), end_ms: start(now - 92 * DAY) + DAY };
+    const kept = { project: 'audit-retention', start_ms: start(now - 89 * DAY), end_ms: start(now - 89 * DAY) + DAY };
+    const shardRow = (id, time) => ({
+      request_id: id, time, method: 'GET', path: '/old', status: 200, response_bytes: null, response_time_ms: 1,
+      client_ip: null, user_agent: null, key_prefix: null, project: 'audit-retention', idempotency_key: null, replayed: false, rate_limit_remaining: null,
+    });
+    await enter(gw, [old, kept]);
+    assert.equal(await ingest(gw, old, [shardRow('req_shard_old_1', old.start_ms + 5), shardRow('req_shard_old_2', old.start_ms + 6)]), 2);
+    assert.equal(await ingest(gw, kept, [shardRow('req_shard_kept', kept.start_ms + 5)]), 1);
+    const shardsBefore = (await directory(gw)).length;
     const worker = await gw.mf.getWorker();
     await worker.scheduled({ cron: '17 3 * * *' });
     const left = (await db.prepare("SELECT request_id FROM audit_log WHERE project = 'audit-retention' ORDER BY request_id").all()).results.map((r) => r.request_id);
     assert.deepEqual(left, ['req_retention_edge', 'req_retention_new']);
-    assert.equal(await countRows(), before - 2, 'nothing else was deleted');
+    assert.equal(await countLegacy(), before - 2, 'nothing else was deleted');
+    assert.deepEqual((await directory(gw, 'audit-retention')).map((s) => s.start_ms), [kept.start_ms], 'the old bucket left the directory');
+    assert.equal((await directory(gw)).length, shardsBefore - 1, 'no other bucket was dropped');
+    assert.deepEqual(await shardRows(gw, old), [], 'the old bucket\'s object holds nothing');
+    assert.deepEqual((await shardStats(gw, old)).hours, [], 'nor any roll-up');
+    assert.deepEqual((await shardRows(gw, kept)).map((r) => r.request_id), ['req_shard_kept']);
+    // Legacy rows are still read through the API until retention empties them.
+    const legacy = await audit('?project=audit-retention&limit=200', ADMIN_TOKEN);
+    assert.deepEqual(legacy.json.data.map((r) => r.request_id), ['req_retention_new', 'req_retention_edge', 'req_shard_kept'], 'newest first across the legacy table and a shard of the same day');
   });
 });
 

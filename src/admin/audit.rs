@@ -1,19 +1,27 @@
 //! `GET /_postguard/v1/audit` and `GET /_postguard/v1/stats`: an API key sees
 //! its own project; the operator sees everything and may filter by project.
+//! Rows live in audit shards (ADR 0016): the core plans which ones to visit
+//! (from the D1 directory), this file fetches and hands the answers back.
 
-use postguard_core::audit::{bounded, parse_days, quantile_offset, Arg, AuditQuery, AuditRow};
+use futures_util::future::join_all;
+use postguard_core::audit::{bounded, parse_days, Arg, AuditQuery, AuditRow, COLUMNS};
+use postguard_core::audit_shard::{
+    self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
+    ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
+};
 use postguard_core::config::Config;
 use postguard_core::credential::Credential;
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::rate_limit;
 use postguard_core::{ErrorCode, Invalid, Problem};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, Env, Request, Result};
 
 use crate::auth;
 use crate::bindings;
 use crate::d1::{self, num, text};
+use crate::durable::audit_shard::{self as object, ShardQuery};
 use crate::http;
 use crate::reject::{Extra, Handled};
 use crate::request::query_pairs;
@@ -65,7 +73,11 @@ fn js(args: &[Arg]) -> Vec<JsValue> {
         .collect()
 }
 
-/// A row as D1 returns it (booleans are integers).
+fn rust_err(e: impl std::fmt::Display) -> worker::Error {
+    worker::Error::RustError(e.to_string())
+}
+
+/// A legacy row as D1 returns it (booleans are integers).
 #[derive(Deserialize)]
 struct DbRow {
     request_id: String,
@@ -105,6 +117,127 @@ impl From<DbRow> for AuditRow {
     }
 }
 
+#[derive(Deserialize)]
+struct DirRow {
+    project: String,
+    start_ms: u64,
+    end_ms: u64,
+}
+
+#[derive(Deserialize)]
+struct Span {
+    lo: Option<u64>,
+    hi: Option<u64>,
+}
+
+/// Bands of `/audit` read at once after the first.
+const BAND_WAVE: usize = 4;
+
+/// Directory rows fetched per query at most (newest first).
+const MAX_DIRECTORY_ROWS: u64 = 5_000;
+
+/// The sources that may hold rows of `project` (None = every project)
+/// between `lo` and `hi`: the shards in the directory (`shards_of`: the
+/// directory's project, None = every project's row shards), and the legacy
+/// table if it still holds such rows. One D1 round trip.
+async fn sources(
+    db: &D1Database,
+    shards_of: Option<&str>,
+    project: Option<&str>,
+    lo: u64,
+    hi: u64,
+    max: u64,
+) -> Result<Vec<Source>> {
+    let hi = num(hi.min(1 << 53));
+    let mut dir_args = vec![num(lo), hi.clone()];
+    let dir_filter = match shards_of {
+        Some(p) => {
+            dir_args.push(text(p));
+            "project = ?"
+        }
+        None => {
+            dir_args.push(text(ALL_PROJECTS));
+            "project != ?"
+        }
+    };
+    dir_args.push(num(max));
+    let dir = db
+        .prepare(format!(
+            "SELECT project, start_ms, end_ms FROM audit_shards WHERE end_ms > ? AND start_ms <= ? AND {dir_filter} ORDER BY start_ms DESC LIMIT ?"
+        ))
+        .bind(&dir_args)?;
+    let mut legacy_args = vec![num(lo), hi];
+    let legacy_filter = match project {
+        Some(p) => {
+            legacy_args.push(text(p));
+            " AND project = ?"
+        }
+        None => "",
+    };
+    let legacy = db
+        .prepare(format!(
+            "SELECT MIN(time) AS lo, MAX(time) AS hi FROM audit_log WHERE time >= ? AND time <= ?{legacy_filter}"
+        ))
+        .bind(&legacy_args)?;
+    let mut answers = db.batch(vec![dir, legacy]).await?.into_iter();
+    let dir: Vec<DirRow> = match answers.next() {
+        Some(r) => r.results()?,
+        None => Vec::new(),
+    };
+    let span: Vec<Span> = match answers.next() {
+        Some(r) => r.results()?,
+        None => Vec::new(),
+    };
+    let mut out: Vec<Source> = dir
+        .into_iter()
+        .map(|d| {
+            Source::Shard(Shard {
+                project: d.project,
+                start_ms: d.start_ms,
+                end_ms: d.end_ms,
+            })
+        })
+        .collect();
+    if let Some(Span {
+        lo: Some(lo),
+        hi: Some(hi),
+    }) = span.into_iter().next()
+    {
+        out.push(Source::Legacy {
+            start_ms: lo,
+            end_ms: hi.saturating_add(1),
+        });
+    }
+    Ok(out)
+}
+
+/// Up to `take` rows of one source, newest first.
+async fn rows_of(
+    env: &Env,
+    db: &D1Database,
+    source: &Source,
+    q: &AuditQuery,
+    take: u32,
+) -> Result<Vec<AuditRow>> {
+    match source {
+        Source::Shard(shard) => {
+            let body = serde_json::to_vec(&ShardQuery { q: q.clone(), take }).map_err(rust_err)?;
+            let bytes = object::call(env, shard, object::QUERY, &body).await?;
+            let mut rows: Vec<AuditRow> = serde_json::from_slice(&bytes).map_err(rust_err)?;
+            let project = shard.row_project();
+            for r in &mut rows {
+                r.project.clone_from(&project);
+            }
+            Ok(rows)
+        }
+        Source::Legacy { .. } => {
+            let (sql, args) = q.sql_on("audit_log", COLUMNS, true, take);
+            let rows: Vec<DbRow> = d1::all(db, sql, &js(&args)).await?;
+            Ok(rows.into_iter().map(AuditRow::from).collect())
+        }
+    }
+}
+
 pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.audit_cost).await?;
     let pairs = query_pairs(req)?;
@@ -113,57 +246,52 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     if let Scope::Project(p) = scope {
         q.project = Some(p);
     }
-    let (sql, args) = q.to_sql();
     let db = env.d1(bindings::DB)?;
-    let rows: Vec<DbRow> = d1::all(&db, sql, &js(&args)).await?;
-    let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::from).collect();
+    let bounds = Bounds::of(&q);
+    let p = q.project.as_deref();
+    let found = sources(&db, p, p, bounds.lo, bounds.hi, MAX_DIRECTORY_ROWS).await?;
+    let bands = shards::plan(found, bounds);
+    let want = q.limit as usize + 1;
+    let mut rows: Vec<AuditRow> = Vec::with_capacity(want);
+    let mut next = 0;
+    // The newest band alone first (it usually fills the page), then waves of
+    // bands read at once, so a selective filter over many days does not pay
+    // one round trip per day.
+    let mut wave = 1;
+    while next < bands.len() && rows.len() < want {
+        // At most `wave` bands and (past the first band) `MAX_FANOUT` sources.
+        let mut end = next + 1;
+        let mut sources_read = bands[next].len();
+        while end < bands.len()
+            && end - next < wave
+            && sources_read + bands[end].len() <= shards::MAX_FANOUT
+        {
+            sources_read += bands[end].len();
+            end += 1;
+        }
+        let these = &bands[next..end];
+        next = end;
+        wave = BAND_WAVE;
+        // Checked per band visited: a wide old bucket does not stop the
+        // newest pages of the operator's view.
+        if q.project.is_none() {
+            shards::check_fanout(these)?;
+        }
+        let take = want - rows.len();
+        let reads = these
+            .iter()
+            .map(|band| join_all(band.iter().map(|s| rows_of(env, &db, s, &q, take as u32))));
+        for answers in join_all(reads).await {
+            let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
+            let take = want - rows.len();
+            rows.extend(shards::merge(answers, take));
+            if rows.len() >= want {
+                break;
+            }
+        }
+    }
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
     http::json(rc, 200, &page, &rl)
-}
-
-#[derive(Serialize, Deserialize)]
-struct Day {
-    date: String,
-    requests: u64,
-    errors: u64,
-    server_errors: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PathCount {
-    path: String,
-    requests: u64,
-}
-
-#[derive(Deserialize)]
-struct Ms {
-    response_time_ms: u64,
-}
-
-#[derive(Serialize)]
-struct Stats {
-    days: Vec<Day>,
-    top_paths: Vec<PathCount>,
-    error_share: f64,
-    p50_ms: Option<u64>,
-    p95_ms: Option<u64>,
-}
-
-async fn percentile(
-    db: &D1Database,
-    filter: &str,
-    args: &[JsValue],
-    n: u64,
-    q: f64,
-) -> Result<Option<u64>> {
-    if n == 0 {
-        return Ok(None);
-    }
-    let mut a = args.to_vec();
-    a.push(num(quantile_offset(n, q)));
-    let sql = format!("SELECT response_time_ms FROM audit_log WHERE {filter} ORDER BY response_time_ms LIMIT 1 OFFSET ?");
-    let rows: Vec<Ms> = d1::all(db, sql, &a).await?;
-    Ok(rows.first().map(|r| r.response_time_ms))
 }
 
 fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
@@ -174,6 +302,68 @@ fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
         ));
     }
     Ok(v.to_string())
+}
+
+#[derive(Deserialize)]
+struct Ms {
+    ms: u64,
+    n: u64,
+}
+
+/// The legacy table's rows from `since`, counted as a shard's roll-ups.
+async fn legacy_stats(
+    db: &D1Database,
+    since: u64,
+    project: Option<&str>,
+    key_prefix: Option<&str>,
+) -> Result<ShardStats> {
+    let mut filter = "time >= ?".to_string();
+    let mut args = vec![num(since)];
+    if let Some(p) = project {
+        filter.push_str(" AND project = ?");
+        args.push(text(p));
+    }
+    if let Some(k) = key_prefix {
+        filter.push_str(" AND key_prefix = ?");
+        args.push(text(k));
+    }
+    let hours: Vec<HourCount> = d1::all(
+        db,
+        format!(
+            "SELECT time / 3600000 * 3600000 AS hour, COUNT(*) AS requests, SUM(status >= 400) AS errors, \
+             SUM(status >= 500) AS server_errors FROM audit_log WHERE {filter} GROUP BY hour"
+        ),
+        &args,
+    )
+    .await?;
+    if hours.is_empty() {
+        return Ok(ShardStats::default());
+    }
+    let paths: Vec<PathCount> = d1::all(
+        db,
+        format!("SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} GROUP BY path"),
+        &args,
+    )
+    .await?;
+    let latency: Vec<Ms> = d1::all(
+        db,
+        format!(
+            "SELECT MIN(response_time_ms, {MAX_LATENCY_MS}) AS ms, COUNT(*) AS n FROM audit_log WHERE {filter} GROUP BY ms"
+        ),
+        &args,
+    )
+    .await?;
+    Ok(ShardStats {
+        hours,
+        paths,
+        latency: latency.into_iter().map(|m| (m.ms, m.n)).collect(),
+    })
+}
+
+async fn shard_stats(env: &Env, shard: &Shard, q: &StatsQuery) -> Result<ShardStats> {
+    let body = serde_json::to_vec(q).map_err(rust_err)?;
+    let bytes = object::call(env, shard, object::STATS_PATH, &body).await?;
+    serde_json::from_slice(&bytes).map_err(rust_err)
 }
 
 pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
@@ -205,42 +395,40 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     // Whole UTC days, today included.
     let today_start = now_ms() / 86_400_000 * 86_400_000;
     let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
-    let mut filter = "time >= ?".to_string();
-    let mut args = vec![num(since)];
-    if let Some(p) = &project {
-        filter.push_str(" AND project = ?");
-        args.push(text(p));
-    }
-    if let Some(k) = &key_prefix {
-        filter.push_str(" AND key_prefix = ?");
-        args.push(JsValue::from_str(k));
-    }
     let db = env.d1(bindings::DB)?;
-    let days_sql = format!(
-        "SELECT strftime('%Y-%m-%d', time / 1000, 'unixepoch') AS date, COUNT(*) AS requests, \
-         SUM(status >= 400) AS errors, SUM(status >= 500) AS server_errors \
-         FROM audit_log WHERE {filter} GROUP BY date ORDER BY date"
-    );
-    let per_day: Vec<Day> = d1::all(&db, days_sql, &args).await?;
-    let paths_sql = format!(
-        "SELECT path, COUNT(*) AS requests FROM audit_log WHERE {filter} \
-         GROUP BY path ORDER BY requests DESC, path LIMIT 10"
-    );
-    let top_paths: Vec<PathCount> = d1::all(&db, paths_sql, &args).await?;
-    let total: u64 = per_day.iter().map(|d| d.requests).sum();
-    let errors: u64 = per_day.iter().map(|d| d.errors).sum();
-    let p50_ms = percentile(&db, &filter, &args, total, 0.50).await?;
-    let p95_ms = percentile(&db, &filter, &args, total, 0.95).await?;
-    let stats = Stats {
-        days: per_day,
-        top_paths,
-        error_share: if total == 0 {
-            0.0
-        } else {
-            errors as f64 / total as f64
-        },
-        p50_ms,
-        p95_ms,
+    let max = MAX_STATS_SHARDS as u64 + 1;
+    // Without a project: each bucket's cross-project roll-up shard.
+    let shards_of = project.as_deref().unwrap_or(ALL_PROJECTS);
+    let found = sources(
+        &db,
+        Some(shards_of),
+        project.as_deref(),
+        since,
+        u64::MAX,
+        max,
+    )
+    .await?;
+    let shards_found: Vec<Shard> = found
+        .iter()
+        .filter_map(|s| match s {
+            Source::Shard(s) => Some(s.clone()),
+            Source::Legacy { .. } => None,
+        })
+        .collect();
+    if shards_found.len() > MAX_STATS_SHARDS {
+        return Err(shards::project_required(&format!(
+            "these days hold more than {MAX_STATS_SHARDS} audit shards: add project= or lower days="
+        ))
+        .into());
+    }
+    let q = StatsQuery {
+        since_ms: since,
+        key_prefix,
     };
-    http::json(rc, 200, &stats, &rl)
+    let answers = join_all(shards_found.iter().map(|s| shard_stats(env, s, &q))).await;
+    let mut parts = answers.into_iter().collect::<Result<Vec<_>>>()?;
+    if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
+        parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
+    }
+    http::json(rc, 200, &shards::merge_stats(parts), &rl)
 }

@@ -2,5 +2,6 @@
 //! asks the core to decide and persists the decision; the caller side speaks
 //! the same typed protocol (`postguard_core::guard::protocol`).
 
+pub mod audit_shard;
 pub mod client;
 pub mod key_guard;

@@ -71,14 +71,15 @@ pub enum Arg {
 }
 
 /// `status=` filter: an exact code or a class (`4xx`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StatusFilter {
     Exact(u16),
     Class(u16),
 }
 
-/// A parsed, validated `GET /audit` query.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A parsed, validated `GET /audit` query. Serialised as is to the audit
+/// shards (`crate::audit_shard`), which run it with [`AuditQuery::sql_on`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditQuery {
     pub request_id: Option<String>,
     pub method: Option<String>,
@@ -174,9 +175,22 @@ impl AuditQuery {
         Ok(q)
     }
 
-    /// The SQL (for D1) and its arguments. Fetches `limit + 1` rows so the
-    /// caller knows whether a next page exists.
+    /// The SQL (for the legacy D1 table) and its arguments. Fetches
+    /// `limit + 1` rows so the caller knows whether a next page exists.
     pub fn to_sql(&self) -> (String, Vec<Arg>) {
+        self.sql_on("audit_log", COLUMNS, true, self.limit + 1)
+    }
+
+    /// The SQL over `table` (selecting `columns`), at most `take` rows,
+    /// newest first. `with_project`: whether the table has a `project`
+    /// column to filter on (a shard holds one project and has none).
+    pub fn sql_on(
+        &self,
+        table: &str,
+        columns: &str,
+        with_project: bool,
+        take: u32,
+    ) -> (String, Vec<Arg>) {
         let mut wh: Vec<&str> = Vec::new();
         let mut args = Vec::new();
         let mut eq = |col: &'static str, v: &Option<String>, wh: &mut Vec<&str>| {
@@ -189,7 +203,9 @@ impl AuditQuery {
         eq("method = ?", &self.method, &mut wh);
         eq("idempotency_key = ?", &self.idempotency_key, &mut wh);
         eq("key_prefix = ?", &self.key_prefix, &mut wh);
-        eq("project = ?", &self.project, &mut wh);
+        if with_project {
+            eq("project = ?", &self.project, &mut wh);
+        }
         // Without `*` the match is exact (and case-sensitive, as paths are);
         // with it, GLOB (case-sensitive too, unlike LIKE).
         match &self.path {
@@ -229,13 +245,13 @@ impl AuditQuery {
             args.push(Arg::Int(ms(*t)));
             args.push(Arg::Text(id.clone()));
         }
-        let mut sql = format!("SELECT {COLUMNS} FROM audit_log");
+        let mut sql = format!("SELECT {columns} FROM {table}");
         if !wh.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&wh.join(" AND "));
         }
         sql.push_str(" ORDER BY time DESC, request_id DESC LIMIT ?");
-        args.push(Arg::Int(i64::from(self.limit) + 1));
+        args.push(Arg::Int(i64::from(take)));
         (sql, args)
     }
 }

@@ -225,13 +225,19 @@ impl Default for RetentionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
-    /// Record one audit row per request (D1, written after the response).
+    /// Record one audit row per request (audit shards, written after the
+    /// response).
     pub enabled: bool,
+    /// The time span of one audit shard (ms; default one UTC day, ADR 0016).
+    pub bucket_ms: u64,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        AuditConfig { enabled: true }
+        AuditConfig {
+            enabled: true,
+            bucket_ms: crate::audit_shard::DEFAULT_BUCKET_MS,
+        }
     }
 }
 
@@ -684,6 +690,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
     }
     range("retention.audit_days", s.retention.audit_days, 1, 3_650)?;
     range(
+        "audit.bucket_ms",
+        s.audit.bucket_ms,
+        crate::audit_shard::MIN_BUCKET_MS,
+        crate::audit_shard::MAX_BUCKET_MS,
+    )?;
+    range(
         "retention.deliveries_days",
         s.retention.deliveries_days,
         1,
@@ -869,6 +881,14 @@ mod tests {
         assert_eq!(
             err_field(r#"{"retention":{"audit_days":0}}"#),
             "retention.audit_days"
+        );
+        assert_eq!(
+            err_field(r#"{"audit":{"bucket_ms":999}}"#),
+            "audit.bucket_ms"
+        );
+        assert_eq!(
+            err_field(r#"{"audit":{"bucket_ms":2678400001}}"#),
+            "audit.bucket_ms"
         );
         assert_eq!(err_field(r#"{"max_body_bytes":0}"#), "max_body_bytes");
         assert_eq!(err_field(r#"{"plans":{}}"#), "plans");

@@ -6,6 +6,7 @@
 //! the host with `cargo test`.
 
 pub mod audit;
+pub mod audit_shard;
 pub mod body;
 pub mod config;
 pub mod cors;

@@ -27,12 +27,13 @@ pub enum ErrorCode {
     ConfigInvalid,
     Unauthorized,
     Forbidden,
+    AuditProjectRequired,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -49,6 +50,7 @@ impl ErrorCode {
         ErrorCode::ConfigInvalid,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
+        ErrorCode::AuditProjectRequired,
         ErrorCode::Internal,
     ];
 
@@ -70,6 +72,7 @@ impl ErrorCode {
             ErrorCode::ConfigInvalid => "CONFIG_INVALID",
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::AuditProjectRequired => "AUDIT_PROJECT_REQUIRED",
             ErrorCode::Internal => "INTERNAL_ERROR",
         }
     }
@@ -80,7 +83,8 @@ impl ErrorCode {
             ErrorCode::RateLimitExceeded => 429,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
-            | ErrorCode::ValidationError => 400,
+            | ErrorCode::ValidationError
+            | ErrorCode::AuditProjectRequired => 400,
             ErrorCode::IdempotencyKeyInProgress => 409,
             ErrorCode::IdempotencyKeyReuseConflict => 422,
             ErrorCode::PayloadTooLarge => 413,
@@ -114,6 +118,7 @@ impl ErrorCode {
             ErrorCode::ConfigInvalid => "Gateway configuration invalid",
             ErrorCode::Unauthorized => "Unauthorized",
             ErrorCode::Forbidden => "Forbidden",
+            ErrorCode::AuditProjectRequired => "Audit query needs a project",
             ErrorCode::Internal => "Internal gateway error",
         }
     }

@@ -34,6 +34,9 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
     if let Err(e) = webhooks::consumer::sweep(env, cfg.settings.retention.deliveries_days).await {
         worker::console_error!("delivery retention failed: {}", e);
     }
+    if let Err(e) = webhooks::usage::sweep(env, cfg.settings.retention.deliveries_days).await {
+        worker::console_error!("webhook usage retention failed: {}", e);
+    }
     match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
         Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),

@@ -14,6 +14,7 @@ pub mod inspectors;
 pub mod ops;
 pub mod publish;
 pub mod subscriptions;
+pub mod usage;
 
 use postguard_core::config::Config;
 use postguard_core::ids;

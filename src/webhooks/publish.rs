@@ -58,6 +58,7 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         .first(None)
         .await?;
     if existing.is_none() {
+        super::usage::admit(env, cfg, &input.project).await?;
         let event = Event {
             project: &input.project,
             id: &event_id,
@@ -167,6 +168,14 @@ pub async fn fan_out(
             );
         }
     }
+    statements.push(super::usage::count(
+        &db,
+        cfg,
+        ev.project,
+        ev.id,
+        payload.len(),
+        now,
+    )?);
     // Durable before the 202: the event, its deliveries and their outbox rows
     // in one transaction. A concurrent publish of the same id is absorbed by
     // the constraints (`INSERT OR IGNORE` on the events key and on one

@@ -28,11 +28,14 @@ pub enum ErrorCode {
     Unauthorized,
     Forbidden,
     Internal,
+    EventQuotaExceeded,
+    StorageFull,
+    RetryLimitReached,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -50,6 +53,9 @@ impl ErrorCode {
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::Internal,
+        ErrorCode::EventQuotaExceeded,
+        ErrorCode::StorageFull,
+        ErrorCode::RetryLimitReached,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,13 +77,18 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::Internal => "INTERNAL_ERROR",
+            ErrorCode::EventQuotaExceeded => "EVENT_QUOTA_EXCEEDED",
+            ErrorCode::StorageFull => "STORAGE_FULL",
+            ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
         }
     }
 
     pub fn status(self) -> u16 {
         match self {
             ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
-            ErrorCode::RateLimitExceeded => 429,
+            ErrorCode::RateLimitExceeded | ErrorCode::EventQuotaExceeded => 429,
+            ErrorCode::StorageFull => 503,
+            ErrorCode::RetryLimitReached => 409,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
             | ErrorCode::ValidationError => 400,
@@ -115,6 +126,9 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "Unauthorized",
             ErrorCode::Forbidden => "Forbidden",
             ErrorCode::Internal => "Internal gateway error",
+            ErrorCode::EventQuotaExceeded => "Daily event quota exceeded",
+            ErrorCode::StorageFull => "Webhook storage full",
+            ErrorCode::RetryLimitReached => "Manual attempt limit reached",
         }
     }
 
@@ -183,7 +197,7 @@ impl From<Invalid> for Problem {
 pub struct Problem {
     pub code: ErrorCode,
     pub detail: String,
-    /// `Retry-After` seconds, for 409 and 429.
+    /// `Retry-After` seconds, for 409, 429 and 503.
     pub retry_after_s: Option<u64>,
     /// `Allow` header value, for 405.
     pub allow: Option<&'static str>,
@@ -319,6 +333,9 @@ mod tests {
         assert_eq!(ErrorCode::ConfigInvalid.status(), 500);
         assert_eq!(ErrorCode::Unauthorized.status(), 401);
         assert_eq!(ErrorCode::Forbidden.status(), 403);
+        assert_eq!(ErrorCode::EventQuotaExceeded.status(), 429);
+        assert_eq!(ErrorCode::StorageFull.status(), 503);
+        assert_eq!(ErrorCode::RetryLimitReached.status(), 409);
     }
 
     #[test]

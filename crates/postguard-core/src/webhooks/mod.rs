@@ -12,6 +12,7 @@
 //! lets every rule that a receiver or an operator relies on be tested here,
 //! on the host, including property tests over arbitrary inputs.
 
+pub mod capacity;
 pub mod delivery;
 pub mod events;
 pub mod fanout;

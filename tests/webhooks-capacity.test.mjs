@@ -1,0 +1,210 @@
+// The webhook records' D1 bound (issue 16, ADR 0017) end to end: the real built worker under
+// Miniflare with its real D1 and queues, publishing to real local receivers. A test configuration
+// with tiny quotas: the daily event / delivery quota (429 EVENT_QUOTA_EXCEEDED with Retry-After at
+// the next UTC day), per-project isolation, the counter keyed by UTC day and swept by retention,
+// the size guard (503 STORAGE_FULL at the high-water mark, publishing again once space is freed),
+// and the manual-attempt bound (409 RETRY_LIMIT_REACHED, also under racing requests).
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { startOrigin } from './support/origin.mjs';
+import { startReceiver } from './support/receiver.mjs';
+import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
+
+const DAY_MS = 86_400_000;
+const HIGH_WATER = 2 << 20; // 2 MiB: a fresh database is far below it
+const CONFIG = {
+  webhooks: {
+    schedule_s: [1], timeout_ms: 1000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'],
+    events_per_project_per_day: 3,
+    deliveries_per_project_per_day: 4,
+    manual_attempts_per_delivery: 2,
+    d1_high_water_bytes: HIGH_WATER,
+  },
+  plans: { big: { requests_per_window: 100000 } },
+  origin: { timeout_ms: 1000 },
+  idempotency: { lease_s: 3 },
+};
+
+let origin;
+let gw;
+let db;
+let rcv;
+
+before(async () => {
+  origin = await startOrigin();
+  gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
+  db = await gw.mf.getD1Database('DB');
+  rcv = await startReceiver({ behaviour: () => ({ status: 200, body: '{"ok":true}' }) });
+});
+after(async () => {
+  await rcv?.close();
+  await gw?.dispose();
+  await origin?.kill();
+});
+
+const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
+const show = (res) => `${res.status} ${res.text?.slice(0, 400)}`;
+const api = (method, p, token, body) => gw.admin(method, p, body, { token });
+
+async function project(tag, subscriptions = 1) {
+  const name = uniq(`cap-${tag}`);
+  const { key } = await gw.createKey({ project: name, plan: 'big' });
+  for (let i = 0; i < subscriptions; i++) {
+    const res = await api('POST', '/_postguard/v1/webhooks', key, { url: `${rcv.url}/${name}/${i}`, events: ['*'] });
+    assert.equal(res.status, 201, show(res));
+  }
+  return { name, key };
+}
+
+const publishRaw = (name, id, data = { n: 1 }) => api('POST', '/_postguard/v1/events', ORIGIN_TOKEN, { project: name, type: 'order.paid', data, id });
+
+async function publish(name, id) {
+  const res = await publishRaw(name, id);
+  assert.equal(res.status, 202, `publish ${id} → ${show(res)}`);
+  return res.json.id;
+}
+
+async function usage(name) {
+  return (await db.prepare('SELECT day, events, deliveries, bytes FROM webhook_usage WHERE project = ? ORDER BY day').bind(name).all()).results;
+}
+
+/** Retry-After of a refusal: whole seconds to `at` (epoch ms), within the request's own duration. */
+function assertRetryAfter(res, at) {
+  const ra = Number(res.headers['retry-after']);
+  assert.ok(Number.isInteger(ra) && ra >= 1, `Retry-After is whole seconds: ${res.headers['retry-after']}`);
+  const lo = Math.floor((at - res.at) / 1000);
+  const hi = Math.ceil((at - res.sentAt) / 1000) + 1;
+  assert.ok(ra >= lo && ra <= hi, `Retry-After ${ra} s points at ${new Date(at).toISOString()} (expected ${lo}..${hi})`);
+}
+
+const nextUtcDay = (t) => (Math.floor(t / DAY_MS) + 1) * DAY_MS;
+function nextSweep(t) {
+  const today = Math.floor(t / DAY_MS) * DAY_MS + (3 * 60 + 17) * 60_000;
+  return today > t ? today : today + DAY_MS;
+}
+
+describe('the daily quota per project', () => {
+  it('the event past the quota → 429 EVENT_QUOTA_EXCEEDED with Retry-After at the next UTC day; a duplicate id is not counted', async () => {
+    const a = await project('events');
+    await publish(a.name, 'evt_q1');
+    await publish(a.name, 'evt_q1'); // the same id again: a no-op, not a new event
+    await publish(a.name, 'evt_q2');
+    await publish(a.name, 'evt_q3');
+    const res = await publishRaw(a.name, 'evt_q4');
+    const p = problem(res, { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    assert.match(p.detail, /3 events/);
+    assertRetryAfter(res, nextUtcDay(res.sentAt));
+    const [row] = await usage(a.name);
+    assert.equal(row.day, Math.floor(res.sentAt / DAY_MS), 'the counter is keyed by the UTC day');
+    assert.equal(row.events, 3);
+    assert.equal(row.deliveries, 3, 'one delivery per event (one subscription)');
+    // Charged (webhooks::capacity::event_bytes): payload + 787 B per event, and per delivery
+    // 727 B + every automatic attempt (schedule_s [1]: 2) at the largest attempt row, 755 B.
+    const { payloads } = await db.prepare('SELECT SUM(LENGTH(CAST(payload AS BLOB))) AS payloads FROM events WHERE project = ?').bind(a.name).first();
+    assert.equal(row.bytes, payloads + 3 * 787 + 3 * (727 + 2 * 755), 'bytes charged: the payloads, the rows, the attempts at their largest');
+    // Nothing of the refused event was stored.
+    const stored = await db.prepare('SELECT COUNT(*) AS n FROM events WHERE project = ? AND id = ?').bind(a.name, 'evt_q4').first();
+    assert.equal(stored.n, 0);
+    // The already stored ids still answer 202 (a retry of a publish is never refused).
+    await publish(a.name, 'evt_q2');
+  });
+
+  it('another project still publishes while one is over its quota', async () => {
+    const a = await project('full');
+    const b = await project('other');
+    for (const id of ['evt_1', 'evt_2', 'evt_3']) await publish(a.name, id);
+    problem(await publishRaw(a.name, 'evt_4'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    const id = await publish(b.name, 'evt_1');
+    await poll(() => rcv.requests.some((r) => r.path === `/${b.name}/0` && r.json?.id === id), { message: 'b\'s event delivered' });
+  });
+
+  it('the deliveries quota counts the fan-out', async () => {
+    const c = await project('fanout', 2);
+    await publish(c.name, 'evt_f1');
+    await publish(c.name, 'evt_f2');
+    const p = problem(await publishRaw(c.name, 'evt_f3'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    assert.match(p.detail, /4 deliveries/);
+    const [row] = await usage(c.name);
+    assert.deepEqual([row.events, row.deliveries], [2, 4]);
+  });
+
+  it('yesterday\'s counter does not count today; the daily job drops counters past the retention', async () => {
+    const a = await project('reset');
+    for (const id of ['evt_1', 'evt_2', 'evt_3']) await publish(a.name, id);
+    problem(await publishRaw(a.name, 'evt_4'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    // The same counts, one UTC day earlier: today starts from zero.
+    await db.prepare('UPDATE webhook_usage SET day = day - 1 WHERE project = ?').bind(a.name).run();
+    await publish(a.name, 'evt_4');
+    const rows = await usage(a.name);
+    assert.deepEqual(rows.map((r) => r.events), [3, 1], 'yesterday kept, today counted anew');
+    // Retention (14 days): a counter 15 days old goes, yesterday's stays.
+    await db.prepare('UPDATE webhook_usage SET day = day - 14 WHERE project = ? AND events = 3').bind(a.name).run();
+    await (await gw.mf.getWorker()).scheduled({ cron: '17 3 * * *' });
+    assert.deepEqual((await usage(a.name)).map((r) => r.events), [1]);
+  });
+});
+
+describe('manual attempts per delivery', () => {
+  async function deliveredOnce(tag) {
+    const p = await project(tag);
+    const evt = await publish(p.name, uniq('evt'));
+    const row = await poll(async () => {
+      const res = await api('GET', '/_postguard/v1/deliveries', p.key);
+      const d = res.json?.data?.find((x) => x.event_id === evt);
+      return d && d.status === 'delivered' ? d : false;
+    }, { message: 'delivered' });
+    return { p, row };
+  }
+
+  it('retries and redirects up to the bound → 202; the next one → 409 RETRY_LIMIT_REACHED, nothing queued', async () => {
+    const { p, row } = await deliveredOnce('manual');
+    assert.equal((await api('POST', `/_postguard/v1/deliveries/${row.id}/redirect`, p.key, { url: `${rcv.url}/elsewhere` })).status, 202);
+    assert.equal((await api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, p.key)).status, 202);
+    const res = await api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, p.key);
+    const pb = problem(res, { status: 409, code: 'RETRY_LIMIT_REACHED' });
+    assert.match(pb.detail, /2 manual attempts/);
+    problem(await api('POST', `/_postguard/v1/deliveries/${row.id}/redirect`, p.key, { url: `${rcv.url}/elsewhere` }), { status: 409, code: 'RETRY_LIMIT_REACHED' });
+    // The redirect ran (a delivered delivery's retry sends nothing); attempts stay bounded.
+    const d = await poll(async () => {
+      const r = await api('GET', `/_postguard/v1/deliveries/${row.id}`, p.key);
+      return r.json?.attempts?.length === 2 ? r.json : false;
+    }, { message: 'the redirect recorded' });
+    assert.equal(d.attempts_made, 2);
+  });
+
+  it('racing manual retries cannot pass the bound together', async () => {
+    const { p, row } = await deliveredOnce('race');
+    const results = await Promise.all(Array.from({ length: 6 }, () => api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, p.key)));
+    const statuses = results.map((r) => r.status).sort();
+    assert.deepEqual(statuses, [202, 202, 409, 409, 409, 409], statuses.join(','));
+    const claimed = await db.prepare('SELECT queued FROM manual_attempts WHERE delivery_id = ?').bind(row.id).first();
+    assert.equal(claimed.queued, 2);
+  });
+});
+
+describe('the size guard', () => {
+  it('at the high-water mark publish → 503 STORAGE_FULL with Retry-After at the next sweep; publishing resumes once space is freed', async () => {
+    const a = await project('size');
+    await publish(a.name, 'evt_before');
+    const size = async () => (await db.prepare('SELECT 1').run()).meta.size_after;
+    assert.ok((await size()) < HIGH_WATER, `the test database starts below the mark (${await size()} bytes)`);
+    await db.exec('CREATE TABLE IF NOT EXISTS test_filler (b BLOB)');
+    await db.prepare('INSERT INTO test_filler VALUES (?)').bind(new Uint8Array(HIGH_WATER)).run();
+    assert.ok((await size()) >= HIGH_WATER, 'the filler takes the database past the mark');
+    const res = await publishRaw(a.name, 'evt_full');
+    const p = problem(res, { status: 503, code: 'STORAGE_FULL' });
+    assert.match(p.detail, /full/);
+    assertRetryAfter(res, nextSweep(res.sentAt));
+    const stored = await db.prepare('SELECT COUNT(*) AS n FROM events WHERE project = ? AND id = ?').bind(a.name, 'evt_full').first();
+    assert.equal(stored.n, 0, 'nothing stored');
+    // Another project is refused alike (the guard is global), and the delivery log still reads.
+    const b = await project('size-b');
+    problem(await publishRaw(b.name, 'evt_x'), { status: 503, code: 'STORAGE_FULL' });
+    assert.equal((await api('GET', '/_postguard/v1/deliveries', a.key)).status, 200);
+    // Freed space (what the retention sweep does): the next publish is accepted.
+    await db.exec('DROP TABLE test_filler');
+    assert.ok((await size()) < HIGH_WATER, `space freed (${await size()} bytes)`);
+    await publish(a.name, 'evt_full');
+  });
+});

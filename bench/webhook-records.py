@@ -111,6 +111,28 @@ def measure(payload_bytes, fanout, attempts, excerpt):
     return per_row, per_event
 
 
+def measure_inspectors():
+    """An inspector, and one capture with a delivery's headers and no body."""
+    db = sqlite3.connect(":memory:")
+    schema(db)
+    headers = json.dumps({
+        "content-type": "application/json", "webhook-id": "evt_01JDZ8Q3V4N5P6R7S8T9V0W1X2",
+        "webhook-timestamp": "1796000000", "webhook-signature": "v1," + "A" * 44,
+        "x-request-id": "req_01JDZ8Q3V4N5P6R7S8T9V0W1X2", "user-agent": "postguard/0.1",
+    })
+    for i in range(N_EVENTS):
+        t = 1_796_000_000_000 + i
+        db.execute("INSERT INTO inspectors VALUES (?, ?, ?, ?, ?)",
+                   (ulid("insp_", t), "acme-prod-01", "%048x" % random.getrandbits(192), t + 86_400_000, t))
+        db.execute("INSERT INTO inspector_requests (inspector_id, at, method, headers, body, signature_valid) VALUES (?, ?, ?, ?, ?, 1)",
+                   ("insp_%026d" % (i % 20), t, "POST", headers, ""))
+    db.commit()
+    db.execute("VACUUM")
+    sizes = bytes_by_table(db)
+    print(f"inspectors: {sizes['inspectors'] / N_EVENTS:.0f} B/row; inspector_requests with "
+          f"{len(headers)} B of headers, no body: {sizes['inspector_requests'] / N_EVENTS:.0f} B/row")
+
+
 def main():
     random.seed(16)
     cases = [
@@ -127,6 +149,7 @@ def main():
         for t, b in per_row.items():
             print(f"  {t:15} {b:9.0f} B/row")
         print(f"  {'per event':15} {per_event:9.0f} B")
+    measure_inspectors()
     if "--json" in sys.argv:
         print(json.dumps(report, indent=2))
 

@@ -17,10 +17,9 @@ CREATE TABLE IF NOT EXISTS webhook_usage (
 
 -- Manual attempts (retries and redirects) queued per delivery: a compare-and-
 -- increment bounds them at `webhooks.manual_attempts_per_delivery`, however
--- many requests race. Swept with the delivery log.
+-- many requests race. Swept with its delivery (src/webhooks/retention.rs).
 CREATE TABLE IF NOT EXISTS manual_attempts (
   delivery_id TEXT PRIMARY KEY,
   queued INTEGER NOT NULL,
   created_at INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS manual_attempts_created ON manual_attempts (created_at);

@@ -145,6 +145,35 @@ describe('the daily quota per project', () => {
   });
 });
 
+describe('the bytes quota', () => {
+  it('inspectors and their captures are charged; at the bytes quota publish and inspectors → 429, the events quota aside', async () => {
+    const a = await project('bytes');
+    await publish(a.name, 'evt_b1');
+    const before = (await usage(a.name))[0].bytes;
+    const created = await api('POST', '/_postguard/v1/inspectors', a.key);
+    assert.equal(created.status, 201, show(created));
+    assert.equal((await usage(a.name))[0].bytes, before + 250, 'an inspector is charged 250 B');
+    const body = JSON.stringify({ hello: 'x'.repeat(1000) });
+    const captured = await gw.fetch(new URL(created.json.url).pathname, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    assert.equal(captured.status, 200, show(captured));
+    const { headers } = await db.prepare('SELECT i.headers FROM inspector_requests i JOIN inspectors n ON n.id = i.inspector_id WHERE n.project = ?').bind(a.name).first();
+    assert.equal((await usage(a.name))[0].bytes, before + 250 + 150 + headers.length + body.length, 'a capture is charged its headers and body as stored');
+    // The project's bytes quota used up (64 MiB by default): everything that stores is refused.
+    await db.prepare('UPDATE webhook_usage SET bytes = ? WHERE project = ?').bind(64 * 2 ** 20, a.name).run();
+    const p = problem(await publishRaw(a.name, 'evt_b2'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    assert.match(p.detail, /67108864 bytes/);
+    problem(await api('POST', '/_postguard/v1/inspectors', a.key), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    problem(await gw.fetch(new URL(created.json.url).pathname, { method: 'POST', body: '{}' }), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+  });
+
+  it('an inspector is not refused for the events quota alone', async () => {
+    const a = await project('insp-events');
+    for (const id of ['evt_1', 'evt_2', 'evt_3']) await publish(a.name, id);
+    problem(await publishRaw(a.name, 'evt_4'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
+    assert.equal((await api('POST', '/_postguard/v1/inspectors', a.key)).status, 201);
+  });
+});
+
 describe('manual attempts per delivery', () => {
   async function deliveredOnce(tag) {
     const p = await project(tag);
@@ -206,5 +235,45 @@ describe('the size guard', () => {
     await db.exec('DROP TABLE test_filler');
     assert.ok((await size()) < HIGH_WATER, `space freed (${await size()} bytes)`);
     await publish(a.name, 'evt_full');
+  });
+});
+
+describe('retention', () => {
+  it('the daily job deletes every delivery-path row past the retention, in chunks, and keeps the young ones', async () => {
+    const name = uniq('cap-retention');
+    const old = Date.now() - 20 * DAY_MS;
+    const young = Date.now() - 1000;
+    const N = 2_500; // more than one sweep round (1,000 deliveries)
+    const series = (sql) => db.prepare(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${N}) ${sql}`);
+    await db.batch([
+      series("INSERT INTO events (project, id, type, payload, created_at) SELECT ?1, 'evt_old_' || i, 't', '{}', ?2 FROM n").bind(name, old),
+      series("INSERT INTO event_requests (project, event_id, request_id) SELECT ?1, 'evt_old_' || i, 'req_old_' || i FROM n").bind(name),
+      series("INSERT INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) SELECT ?1 || '_dlv_old_' || i, ?1, 'evt_old_' || i, 't', 'sub_x', 'https://x.test/', 'delivered', 2, NULL, ?2, ?2 FROM n").bind(name, old),
+      series("INSERT INTO attempts (delivery_id, request_id, attempt, url, status_code, duration_ms, at) SELECT ?1 || '_dlv_old_' || i, 'req_a' || k || '_' || i, k, 'https://x.test/', 200, 1, ?2 FROM n, (SELECT 1 AS k UNION ALL SELECT 2)").bind(name, old),
+      series("INSERT INTO outbox (delivery_id, project, event_id, created_at, enqueued_at) SELECT ?1 || '_dlv_old_' || i, ?1, 'evt_old_' || i, ?2, ?2 FROM n").bind(name, old),
+      series("INSERT INTO manual_attempts (delivery_id, queued, created_at) SELECT ?1 || '_dlv_old_' || i, 1, ?2 FROM n").bind(name, old),
+      // An outbox row whose delivery an earlier sweep already deleted.
+      db.prepare("INSERT INTO outbox (delivery_id, project, event_id, created_at) VALUES (?1 || '_orphan', ?1, 'evt_gone', ?2)").bind(name, old),
+      // The young: an event with its delivery, attempt and outbox row.
+      db.prepare("INSERT INTO events (project, id, type, payload, created_at) VALUES (?1, 'evt_young', 't', '{}', ?2)").bind(name, young),
+      db.prepare("INSERT INTO event_requests (project, event_id, request_id) VALUES (?1, 'evt_young', 'req_young')").bind(name),
+      db.prepare("INSERT INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, created_at, updated_at) VALUES (?1 || '_dlv_young', ?1, 'evt_young', 't', 'sub_x', 'https://x.test/', 'delivered', 1, ?2, ?2)").bind(name, young),
+      db.prepare("INSERT INTO attempts (delivery_id, request_id, attempt, url, status_code, duration_ms, at) VALUES (?1 || '_dlv_young', 'req_y', 1, 'https://x.test/', 200, 1, ?2)").bind(name, young),
+      db.prepare("INSERT INTO outbox (delivery_id, project, event_id, created_at, enqueued_at) VALUES (?1 || '_dlv_young', ?1, 'evt_young', ?2, ?2)").bind(name, young),
+    ]);
+    const count = async (table, col) => (await db.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE ${col} LIKE ?`).bind(`${name}%`).first()).n;
+    const counts = async () => ({
+      events: (await db.prepare('SELECT COUNT(*) AS n FROM events WHERE project = ?').bind(name).first()).n,
+      event_requests: (await db.prepare('SELECT COUNT(*) AS n FROM event_requests WHERE project = ?').bind(name).first()).n,
+      deliveries: await count('deliveries', 'id'),
+      attempts: await count('attempts', 'delivery_id'),
+      outbox: await count('outbox', 'delivery_id'),
+      manual_attempts: await count('manual_attempts', 'delivery_id'),
+    });
+    assert.deepEqual(await counts(), { events: N + 1, event_requests: N + 1, deliveries: N + 1, attempts: 2 * N + 1, outbox: N + 2, manual_attempts: N });
+    await (await gw.mf.getWorker()).scheduled({ cron: '17 3 * * *' });
+    assert.deepEqual(await counts(), { events: 1, event_requests: 1, deliveries: 1, attempts: 1, outbox: 1, manual_attempts: 0 });
+    const left = await db.prepare('SELECT id FROM deliveries WHERE project = ?').bind(name).first();
+    assert.equal(left.id, `${name}_dlv_young`);
   });
 });

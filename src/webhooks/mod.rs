@@ -13,6 +13,7 @@ pub mod feed;
 pub mod inspectors;
 pub mod ops;
 pub mod publish;
+pub mod retention;
 pub mod subscriptions;
 pub mod usage;
 

@@ -58,7 +58,7 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         .first(None)
         .await?;
     if existing.is_none() {
-        super::usage::admit(env, cfg, &input.project).await?;
+        super::usage::admit(env, cfg, &input.project, super::usage::Storing::Event).await?;
         let event = Event {
             project: &input.project,
             id: &event_id,

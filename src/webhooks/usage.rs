@@ -7,6 +7,7 @@
 use std::cell::Cell;
 
 use postguard_core::config::Config;
+pub use postguard_core::webhooks::capacity::Storing;
 use postguard_core::webhooks::capacity::{self, Usage};
 use worker::{D1Database, D1PreparedStatement, D1Result, Env, Result};
 
@@ -30,10 +31,11 @@ pub fn observe(result: &D1Result) {
     }
 }
 
-/// Before a publish stores anything: 503 `STORAGE_FULL` at D1's high-water
-/// mark, 429 `EVENT_QUOTA_EXCEEDED` over the project's daily quota. One point
-/// read of the project's counter row, which also reports D1's current size.
-pub async fn admit(env: &Env, cfg: &Config, project: &str) -> Handled<()> {
+/// Before a publish (or an inspector, or a capture) stores anything: 503
+/// `STORAGE_FULL` at D1's high-water mark, 429 `EVENT_QUOTA_EXCEEDED` over
+/// the project's daily quota. One point read of the project's counter row,
+/// which also reports D1's current size.
+pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Handled<()> {
     let now = now_ms();
     let read = env
         .d1(bindings::DB)?
@@ -61,7 +63,7 @@ pub async fn admit(env: &Env, cfg: &Config, project: &str) -> Handled<()> {
         );
     }
     storage?;
-    capacity::admit(project, usage, &cfg.settings, now)?;
+    capacity::admit(project, usage, what, &cfg.settings, now)?;
     Ok(())
 }
 
@@ -90,6 +92,16 @@ pub fn count(
         text(event_id),
         num(now),
     ])
+}
+
+/// Charges `bytes` to the project's day (an inspector or a capture), in the
+/// batch that stores them.
+pub fn charge(db: &D1Database, project: &str, bytes: u64, now: u64) -> Result<D1PreparedStatement> {
+    db.prepare(
+        "INSERT INTO webhook_usage (project, day, bytes) VALUES (?, ?, ?) \
+         ON CONFLICT (project, day) DO UPDATE SET bytes = bytes + excluded.bytes",
+    )
+    .bind(&[text(project), num(capacity::utc_day(now)), num(bytes)])
 }
 
 /// Claims one manual attempt of `delivery_id` (compare-and-increment, so
@@ -130,27 +142,6 @@ pub async fn manual(env: &Env, cfg: &Config, project: &str, delivery_id: &str) -
         .is_some_and(|n| n > 0);
     if !claimed {
         return Err(capacity::manual_refused(&cfg.settings).into());
-    }
-    Ok(())
-}
-
-/// The daily retention of the counters: days older than the retention, and
-/// manual-attempt counts of deliveries past it.
-pub async fn sweep(env: &Env, days: u32) -> Result<()> {
-    let now = now_ms();
-    let db = env.d1(bindings::DB)?;
-    let oldest_day = capacity::utc_day(now).saturating_sub(u64::from(days));
-    let cutoff = postguard_core::audit::retention_cutoff_ms(now, days);
-    let results = db
-        .batch(vec![
-            db.prepare("DELETE FROM webhook_usage WHERE day < ?")
-                .bind(&[num(oldest_day)])?,
-            db.prepare("DELETE FROM manual_attempts WHERE created_at < ?")
-                .bind(&[num(cutoff)])?,
-        ])
-        .await?;
-    if let Some(r) = results.last() {
-        observe(r);
     }
     Ok(())
 }

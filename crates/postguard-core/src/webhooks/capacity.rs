@@ -56,26 +56,40 @@ pub struct Usage {
     pub bytes: u64,
 }
 
-/// Whether `project` may publish one more event today, given its `usage` so
-/// far. The quotas are checked before the fan-out, so one event may
-/// overshoot them by at most its own fan-out and bytes;
-/// concurrent publishes may each pass on the same count (bounded by the
-/// concurrency, see ADR 0017).
-pub fn admit(project: &str, usage: Usage, s: &Settings, now_ms: u64) -> Result<(), Problem> {
+/// What a request is about to store, for [`admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storing {
+    /// A published event: every quota applies.
+    Event,
+    /// An inspector or a capture: only the bytes quota.
+    Bytes,
+}
+
+/// Whether `project` may store one more `what` today, given its `usage` so
+/// far. The quotas are checked before the write, so one event may overshoot
+/// them by at most its own fan-out and bytes; concurrent publishes may each
+/// pass on the same count (bounded by the concurrency, see ADR 0017).
+pub fn admit(
+    project: &str,
+    usage: Usage,
+    what: Storing,
+    s: &Settings,
+    now_ms: u64,
+) -> Result<(), Problem> {
     let wh = &s.webhooks;
-    let limits = [
-        (
+    let mut limits = vec![("bytes", usage.bytes, wh.bytes_per_project_per_day)];
+    if what == Storing::Event {
+        limits.push((
             "events",
             usage.events,
             u64::from(wh.events_per_project_per_day),
-        ),
-        (
+        ));
+        limits.push((
             "deliveries",
             usage.deliveries,
             u64::from(wh.deliveries_per_project_per_day),
-        ),
-        ("bytes", usage.bytes, wh.bytes_per_project_per_day),
-    ];
+        ));
+    }
     let over = limits.into_iter().find(|(_, n, quota)| n >= quota);
     match over {
         None => Ok(()),
@@ -126,6 +140,20 @@ pub fn manual_refused(s: &Settings) -> Problem {
     )
 }
 
+/// Deliveries (with their attempts, outbox rows and manual counts) and
+/// events deleted per retention round: one D1 batch each, small enough to
+/// stay well inside a statement's time limit.
+pub const SWEEP_CHUNK: u64 = 1_000;
+/// Rounds per daily sweep: up to 1,000,000 deliveries a day, more than
+/// `projects` at full default quota create (8 × 50,000).
+pub const SWEEP_MAX_ROUNDS: u32 = 1_000;
+
+/// Whether the retention sweep goes on after a round that deleted
+/// `deleted` rows: a full chunk means more may be left.
+pub fn sweep_again(deleted: u64, round: u32) -> bool {
+    deleted >= SWEEP_CHUNK && round + 1 < SWEEP_MAX_ROUNDS
+}
+
 /// Bytes per row, measured with the real schema and indexes by
 /// `bench/webhook-records.py` (SQLite 3.40, VACUUMed; see ADR 0017).
 pub mod measured {
@@ -139,6 +167,19 @@ pub mod measured {
     pub const ATTEMPT_TYPICAL: u64 = 227;
     /// An attempt with an error and a full 512-character excerpt.
     pub const ATTEMPT_MAX: u64 = 755;
+    /// An inspector (223 B measured).
+    pub const INSPECTOR: u64 = 250;
+    /// A capture beyond its headers (as JSON) and kept body (117 B measured).
+    pub const CAPTURE_OVERHEAD: u64 = 150;
+}
+
+/// What creating an inspector is charged.
+pub const INSPECTOR_BYTES: u64 = measured::INSPECTOR;
+
+/// What one inspector capture is charged: its headers and body as stored.
+/// (Only the newest captures are kept, so this over-counts, never under.)
+pub fn capture_bytes(headers_len: u64, body_len: u64) -> u64 {
+    measured::CAPTURE_OVERHEAD + headers_len + body_len
 }
 
 /// The bytes one published event may come to in D1, charged to its
@@ -232,22 +273,27 @@ mod tests {
             deliveries,
             bytes: 0,
         };
-        assert!(admit("p", u(0, 0), &s, NOON).is_ok());
-        assert!(admit("p", u(2, 9), &s, NOON).is_ok());
+        assert!(admit("p", u(0, 0), Storing::Event, &s, NOON).is_ok());
+        assert!(admit("p", u(2, 9), Storing::Event, &s, NOON).is_ok());
         let full = Usage {
             bytes: 1_000,
             ..u(0, 0)
         };
-        assert!(admit("p", full, &s, NOON)
+        assert!(admit("p", full, Storing::Event, &s, NOON)
             .unwrap_err()
             .detail
             .contains("1000 bytes"));
-        let e = admit("p", u(3, 0), &s, NOON).unwrap_err();
+        let e = admit("p", u(3, 0), Storing::Event, &s, NOON).unwrap_err();
         assert_eq!(e.code, ErrorCode::EventQuotaExceeded);
         assert_eq!(e.status(), 429);
         assert_eq!(e.retry_after_s, Some(12 * 3_600));
         assert!(e.detail.contains("3 events"), "{}", e.detail);
-        let e = admit("p", u(1, 10), &s, NOON).unwrap_err();
+        assert!(
+            admit("p", u(3, 10), Storing::Bytes, &s, NOON).is_ok(),
+            "an inspector is held to the bytes quota only"
+        );
+        assert!(admit("p", full, Storing::Bytes, &s, NOON).is_err());
+        let e = admit("p", u(1, 10), Storing::Event, &s, NOON).unwrap_err();
         assert!(e.detail.contains("10 deliveries"), "{}", e.detail);
     }
 
@@ -261,6 +307,15 @@ mod tests {
         assert!(log_transition(false, true));
         assert!(!log_transition(true, true));
         assert!(!log_transition(false, false));
+    }
+
+    #[test]
+    fn the_sweep_goes_on_while_rounds_are_full_and_stops_at_its_bound() {
+        assert!(sweep_again(SWEEP_CHUNK, 0));
+        assert!(!sweep_again(SWEEP_CHUNK - 1, 0));
+        assert!(!sweep_again(0, 0));
+        assert!(!sweep_again(SWEEP_CHUNK, SWEEP_MAX_ROUNDS - 1));
+        assert!(u64::from(SWEEP_MAX_ROUNDS) * SWEEP_CHUNK >= 8 * 50_000);
     }
 
     #[test]

@@ -151,7 +151,7 @@ pub async fn capture(
                 text(&kept),
                 valid,
             ])?,
-            super::usage::charge(&db, &inspector.project, charged, now_ms())?,
+        super::usage::charge(&db, &inspector.project, charged, now_ms())?,
         // Only the newest captures are kept.
         db.prepare("DELETE FROM inspector_requests WHERE inspector_id = ? AND seq NOT IN (SELECT seq FROM inspector_requests WHERE inspector_id = ? ORDER BY seq DESC LIMIT ?)")
             .bind(&[text(&inspector.id), text(&inspector.id), num(u64::from(INSPECTOR_MAX_REQUESTS))])?,

@@ -1,8 +1,8 @@
 //! The webhook records' D1 bound (ADR 0017), the I/O half: the admission of a
-//! publish (the project's daily counters and D1's size), the counter
-//! statement that rides in publish's own batch, the manual-attempt bound,
-//! and the counters' retention. The decisions are in
-//! `postguard_core::webhooks::capacity`.
+//! publish, an inspector or a capture (the project's daily counters and D1's
+//! size), the counter statements that ride in their own batches, and the
+//! manual-attempt bound. The decisions are in
+//! `postguard_core::webhooks::capacity`; retention is `super::retention`.
 
 use std::cell::Cell;
 
@@ -82,7 +82,10 @@ pub fn count(
 ) -> Result<D1PreparedStatement> {
     let s = &cfg.settings;
     db.prepare(
-        "INSERT INTO webhook_usage (project, day, events, deliveries, bytes)          SELECT ?1, ?2, 1, n, ?3 + n * ?4 FROM (SELECT COUNT(*) AS n FROM deliveries WHERE project = ?1 AND event_id = ?5)          WHERE EXISTS (SELECT 1 FROM events WHERE project = ?1 AND id = ?5 AND created_at = ?6)          ON CONFLICT (project, day) DO UPDATE SET events = events + 1, deliveries = deliveries + excluded.deliveries, bytes = bytes + excluded.bytes",
+        "INSERT INTO webhook_usage (project, day, events, deliveries, bytes) \
+         SELECT ?1, ?2, 1, n, ?3 + n * ?4 FROM (SELECT COUNT(*) AS n FROM deliveries WHERE project = ?1 AND event_id = ?5) \
+         WHERE EXISTS (SELECT 1 FROM events WHERE project = ?1 AND id = ?5 AND created_at = ?6) \
+         ON CONFLICT (project, day) DO UPDATE SET events = events + 1, deliveries = deliveries + excluded.deliveries, bytes = bytes + excluded.bytes",
     )
     .bind(&[
         text(project),

@@ -262,6 +262,17 @@ mod tests {
         assert_eq!(until_next_sweep_s(at), 86_400);
     }
 
+    /// The Retry-After of a full database points at wrangler.toml's daily trigger.
+    #[test]
+    fn the_sweep_time_is_wranglers_daily_trigger() {
+        let toml = include_str!("../../../../wrangler.toml");
+        let (h, m) = (DAILY_SWEEP_UTC_MIN / 60, DAILY_SWEEP_UTC_MIN % 60);
+        assert!(
+            toml.contains(&format!("\"{m} {h} * * *\"")),
+            "wrangler.toml has no \"{m} {h} * * *\" trigger"
+        );
+    }
+
     #[test]
     fn quota_admits_below_and_refuses_at_it_with_retry_after() {
         let mut s = settings();

@@ -3,16 +3,17 @@
 //!
 //! Three limits, each decided here and enforced by the shell
 //! (`src/webhooks/usage.rs`):
-//! - [`admit`]: a project's events and deliveries per UTC day, read from its
-//!   `webhook_usage` counter row (one point read, never a scan);
+//! - [`admit`]: a project's events, deliveries and bytes charged per UTC day
+//!   ([`event_bytes`]), read from its `webhook_usage` counter row (one point
+//!   read, never a scan);
 //! - [`storage`]: D1's own size (`meta.size_after` of the last statement the
 //!   isolate ran) against `webhooks.d1_high_water_bytes`;
 //! - [`manual_refused`]: manual retries and redirects per delivery.
 //!
-//! [`Footprint`] is the arithmetic that ties them together: what a project at
-//! its full quota keeps for `retention.deliveries_days`, with the bytes per
-//! row measured by `bench/webhook-records.py` (SQLite, VACUUMed, indexes
-//! included).
+//! [`footprint`] is the arithmetic that ties them together: what projects at
+//! their full quota keep for `retention.deliveries_days` against the mark,
+//! with the bytes per row measured by `bench/webhook-records.py` (SQLite,
+//! VACUUMed, indexes included). [`sweep_again`] paces the retention job.
 
 use crate::config::Settings;
 use crate::problem::{ErrorCode, Problem};
@@ -97,7 +98,7 @@ pub fn admit(
             let shown: String = project.chars().take(64).collect();
             Err(Problem::new(
                 ErrorCode::EventQuotaExceeded,
-                format!("project {shown} reached its daily quota of {quota} {what} ({n} today, UTC); publishing resumes at 00:00 UTC"),
+                format!("project {shown} reached its daily quota of {quota} {what} ({n} today, UTC); it resets at 00:00 UTC"),
             )
             .with_retry_after(until_next_day_s(now_ms)))
         }

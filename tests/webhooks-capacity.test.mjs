@@ -202,6 +202,42 @@ describe('manual attempts per delivery', () => {
     assert.equal(d.attempts_made, 2);
   });
 
+  it('recover re-sends are manual attempts too: past the bound a delivery is skipped and counted failed', async () => {
+    const bad = await startReceiver({ behaviour: () => ({ status: 400, body: 'no' }) });
+    try {
+      const p = await project('recover', 0);
+      const sub = await api('POST', '/_postguard/v1/webhooks', p.key, { url: `${bad.url}/in`, events: ['*'] });
+      assert.equal(sub.status, 201, show(sub));
+      const since = Date.now() - 1000;
+      const evt = await publish(p.name, uniq('evt'));
+      const deliveryOf = async () => (await api('GET', '/_postguard/v1/deliveries', p.key)).json?.data?.find((x) => x.event_id === evt);
+      const row = await poll(async () => ((await deliveryOf())?.status === 'dead_letter' ? deliveryOf() : false), { message: 'dead letter (400)' });
+      const recover = async () => {
+        const started = await api('POST', `/_postguard/v1/webhooks/${sub.json.id}/recover`, p.key, { since: new Date(since).toISOString() });
+        assert.equal(started.status, 202, show(started));
+        return poll(async () => {
+          const t = (await api('GET', `/_postguard/v1/tasks/${started.json.id}`, p.key)).json;
+          return t?.state === 'done' ? t : false;
+        }, { message: 'the task done' });
+      };
+      const attempts = (n) => poll(async () => {
+        const d = (await api('GET', `/_postguard/v1/deliveries/${row.id}`, p.key)).json;
+        return d?.attempts?.length === n ? d : false;
+      }, { message: `${n} attempts` });
+      for (const n of [2, 3]) {
+        const t = await recover();
+        assert.deepEqual([t.total, t.done, t.failed], [1, 1, 0], JSON.stringify(t));
+        await attempts(n);
+      }
+      const t = await recover();
+      assert.deepEqual([t.total, t.done, t.failed], [1, 0, 1], `past the bound: skipped, counted failed ${JSON.stringify(t)}`);
+      problem(await api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, p.key), { status: 409, code: 'RETRY_LIMIT_REACHED' });
+      assert.equal((await attempts(3)).attempts_made, 3);
+    } finally {
+      await bad.close();
+    }
+  });
+
   it('racing manual retries cannot pass the bound together', async () => {
     const { p, row } = await deliveredOnce('race');
     const results = await Promise.all(Array.from({ length: 6 }, () => api('POST', `/_postguard/v1/deliveries/${row.id}/retry`, p.key)));

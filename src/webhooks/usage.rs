@@ -112,18 +112,40 @@ pub fn charge(db: &D1Database, project: &str, bytes: u64, now: u64) -> Result<D1
 /// the project's day; 409 `RETRY_LIMIT_REACHED` past the bound.
 pub async fn manual(env: &Env, cfg: &Config, project: &str, delivery_id: &str) -> Handled<()> {
     let db = env.d1(bindings::DB)?;
+    let claimed = claim_manual(&db, cfg, project, &[delivery_id]).await?;
+    if claimed.first() != Some(&true) {
+        return Err(capacity::manual_refused(&cfg.settings).into());
+    }
+    Ok(())
+}
+
+/// Claims one manual attempt of each delivery (retry, redirect, recover) in
+/// one batch: which were claimed, in order. Each claim is followed by its
+/// charge, counted only if the claim changed a row.
+pub async fn claim_manual(
+    db: &D1Database,
+    cfg: &Config,
+    project: &str,
+    delivery_ids: &[&str],
+) -> Result<Vec<bool>> {
+    if delivery_ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let now = now_ms();
     let max = num(u64::from(
         cfg.settings.webhooks.manual_attempts_per_delivery,
     ));
-    let results = db
-        .batch(vec![
+    let mut statements = Vec::with_capacity(delivery_ids.len() * 2);
+    for id in delivery_ids {
+        statements.push(
             db.prepare(
                 "INSERT INTO manual_attempts (delivery_id, queued, created_at) SELECT ?1, 1, ?2 WHERE ?3 > 0 \
                  ON CONFLICT (delivery_id) DO UPDATE SET queued = queued + 1 WHERE queued < ?3",
             )
-            .bind(&[text(delivery_id), num(now), max])?,
-            // `changes()` is the claim's, just before it in the same transaction.
+            .bind(&[text(id), num(now), max.clone()])?,
+        );
+        // `changes()` is the claim's, just before it in the same transaction.
+        statements.push(
             db.prepare(
                 "INSERT INTO webhook_usage (project, day, bytes) SELECT ?, ?, ? WHERE changes() > 0 \
                  ON CONFLICT (project, day) DO UPDATE SET bytes = bytes + excluded.bytes",
@@ -133,18 +155,21 @@ pub async fn manual(env: &Env, cfg: &Config, project: &str, delivery_id: &str) -
                 num(capacity::utc_day(now)),
                 num(capacity::MANUAL_ATTEMPT_BYTES),
             ])?,
-        ])
-        .await?;
+        );
+    }
+    let results = db.batch(statements).await?;
     if let Some(r) = results.last() {
         observe(r);
     }
-    let claimed = results
-        .first()
-        .and_then(|r| r.meta().ok().flatten())
-        .and_then(|m| m.changes)
-        .is_some_and(|n| n > 0);
-    if !claimed {
-        return Err(capacity::manual_refused(&cfg.settings).into());
-    }
-    Ok(())
+    Ok(results
+        .iter()
+        .step_by(2)
+        .map(|r| {
+            r.meta()
+                .ok()
+                .flatten()
+                .and_then(|m| m.changes)
+                .is_some_and(|n| n > 0)
+        })
+        .collect())
 }

@@ -32,8 +32,15 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
         ),
         Err(e) => worker::console_error!("audit retention failed: {}", e),
     }
-    if let Err(e) = webhooks::consumer::sweep(env, cfg.settings.retention.deliveries_days).await {
-        worker::console_error!("delivery retention failed: {}", e);
+    let days = cfg.settings.retention.deliveries_days;
+    match webhooks::retention::sweep(env, days).await {
+        Ok(s) => worker::console_log!(
+            "delivery retention: deleted {} deliveries and {} events older than {} days",
+            s.deliveries,
+            s.events,
+            days
+        ),
+        Err(e) => worker::console_error!("delivery retention failed: {}", e),
     }
     match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}

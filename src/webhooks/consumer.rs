@@ -961,28 +961,6 @@ pub async fn requeue_stuck(env: &Env, after_s: u32) -> Result<u32> {
     Ok(n)
 }
 
-/// Retention: deliveries, their attempts, events (and their publish request
-/// ids) and tasks older than `days`; inspectors once expired.
-pub async fn sweep(env: &Env, days: u32) -> Result<()> {
-    let cutoff = num(postguard_core::audit::retention_cutoff_ms(now_ms(), days));
-    let db = env.d1(bindings::DB)?;
-    db.batch(vec![
-        db.prepare("DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE created_at < ? LIMIT 5000)")
-            .bind(std::slice::from_ref(&cutoff))?,
-        db.prepare("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE created_at < ? LIMIT 5000)")
-            .bind(std::slice::from_ref(&cutoff))?,
-        db.prepare("DELETE FROM events WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.project = events.project AND d.event_id = events.id)")
-            .bind(std::slice::from_ref(&cutoff))?,
-        db.prepare("DELETE FROM event_requests WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.project = event_requests.project AND e.id = event_requests.event_id)"),
-        db.prepare("DELETE FROM tasks WHERE updated_at < ?").bind(&[cutoff])?,
-        db.prepare("DELETE FROM inspector_requests WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
-            .bind(&[num(now_ms())])?,
-        db.prepare("DELETE FROM inspectors WHERE expires_at < ?").bind(&[num(now_ms())])?,
-    ])
-    .await?;
-    Ok(())
-}
-
 /// The failure clock of each attempted subscription (a redirect says nothing
 /// about it): a success resets it, a failure starts it, and 410 or failing
 /// for `webhooks.disable_after_s` disables the subscription — its pending

@@ -216,6 +216,7 @@ pub async fn retry(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: 
     let Some(d) = load(env, &project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
+    super::usage::manual(env, cfg, &project, &d.id).await?;
     queue_manual(env, rc, &d, None).await
 }
 
@@ -246,5 +247,6 @@ pub async fn redirect(
     let Some(d) = load(env, &project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
+    super::usage::manual(env, cfg, &project, &d.id).await?;
     queue_manual(env, rc, &d, Some(url)).await
 }

@@ -7,7 +7,7 @@
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::ops::{INSPECTOR_MAX_BODY, INSPECTOR_MAX_REQUESTS, INSPECTOR_TTL_MS};
-use postguard_core::webhooks::signature;
+use postguard_core::webhooks::{capacity, signature};
 use postguard_core::{ErrorCode, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
@@ -39,11 +39,15 @@ pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> 
     let id = new_id("insp_");
     let now = now_ms();
     let expires_at = now + INSPECTOR_TTL_MS;
-    env.d1(bindings::DB)?
-        .prepare("INSERT INTO inspectors (id, project, token, expires_at, created_at) VALUES (?, ?, ?, ?, ?)")
-        .bind(&[text(&id), text(&project), text(&token), num(expires_at), num(now)])?
-        .run()
-        .await?;
+    // Inspectors and their captures count against the project's daily bytes (ADR 0017).
+    super::usage::admit(env, cfg, &project, super::usage::Storing::Bytes).await?;
+    let db = env.d1(bindings::DB)?;
+    db.batch(vec![
+        db.prepare("INSERT INTO inspectors (id, project, token, expires_at, created_at) VALUES (?, ?, ?, ?, ?)")
+            .bind(&[text(&id), text(&project), text(&token), num(expires_at), num(now)])?,
+        super::usage::charge(&db, &project, capacity::INSPECTOR_BYTES, now)?,
+    ])
+    .await?;
     let url = format!("{}/_postguard/inspect/{token}", own_origin(req)?);
     http::json(
         rc,
@@ -133,16 +137,21 @@ pub async fn capture(
         .collect();
     let kept = &body[..body.len().min(INSPECTOR_MAX_BODY)];
     let valid = signature_valid.map_or(JsValue::NULL, |v| num(u64::from(v)));
+    super::usage::admit(env, cfg, &inspector.project, super::usage::Storing::Bytes).await?;
+    let headers = serde_json::to_string(&headers)?;
+    let kept = String::from_utf8_lossy(kept);
+    let charged = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
     db.batch(vec![
         db.prepare("INSERT INTO inspector_requests (inspector_id, at, method, headers, body, signature_valid) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(&[
                 text(&inspector.id),
                 num(now_ms()),
                 text(&req.inner().method()),
-                text(&serde_json::to_string(&headers)?),
-                text(&String::from_utf8_lossy(kept)),
+                text(&headers),
+                text(&kept),
                 valid,
             ])?,
+        super::usage::charge(&db, &inspector.project, charged, now_ms())?,
         // Only the newest captures are kept.
         db.prepare("DELETE FROM inspector_requests WHERE inspector_id = ? AND seq NOT IN (SELECT seq FROM inspector_requests WHERE inspector_id = ? ORDER BY seq DESC LIMIT ?)")
             .bind(&[text(&inspector.id), text(&inspector.id), num(u64::from(INSPECTOR_MAX_REQUESTS))])?,

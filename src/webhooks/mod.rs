@@ -13,7 +13,9 @@ pub mod feed;
 pub mod inspectors;
 pub mod ops;
 pub mod publish;
+pub mod retention;
 pub mod subscriptions;
+pub mod usage;
 
 use postguard_core::config::Config;
 use postguard_core::ids;

@@ -225,7 +225,18 @@ async fn step(env: &Env, task_id: &str) -> Result<()> {
         .results()?;
     let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
     let last = chunk.last().map(|r| (r.created_at, r.id.clone()));
-    let jobs: Vec<Job> = chunk.into_iter().map(|r| Job::manual(r.id, None)).collect();
+    // Each re-send is a manual attempt, held to the same bound as a retry
+    // (ADR 0017): a delivery past it is skipped, counted as failed.
+    let cfg = crate::runtime::config(env).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let ids: Vec<&str> = chunk.iter().map(|r| r.id.as_str()).collect();
+    let claimed = super::usage::claim_manual(&db, &cfg, &t.project, &ids).await?;
+    let skipped = claimed.iter().filter(|c| !**c).count() as u64;
+    let jobs: Vec<Job> = chunk
+        .into_iter()
+        .zip(claimed)
+        .filter(|(_, c)| *c)
+        .map(|(r, _)| Job::manual(r.id, None))
+        .collect();
     if !jobs.is_empty() {
         env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
     }
@@ -235,8 +246,8 @@ async fn step(env: &Env, task_id: &str) -> Result<()> {
         Some((a, i)) => (num(a), text(&i)),
         None => (JsValue::NULL, JsValue::NULL),
     };
-    db.prepare("UPDATE tasks SET state = ?, done = done + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
-        .bind(&[text(state), num(u64::from(n)), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
+    db.prepare("UPDATE tasks SET state = ?, done = done + ?, failed = failed + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
+        .bind(&[text(state), num(u64::from(n) - skipped), num(skipped), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
         .run()
         .await?;
     if more {

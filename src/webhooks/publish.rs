@@ -75,6 +75,7 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
         // A retry of a publish whose send failed enqueues what is still unsent.
         flush_event(env, &db, &input.project, &event_id).await?;
     } else {
+        super::usage::admit(env, cfg, &input.project, super::usage::Storing::Event).await?;
         let subs: Vec<SubRow> = match read.get(1) {
             Some(r) => r.results()?,
             None => Vec::new(),
@@ -211,7 +212,15 @@ async fn store_and_send(
             .bind(&[text(&to_json(&unheld)?)])?,
         );
     }
-    // Another statement of this transaction (a counter, a check) goes here.
+    // The project's daily usage counter, after the inserts it counts.
+    statements.push(super::usage::count(
+        db,
+        cfg,
+        ev.project,
+        ev.id,
+        payload.len(),
+        now,
+    )?);
     // Then, in the same transaction: what of this event is still unsent (ours,
     // or a concurrent publisher's of the same id).
     let unsent_at = statements.len();

@@ -176,6 +176,21 @@ pub struct WebhooksConfig {
     pub max_subscriptions_per_project: u32,
     /// What revoking an API key does to the subscriptions it created.
     pub on_key_revoked: OnKeyRevoked,
+    /// Events one project may publish per UTC day (429 `EVENT_QUOTA_EXCEEDED`
+    /// beyond; ADR 0017).
+    pub events_per_project_per_day: u32,
+    /// Deliveries one project's events may fan out to per UTC day.
+    pub deliveries_per_project_per_day: u32,
+    /// Bytes one project's webhook records may take in D1 per UTC day, as
+    /// charged by `webhooks::capacity::event_bytes`: with the retention and
+    /// the high-water mark, this is the capacity proof (README "Capacity").
+    pub bytes_per_project_per_day: u64,
+    /// Manual retries and redirects per delivery (409 `RETRY_LIMIT_REACHED`
+    /// beyond), on top of the automatic schedule.
+    pub manual_attempts_per_delivery: u32,
+    /// D1's size (bytes) at which publishing is refused with 503
+    /// `STORAGE_FULL` until retention frees space. D1 holds at most 10 GB.
+    pub d1_high_water_bytes: u64,
 }
 
 /// What becomes of a revoked key's subscriptions.
@@ -202,6 +217,11 @@ impl Default for WebhooksConfig {
             disable_after_s: 432_000,
             max_subscriptions_per_project: 200,
             on_key_revoked: OnKeyRevoked::Pause,
+            events_per_project_per_day: 10_000,
+            deliveries_per_project_per_day: 50_000,
+            bytes_per_project_per_day: 64 << 20,
+            manual_attempts_per_delivery: 5,
+            d1_high_water_bytes: 8_000_000_000,
         }
     }
 }
@@ -319,6 +339,8 @@ const MAX_TTL_S: u32 = 30 * 86_400;
 /// One publish writes one delivery row per matching subscription in a single
 /// D1 batch; beyond this the batch and the fan-out get too large.
 pub const MAX_SUBSCRIPTIONS_CAP: u32 = 5_000;
+/// One D1 database's largest size (bytes).
+pub const D1_MAX_BYTES: u64 = 10_000_000_000;
 
 const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
@@ -680,6 +702,36 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         1_024,
         1 << 20,
     )?;
+    range(
+        "webhooks.events_per_project_per_day",
+        wh.events_per_project_per_day,
+        1,
+        100_000_000,
+    )?;
+    range(
+        "webhooks.deliveries_per_project_per_day",
+        wh.deliveries_per_project_per_day,
+        1,
+        1_000_000_000,
+    )?;
+    range(
+        "webhooks.bytes_per_project_per_day",
+        wh.bytes_per_project_per_day,
+        1,
+        D1_MAX_BYTES,
+    )?;
+    range(
+        "webhooks.manual_attempts_per_delivery",
+        wh.manual_attempts_per_delivery,
+        0,
+        100,
+    )?;
+    range(
+        "webhooks.d1_high_water_bytes",
+        wh.d1_high_water_bytes,
+        1,
+        D1_MAX_BYTES,
+    )?;
     for (i, host) in wh.allow_hosts.iter().enumerate() {
         if host.is_empty() || host.len() > 253 || !host.bytes().all(|b| (0x21..0x7f).contains(&b)) {
             return Err(ConfigError::new(
@@ -977,6 +1029,20 @@ mod tests {
             err_field(r#"{"webhooks":{"max_subscriptions_per_project":0}}"#),
             "webhooks.max_subscriptions_per_project"
         );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"events_per_project_per_day":0}}"#),
+            "webhooks.events_per_project_per_day"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"d1_high_water_bytes":10000000001}}"#),
+            "webhooks.d1_high_water_bytes"
+        );
+        assert_eq!(
+            err_field(r#"{"webhooks":{"manual_attempts_per_delivery":101}}"#),
+            "webhooks.manual_attempts_per_delivery"
+        );
+        assert_eq!(c.settings.webhooks.events_per_project_per_day, 10_000);
+        assert_eq!(c.settings.webhooks.d1_high_water_bytes, 8_000_000_000);
         assert_eq!(
             err_field(r#"{"webhooks":{"on_key_revoked":"ignore"}}"#),
             "webhooks.on_key_revoked"

@@ -29,11 +29,14 @@ pub enum ErrorCode {
     Forbidden,
     AuditProjectRequired,
     Internal,
+    EventQuotaExceeded,
+    StorageFull,
+    RetryLimitReached,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -52,6 +55,9 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::AuditProjectRequired,
         ErrorCode::Internal,
+        ErrorCode::EventQuotaExceeded,
+        ErrorCode::StorageFull,
+        ErrorCode::RetryLimitReached,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,13 +80,18 @@ impl ErrorCode {
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::AuditProjectRequired => "AUDIT_PROJECT_REQUIRED",
             ErrorCode::Internal => "INTERNAL_ERROR",
+            ErrorCode::EventQuotaExceeded => "EVENT_QUOTA_EXCEEDED",
+            ErrorCode::StorageFull => "STORAGE_FULL",
+            ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
         }
     }
 
     pub fn status(self) -> u16 {
         match self {
             ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
-            ErrorCode::RateLimitExceeded => 429,
+            ErrorCode::RateLimitExceeded | ErrorCode::EventQuotaExceeded => 429,
+            ErrorCode::StorageFull => 503,
+            ErrorCode::RetryLimitReached => 409,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
             | ErrorCode::ValidationError
@@ -120,6 +131,9 @@ impl ErrorCode {
             ErrorCode::Forbidden => "Forbidden",
             ErrorCode::AuditProjectRequired => "Audit query needs a project",
             ErrorCode::Internal => "Internal gateway error",
+            ErrorCode::EventQuotaExceeded => "Daily event quota exceeded",
+            ErrorCode::StorageFull => "Webhook storage full",
+            ErrorCode::RetryLimitReached => "Manual attempt limit reached",
         }
     }
 
@@ -188,7 +202,7 @@ impl From<Invalid> for Problem {
 pub struct Problem {
     pub code: ErrorCode,
     pub detail: String,
-    /// `Retry-After` seconds, for 409 and 429.
+    /// `Retry-After` seconds, for 409, 429 and 503.
     pub retry_after_s: Option<u64>,
     /// `Allow` header value, for 405.
     pub allow: Option<&'static str>,
@@ -324,6 +338,9 @@ mod tests {
         assert_eq!(ErrorCode::ConfigInvalid.status(), 500);
         assert_eq!(ErrorCode::Unauthorized.status(), 401);
         assert_eq!(ErrorCode::Forbidden.status(), 403);
+        assert_eq!(ErrorCode::EventQuotaExceeded.status(), 429);
+        assert_eq!(ErrorCode::StorageFull.status(), 503);
+        assert_eq!(ErrorCode::RetryLimitReached.status(), 409);
     }
 
     #[test]

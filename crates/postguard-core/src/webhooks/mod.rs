@@ -4,7 +4,9 @@
 //! - [`signature`]: Standard Webhooks secrets, signing and verification;
 //! - [`retry`]: what an attempt's result means and when the next one is due;
 //! - [`events`]: publish and subscription bodies, filter matching and the
-//!   exact bytes delivered.
+//!   exact bytes delivered;
+//! - [`capacity`]: the daily quotas, the D1 size guard, the manual-attempt
+//!   bound and the arithmetic that proves D1 holds the records (ADR 0017).
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -12,6 +14,7 @@
 //! lets every rule that a receiver or an operator relies on be tested here,
 //! on the host, including property tests over arbitrary inputs.
 
+pub mod capacity;
 pub mod delivery;
 pub mod events;
 pub mod fanout;

@@ -7,3 +7,4 @@ source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 node scripts/build-dashboard.mjs
 worker-build --release
+bash scripts/wasm-post.sh

@@ -394,6 +394,9 @@ fn parse_origin_url(value: Option<&str>) -> Result<Url, ConfigError> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ConfigError::new(F, "is required"))?;
+    if let Some(why) = crate::webhooks::url_guard::host_refusal(raw) {
+        return Err(ConfigError::new(F, why));
+    }
     let url =
         Url::parse(raw).map_err(|e| ConfigError::new(F, format!("is not a valid URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -474,7 +477,9 @@ fn validate_cors(c: &crate::cors::CorsConfig) -> Result<(), ConfigError> {
         ));
     }
     if let Some(bad) = c.allowed_origins.iter().find(|o| {
-        o.as_str() != "*" && Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o)
+        o.as_str() != "*"
+            && (crate::webhooks::url_guard::host_refusal(o).is_some()
+                || Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o))
     }) {
         let shown: String = bad.chars().take(64).collect();
         return Err(ConfigError::new(

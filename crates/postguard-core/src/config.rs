@@ -910,6 +910,14 @@ mod tests {
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
         e.origin_url = Some("https://user:pw@example.com".into());
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        // No Unicode host processing in this build (ADR 0019): the xn-- form only.
+        for raw in ["https://Bücher.example", "https://%41%C3%BC.example"] {
+            e.origin_url = Some(raw.into());
+            let err = Config::load(&e).unwrap_err();
+            assert_eq!(err.field, "ORIGIN_URL", "{raw}");
+        }
+        e.origin_url = Some("https://XN--bcher-kva.example".into());
+        assert!(Config::load(&e).is_ok());
         let mut e = env(None);
         e.admin_token = Some(" ".into());
         assert_eq!(Config::load(&e).unwrap_err().field, "ADMIN_TOKEN");

@@ -139,11 +139,10 @@ ${sizeRows}
 
 A fresh Miniflare (workerd) process per trial and contender, ${TRIALS} trials, the contenders alternating
 within each trial. postguard's state (the key, the audit schema, the key's object) was persisted by an
-earlier process, so its first proxied request pays for instantiating the wasm, parsing the configuration,
+earlier process, so its first proxied request pays for the wasm's first run, parsing the configuration,
 the KV lookup, starting the key's object (SQLite open, schema check, first window write) and the origin
 fetch. "Own work only" is a fresh process whose first request has no credentials: it is answered 401
-before any KV or object call, so it is the wasm's instantiation, the configuration and postguard's own
-code. "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
+before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code. "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
 V8 compiles wasm lazily (Liftoff, then TurboFan for hot functions): the compile column is validation
 and set-up, the rest shows up in the first request. Milliseconds, median (spread).
 

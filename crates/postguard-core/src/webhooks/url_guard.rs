@@ -368,6 +368,10 @@ mod tests {
         ("https://ｌｏｃａｌｈｏｓｔ/", "must be ASCII"),
         ("https://１２７.0.0.1/", "must be ASCII"),
         ("https://bücher.example/", "xn--"),
+        // A capital before a non-ASCII letter trips the IDNA stub's debug assertion:
+        // refused before parsing.
+        ("https://Bücher.example/", "must be ASCII"),
+        ("https://A%A0/", "percent-encoded"),
         ("https://loc\talhost/", "localhost"),
         ("/relative/path", "not a valid absolute URL"),
         ("", "not a valid absolute URL"),

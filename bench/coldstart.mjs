@@ -1,25 +1,39 @@
 // Size and cold start. (1) The wasm's size raw and gzip, and how long V8 (the engine
 // workerd embeds) takes to compile it, median of 10. (2) End to end: a fresh Miniflare
-// process per trial, time until it is ready and the latency of the very first request
-// (module instantiation, the worker's first run, for postguard also the key's object
-// starting), postguard and a bare pass-through worker alternating, 5 trials each.
+// process per trial, time until it is ready and the latency of the very first request,
+// contenders alternating within each trial:
+//   postguard   the proxied GET (module instantiation, the worker's first run, the
+//               configuration, the KV key lookup, the key's object starting, the origin);
+//   postguard, own work only   a fresh process whose first request is answered 401 before
+//               any KV or object call (instantiation, configuration, the worker's own code);
+//   reference   bench/passthrough.mjs's minimal gateway (its object starting, one SQL write);
+//   bare        the JS pass-through (the floor for any first request on this runtime);
+//   before      with BEFORE_ROOT=<checkout with its own build>, that build's proxied GET.
 // Extra .wasm files given as arguments (e.g. a wasm-opt output) are sized and compiled too.
-// Usage: node bench/coldstart.mjs [trials] [extra.wasm ...]
+// Usage: [BEFORE_ROOT=<dir>] node bench/coldstart.mjs [trials] [extra.wasm ...]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { performance } from 'node:perf_hooks';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { median, spread, writeSection } from './results.mjs';
-import { PASS_THROUGH, startBaseline } from './passthrough.mjs';
+import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
+import { commitOf, median, spread, writeSection } from './results.mjs';
+import { PASS_THROUGH, REFERENCE, startBaseline } from './passthrough.mjs';
 
 const TRIALS = Number(process.argv[2] ?? 5);
 const extra = process.argv.slice(3);
+const BEFORE_ROOT = process.env.BEFORE_ROOT;
 
+const wasmFiles = [path.join(ROOT, 'build', 'index_bg.wasm')];
+if (BEFORE_ROOT) wasmFiles.push(path.join(BEFORE_ROOT, 'build', 'index_bg.wasm'));
+const label = (file) => {
+  if (file.startsWith(ROOT)) return path.relative(ROOT, file);
+  if (BEFORE_ROOT && file.startsWith(BEFORE_ROOT)) return `before: ${path.relative(BEFORE_ROOT, file)}`;
+  return file;
+};
 const sizes = [];
-for (const file of [path.join(ROOT, 'build', 'index_bg.wasm'), ...extra]) {
+for (const file of [...wasmFiles, ...extra]) {
   const bytes = fs.readFileSync(file);
   const compile = [];
   for (let i = 0; i < 10; i++) {
@@ -28,71 +42,111 @@ for (const file of [path.join(ROOT, 'build', 'index_bg.wasm'), ...extra]) {
     compile.push(performance.now() - t);
   }
   const names = WebAssembly.Module.customSections(new WebAssembly.Module(bytes), 'name').reduce((n, s) => n + s.byteLength, 0);
-  sizes.push({ file: file.startsWith(ROOT) ? path.relative(ROOT, file) : file, raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length, names, compile });
+  sizes.push({ file: label(file), raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length, names, compile });
 }
 
 const origin = await startOrigin();
-const trials = { postguard: { ready: [], first: [], second: [] }, bare: { ready: [], first: [], second: [] } };
-// The key (KV), the audit schema (D1) and the object's state persist in one directory, so
-// every trial's first request is a proxied one on a freshly started process.
-const state = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-coldstart-'));
+const series = () => ({ ready: [], first: [], second: [] });
+const trials = { postguard: series(), own: series(), reference: series(), bare: series(), before: series() };
+// The key (KV), the audit schema (D1) and the object's state persist in one directory per
+// build, so every trial's first request is a proxied one on a freshly started process.
 const vars = { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 1000 } } }) };
-try {
-  const setup = await startGateway({ originUrl: origin.url, persistDir: state, vars });
-  const { key } = await setup.createKey({ project: 'bench', plan: 'bench' });
-  await setup.dispose();
-  const timed = async (url, init) => {
-    const t = performance.now();
-    const res = await fetch(url, init);
-    await res.arrayBuffer();
-    if (res.status !== 200) throw new Error(`${url} answered ${res.status}`);
-    return performance.now() - t;
-  };
-  for (let i = 0; i < TRIALS; i++) {
-    let t = performance.now();
-    const gw = await startGateway({ originUrl: origin.url, persistDir: state, migrate: false, vars });
-    trials.postguard.ready.push(performance.now() - t);
-    const auth = { headers: { authorization: `Bearer ${key}` } };
-    trials.postguard.first.push(await timed(`${gw.url}/bench/items`, auth));
-    trials.postguard.second.push(await timed(`${gw.url}/bench/items`, auth));
-    await gw.dispose();
+const dirs = [];
 
-    t = performance.now();
-    const bare = await startBaseline(PASS_THROUGH, origin.url);
-    const { url } = bare;
-    trials.bare.ready.push(performance.now() - t);
-    trials.bare.first.push(await timed(`${url}/bench/items`));
-    trials.bare.second.push(await timed(`${url}/bench/items`));
-    await bare.dispose();
+/** A persisted state directory with one key, made by the build at `root`. */
+async function prepare(root) {
+  const persistDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-coldstart-'));
+  dirs.push(persistDir);
+  const gw = await withRoot(root, () => startGateway({ originUrl: origin.url, persistDir, vars }));
+  const { key } = await gw.createKey({ project: 'bench', plan: 'bench' });
+  await gw.dispose();
+  return { root, persistDir, key };
+}
+
+/** Runs `fn` with the test harness reading the build (and wrangler.toml) from `root`. */
+async function withRoot(root, fn) {
+  const saved = process.env.POSTGUARD_ROOT;
+  process.env.POSTGUARD_ROOT = root;
+  try {
+    return await fn();
+  } finally {
+    if (saved === undefined) delete process.env.POSTGUARD_ROOT;
+    else process.env.POSTGUARD_ROOT = saved;
+  }
+}
+
+async function timed(url, init, want = 200) {
+  const t = performance.now();
+  const res = await fetch(url, init);
+  await res.arrayBuffer();
+  if (res.status !== want) throw new Error(`${url} answered ${res.status}, expected ${want}`);
+  return performance.now() - t;
+}
+
+/** One fresh process of `start()`, its ready time and its first two requests. */
+async function trial(into, start, request) {
+  const t = performance.now();
+  const proc = await start();
+  into.ready.push(performance.now() - t);
+  into.first.push(await request(proc.url));
+  into.second.push(await request(proc.url));
+  await proc.dispose();
+}
+
+function postguardTrial(into, build, auth = true) {
+  const start = () => withRoot(build.root, () => startGateway({ originUrl: origin.url, persistDir: build.persistDir, migrate: false, vars }));
+  const init = auth ? { headers: { authorization: `Bearer ${build.key}` } } : {};
+  return trial(into, start, (url) => timed(`${url}/bench/items`, init, auth ? 200 : 401));
+}
+
+try {
+  const after = await prepare(ROOT);
+  const before = BEFORE_ROOT ? await prepare(BEFORE_ROOT) : null;
+  for (let i = 0; i < TRIALS; i++) {
+    await postguardTrial(trials.postguard, after);
+    await postguardTrial(trials.own, after, false);
+    if (before) await postguardTrial(trials.before, before);
+    await trial(trials.reference, () => startBaseline(REFERENCE, origin.url), (url) => timed(`${url}/bench/items`));
+    await trial(trials.bare, () => startBaseline(PASS_THROUGH, origin.url), (url) => timed(`${url}/bench/items`));
   }
 } finally {
   await origin.kill();
-  fs.rmSync(state, { recursive: true, force: true });
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 }
 
-const ms = (xs) => `${median(xs).toFixed(0)} (${spread(xs, 0)})`;
+const ms = (xs) => `${median(xs).toFixed(1)} (${spread(xs, 1)})`;
 const ratio = (a, b) => a.map((x, i) => x / b[i]);
+const vsBare = (xs) => {
+  const r = ratio(xs, trials.bare.first);
+  return `${median(r).toFixed(2)} (${spread(r)})`;
+};
 const sizeRows = sizes.map((s) => `| ${s.file} | ${s.raw.toLocaleString('en')} | ${s.gzip.toLocaleString('en')} | ${s.names.toLocaleString('en')} | ${median(s.compile).toFixed(1)} (${spread(s.compile, 1)}) |`).join('\n');
-const P = trials.postguard;
-const B = trials.bare;
+const contenders = [
+  ['postguard, proxied GET', trials.postguard],
+  ['postguard, own work only (401 before KV and object)', trials.own],
+  ...(BEFORE_ROOT ? [[`before (build ${commitOf(BEFORE_ROOT)}), proxied GET`, trials.before]] : []),
+  ['reference (minimal gateway, its object)', trials.reference],
+  ['bare pass-through', trials.bare],
+];
+const rows = contenders.map(([name, t]) => `| ${name} | ${ms(t.ready)} | ${ms(t.first)} | ${vsBare(t.first)} | ${ms(t.second)} |`).join('\n');
 writeSection('coldstart', `## Size and cold start
 
-\`node bench/coldstart.mjs ${[TRIALS, ...extra].join(' ')}\` — ${new Date().toISOString().slice(0, 10)}.
+\`${BEFORE_ROOT ? 'BEFORE_ROOT=<checkout of an earlier build> ' : ''}node bench/coldstart.mjs ${[TRIALS, ...extra].join(' ')}\` — build ${commitOf(ROOT)}, ${new Date().toISOString().slice(0, 10)}.
 
 | wasm | raw bytes | gzip -9 bytes | of which name section | V8 compile ms, median of 10 (spread) |
 |---|---|---|---|---|
 ${sizeRows}
 
-A fresh Miniflare (workerd) process per trial, ${TRIALS} trials, postguard and the bare pass-through alternating.
-Both serve the same GET; postguard's state (the key, the audit schema, the key's object) was persisted by an
-earlier process, so its first request pays for instantiating the wasm, parsing the configuration, the KV lookup
-and starting the key's object (SQLite open, schema check, first window write). "Ready" includes Miniflare
-starting postguard's local KV, D1, Queues and Durable Object services. V8 compiles wasm lazily (Liftoff, then
-TurboFan for hot functions): the compile column is validation and set-up, the rest shows up in the first request.
+A fresh Miniflare (workerd) process per trial and contender, ${TRIALS} trials, the contenders alternating
+within each trial. postguard's state (the key, the audit schema, the key's object) was persisted by an
+earlier process, so its first proxied request pays for the wasm's first run, parsing the configuration,
+the KV lookup, starting the key's object (SQLite open, schema check, first window write) and the origin
+fetch. "Own work only" is a fresh process whose first request has no credentials: it is answered 401
+before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code. "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
+V8 compiles wasm lazily (Liftoff, then TurboFan for hot functions): the compile column is validation
+and set-up, the rest shows up in the first request. Milliseconds, median (spread).
 
-| | postguard ms, median (spread) | bare ms, median (spread) | ratio postguard ÷ bare, median (spread) |
-|---|---|---|---|
-| process start → ready | ${ms(P.ready)} | ${ms(B.ready)} | ${median(ratio(P.ready, B.ready)).toFixed(2)} (${spread(ratio(P.ready, B.ready))}) |
-| first request | ${ms(P.first)} | ${ms(B.first)} | ${median(ratio(P.first, B.first)).toFixed(2)} (${spread(ratio(P.first, B.first))}) |
-| second request | ${ms(P.second)} | ${ms(B.second)} | ${median(ratio(P.second, B.second)).toFixed(2)} (${spread(ratio(P.second, B.second))}) |
+| contender | process start → ready | first request | first request ÷ bare's | second request |
+|---|---|---|---|---|
+${rows}
 `);

@@ -1,14 +1,19 @@
 // Where postguard's CPU time goes: a V8 CPU profile of the worker isolate (through the
 // inspector Miniflare exposes) while autocannon drives one scenario, aggregated by function
-// self time. The wasm keeps its name section, so Rust functions appear by name.
+// self time. Rust functions appear by name (see below).
 //
 // Each scenario is profiled `rounds` times; the busy time of the isolate per request is
 // reported as median (spread). With BEFORE_ROOT=<checkout with its own build>, that build
 // runs as a second gateway and is profiled in alternation with this one (before/after,
 // side by side). With scenario "all" the summary is written into bench/RESULTS.md.
+// The deployed wasm has no name section (scripts/wasm-post.sh strips it); the profile
+// loads the copy with names that the build keeps in target/wasm-names/ (same code).
 // Usage: node bench/profile.mjs [all|get|fresh|replay|limited] [seconds] [rounds] [top]
 // (INCLUSIVE=1 also prints the product's own functions by inclusive time.)
 import { startOrigin } from '../tests/support/origin.mjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { createHash } from 'node:crypto';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
 import { REFERENCE, startBaseline } from './passthrough.mjs';
@@ -136,13 +141,30 @@ function analyse(profile, requests) {
 
 const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40);
 
+/**
+ * Miniflare options patch: serve the build's wasm from the copy that keeps its function
+ * names, when that copy belongs to this build (the digest scripts/wasm-post.sh recorded
+ * matches build/index_bg.wasm). Otherwise the build is profiled as it is.
+ */
+function withNames(root) {
+  const dir = path.join(root, 'target', 'wasm-names');
+  const read = (f) => (fs.existsSync(f) ? fs.readFileSync(f) : null);
+  const named = read(path.join(dir, 'index_bg.wasm'));
+  const digest = read(path.join(dir, 'stripped.sha256'))?.toString().trim();
+  const built = read(path.join(root, 'build', 'index_bg.wasm'));
+  if (!named || !built || digest !== createHash('sha256').update(built).digest('hex')) return undefined;
+  return (v4) => {
+    for (const m of v4.modules) if (m.type === 'CompiledWasm') m.contents = new Uint8Array(named);
+  };
+}
+
 const origin = await startOrigin();
 // Inspector ports PROFILE_PORT, +1, +2 (default 9239): another port base lets two profiles run on one machine.
 const PORT = Number(process.env.PROFILE_PORT ?? 9239);
-const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT }) }];
+const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT, patchOptions: withNames(ROOT) }) }];
 if (BEFORE_ROOT) {
   process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here
-  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: PORT + 1, ctx: await benchGateway(origin.url, { inspectorPort: PORT + 1 }) });
+  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: PORT + 1, ctx: await benchGateway(origin.url, { inspectorPort: PORT + 1, patchOptions: withNames(BEFORE_ROOT) }) });
   delete process.env.POSTGUARD_ROOT;
 }
 // The minimal gateway of bench/passthrough.mjs (calling its objects by fetch), profiled in

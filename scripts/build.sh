@@ -7,6 +7,7 @@ source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 node scripts/build-dashboard.mjs
 worker-build --release
+bash scripts/wasm-post.sh
 # JS RPC to KeyGuard (ADR 0018): worker-build's module moves to build/postguard.js and
 # src/entry.mjs, which re-exports it with KeyGuard as a DurableObject class, is the entry.
 mv build/index.js build/postguard.js

@@ -327,6 +327,17 @@ describe('webhooks', { concurrency: true }, () => {
       });
     }
 
+    it('a Unicode host is refused with the Punycode hint; its xn-- form is accepted (no IDNA in the build, ADR 0019)', async () => {
+      const p = await project('ssrf-idn');
+      for (const url of ['https://bücher.example/hook', 'https://ｌｏｃａｌｈｏｓｔ/']) {
+        const err = problem(await api('POST', '/_postguard/v1/webhooks', p.key, { url, events: ['*'] }), { status: 400, code: 'VALIDATION_ERROR' });
+        assert.match(err.detail, /must be ASCII.*xn--/, url);
+      }
+      const sub = await subscribe(p, 'https://XN--bcher-kva.example/hook', ['*']);
+      const got = await api('GET', `/_postguard/v1/webhooks/${sub.id}`, p.key);
+      assert.equal(got.json.url, 'https://xn--bcher-kva.example/hook', 'stored lower-cased, as given otherwise');
+    });
+
     it('accepts a public https URL, and the allow-listed 127.0.0.1 over http (test config)', async () => {
       const p = await project('ssrf-ok');
       await subscribe(p, 'https://hooks.example.com/stripe?x=1', ['*']);

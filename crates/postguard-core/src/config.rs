@@ -422,6 +422,9 @@ fn parse_origin_url(value: Option<&str>) -> Result<Url, ConfigError> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ConfigError::new(F, "is required"))?;
+    if let Some(why) = crate::webhooks::url_guard::host_refusal(raw) {
+        return Err(ConfigError::new(F, why));
+    }
     let url =
         Url::parse(raw).map_err(|e| ConfigError::new(F, format!("is not a valid URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -502,7 +505,9 @@ fn validate_cors(c: &crate::cors::CorsConfig) -> Result<(), ConfigError> {
         ));
     }
     if let Some(bad) = c.allowed_origins.iter().find(|o| {
-        o.as_str() != "*" && Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o)
+        o.as_str() != "*"
+            && (crate::webhooks::url_guard::host_refusal(o).is_some()
+                || Url::parse(o).map_or(true, |u| u.origin().ascii_serialization() != **o))
     }) {
         let shown: String = bad.chars().take(64).collect();
         return Err(ConfigError::new(
@@ -977,6 +982,14 @@ mod tests {
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
         e.origin_url = Some("https://user:pw@example.com".into());
         assert_eq!(Config::load(&e).unwrap_err().field, "ORIGIN_URL");
+        // No Unicode host processing in this build (ADR 0019): the xn-- form only.
+        for raw in ["https://Bücher.example", "https://%41%C3%BC.example"] {
+            e.origin_url = Some(raw.into());
+            let err = Config::load(&e).unwrap_err();
+            assert_eq!(err.field, "ORIGIN_URL", "{raw}");
+        }
+        e.origin_url = Some("https://XN--bcher-kva.example".into());
+        assert!(Config::load(&e).is_ok());
         let mut e = env(None);
         e.admin_token = Some(" ".into());
         assert_eq!(Config::load(&e).unwrap_err().field, "ADMIN_TOKEN");

@@ -17,28 +17,29 @@ use postguard_core::proxy::{
 };
 use postguard_core::rate_limit::{self, Verdict};
 use postguard_core::Problem;
-use worker::{web_sys, Context, Env, Headers, Request, Response};
+use worker::{web_sys, Context, Env, Response};
 
 use crate::auth::{self, Caller};
 use crate::durable::client::call;
-use crate::http::{self, header_pairs, HeaderList};
+use crate::http::{self, raw_header_pairs, HeaderList};
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
 use crate::request::{self, Body};
 use crate::runtime::{now_ms, within, RequestCtx};
 
 pub async fn proxy(
-    mut req: Request,
+    req: http::Client,
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
 ) -> Handled {
-    let method = req.inner().method().to_ascii_uppercase();
+    let method = req.method.to_ascii_uppercase();
     proxy::check_method(&method)?;
     // 1. Authenticate.
-    let caller = auth::api_caller(auth::credential(&req, cfg), env, cfg, rc).await?;
-    let incoming = read(&mut req, method, cfg.settings.max_body_bytes).await?;
+    let cred = auth::credential_of(req.header("Authorization"), cfg);
+    let caller = auth::api_caller(cred, env, cfg, rc).await?;
+    let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
     // 2 + 3. Rate limit and claim: one round trip to the key's object.
@@ -77,10 +78,10 @@ pub async fn proxy(
 /// The client's request, body read under the limit (a request answered
 /// before this point never has its body read; an oversized one is answered
 /// 413 after the limiter, with its headers, and never forwarded).
-async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
-    let (path, path_and_query) = http::path_and_query(req);
+async fn read(req: http::Client, method: String, max: u64) -> Handled<Incoming> {
+    let path_and_query = req.path_and_query();
     let (body, oversized) = match proxy::has_body(&method) {
-        true => match request::read_bounded(req, max).await? {
+        true => match request::read_bounded(&req.raw, req.content_length(), max).await? {
             Body::Read(b) => (b, false),
             Body::TooLarge => (Vec::new(), true),
         },
@@ -88,9 +89,9 @@ async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> 
     };
     Ok(Incoming {
         method,
-        path,
+        path: req.path,
         path_and_query,
-        headers: header_pairs(req.headers()),
+        headers: req.headers,
         body,
         oversized,
     })
@@ -166,7 +167,7 @@ async fn replay(
 
 enum Forwarded {
     /// Not under an Idempotency-Key: the origin's body streams through.
-    Streaming(Response),
+    Streaming(web_sys::Response),
     /// Under a claim: the body is read so it can be stored.
     Buffered {
         status: u16,
@@ -186,10 +187,9 @@ enum Forwarded {
 /// A CORS preflight, forwarded to the origin unauthenticated (nothing is
 /// charged, claimed or attributed to a key); the gateway's
 /// `Idempotency-Key` is added to what the origin allows.
-pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (_, path_and_query) = http::path_and_query(req);
-    let headers = header_pairs(req.headers());
-    let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
+pub async fn preflight_to_origin(req: &http::Client, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let path_and_query = req.path_and_query();
+    let origin = proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id);
     match forward(origin, cfg).await {
         Ok(Forwarded::Buffered {
             status, headers, ..
@@ -198,7 +198,7 @@ pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -
             postguard_core::cors::merge_forwarded_preflight(&mut out);
             Ok(http::respond(rc, status, &out, &[], None)?)
         }
-        Ok(Forwarded::Streaming(resp)) => Ok(resp),
+        Ok(Forwarded::Streaming(resp)) => Ok(Response::from(resp)),
         Ok(Forwarded::Large { .. }) => {
             Err(worker::Error::RustError("preflight answer too large".into()).into())
         }
@@ -211,22 +211,20 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
     let timeout_ms = cfg.settings.origin.timeout_ms;
     let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
     let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
-    let headers = web_sys::Headers::new().map_err(|e| unreachable(e.into()))?;
-    for (k, v) in &origin.headers {
-        headers.append(k, v).map_err(|e| unreachable(e.into()))?;
-    }
+    let pairs = origin.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let headers = http::to_headers(pairs).map_err(unreachable)?;
     let controller = web_sys::AbortController::new().map_err(|e| unreachable(e.into()))?;
     let init = http::request_init(&origin.method, &origin.body);
-    init.set_headers(&headers);
+    init.set_headers(&headers.0);
     init.set_redirect(web_sys::RequestRedirect::Manual);
     init.set_signal(Some(&controller.signal()));
     let work = async move {
         let resp = http::raw_fetch(&worker::js_sys::global(), &origin.url, &init).await?;
         if !origin.buffer {
-            return Ok(Forwarded::Streaming(Response::from(resp)));
+            return Ok(Forwarded::Streaming(resp));
         }
         let status = resp.status();
-        let headers = header_pairs(&Headers(resp.headers()));
+        let headers = raw_header_pairs(&resp.headers());
         let declared = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
@@ -446,27 +444,20 @@ fn respond(
             Err(Reject::from(p).with(rl))
         }
         Ok(Forwarded::Streaming(resp)) => {
-            let origin = header_pairs(resp.headers());
-            let kept = client_response_headers(&origin);
-            // The origin's headers copied in one call, then only what the core
-            // dropped deleted: not every kept header appended one by one.
-            let h = web_sys::Headers::new_with_headers(&resp.headers().0)
-                .map_err(worker::Error::from)?;
-            let h = Headers(h);
-            for (k, _) in origin.iter().filter(|p| !kept.contains(p)) {
-                h.delete(k)?;
-            }
-            for (k, v) in rl {
-                h.set(k, v)?;
-            }
-            h.set("X-Request-Id", &rc.request_id)?;
-            http::cors(rc, &h)?;
+            // A new response around the origin's body (the worker crate's
+            // conversion of a fetched response reads its `cf` and `webSocket`).
+            let kept = client_response_headers(&raw_header_pairs(&resp.headers()));
+            let body = match resp.body() {
+                Some(stream) => worker::ResponseBody::Stream(stream),
+                None => worker::ResponseBody::Empty,
+            };
+            let r = http::respond_stream(rc, resp.status(), &kept, rl, body)?;
             let declared = kept
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
                 .and_then(|(_, v)| v.trim().parse().ok());
             rc.note(|f| f.response_bytes = declared);
-            Ok(resp.with_headers(h))
+            Ok(r)
         }
         Ok(Forwarded::Large {
             status,

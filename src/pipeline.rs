@@ -20,7 +20,7 @@ use postguard_core::Problem;
 use worker::{web_sys, Context, Env, Response};
 
 use crate::auth::{self, Caller};
-use crate::durable::client::call;
+use crate::durable::client::Guard;
 use crate::http::{self, raw_header_pairs, HeaderList};
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
@@ -43,7 +43,8 @@ pub async fn proxy(
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
     // 2 + 3. Rate limit and claim: one round trip to the key's object.
-    let (admitted, replay_body) = admit(env, cfg, &caller, &incoming, &pre).await?;
+    let guard = Guard::of(env, &caller.key.record.id)?;
+    let (admitted, replay_body) = admit(&guard, cfg, &caller, &incoming, &pre).await?;
     let rl = match &admitted {
         Admission::Revoked => return Err(auth::revoked(&caller.key).into()),
         Admission::Refused { verdict, .. }
@@ -69,7 +70,7 @@ pub async fn proxy(
     let outcome = forward(origin, cfg).await;
     // 5. Record.
     let outcome = match claim {
-        Some(c) => record(env, cfg, rc, ctx, &caller, c, outcome).await,
+        Some(c) => record(env, &guard, cfg, rc, ctx, &caller, c, outcome).await,
         None => outcome,
     };
     respond(rc, cfg, outcome, &rl)
@@ -100,7 +101,7 @@ async fn read(req: http::Client, method: String, max: u64) -> Handled<Incoming> 
 /// The one object call: charge the limiter and claim the Idempotency-Key. A
 /// request answered early never claims its key.
 async fn admit(
-    env: &Env,
+    guard: &Guard,
     cfg: &Config,
     caller: &Caller,
     incoming: &Incoming,
@@ -111,7 +112,7 @@ async fn admit(
         quota: caller.plan.quota(),
         claim: pre.claim.clone(),
     };
-    let (answer, payload) = call::<Admit>(env, &caller.key.record.id, &req, &[]).await?;
+    let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
     let next = admission(answer, pre.early.clone())
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
     Ok((next, payload))
@@ -262,8 +263,10 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
 /// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
 /// progress). Without R2, or past `max_replay_bytes`, the record says the
 /// body is unavailable: a retry gets 410, never a second execution.
+#[allow(clippy::too_many_arguments)]
 async fn record(
     env: &Env,
+    guard: &Guard,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
@@ -295,7 +298,7 @@ async fn record(
         Settlement::Complete(done) => done,
         // If the call fails, the lease frees the key.
         Settlement::Release(rel) => {
-            release(env, &key_id, &rel).await;
+            release(guard, &rel).await;
             return outcome;
         }
     };
@@ -315,7 +318,7 @@ async fn record(
             }),
             _,
         ) => {
-            complete(env, rc, &key_id, &done, &body).await;
+            complete(guard, rc, &done, &body).await;
             Ok(Forwarded::Buffered {
                 status,
                 headers,
@@ -337,7 +340,7 @@ async fn record(
                     worker::console_error!("{} storing the body in R2 failed: {}", rc.request_id, e)
                 }
             }
-            complete(env, rc, &key_id, &done, &[]).await;
+            complete(guard, rc, &done, &[]).await;
             Ok(Forwarded::Buffered {
                 status,
                 headers,
@@ -355,7 +358,7 @@ async fn record(
             Some(b),
         ) => match replays::tee(&stream) {
             Ok((client, store)) => {
-                let (env, rid) = (env.clone(), rc.request_id.clone());
+                let (guard, rid) = (guard.clone(), rc.request_id.clone());
                 ctx.wait_until(async move {
                     match replays::put_stream(&b, &object, store, len).await {
                         Ok(()) => done.response.body_object = Some(object),
@@ -363,7 +366,7 @@ async fn record(
                             worker::console_error!("{} streaming the body to R2 failed: {}", rid, e)
                         }
                     }
-                    complete_by(&env, &rid, &key_id, &done, &[]).await;
+                    complete_by(&guard, &rid, &done, &[]).await;
                 });
                 Ok(Forwarded::Large {
                     status,
@@ -374,7 +377,7 @@ async fn record(
             }
             Err(e) => {
                 worker::console_error!("{} tee failed: {}", rc.request_id, e);
-                complete(env, rc, &key_id, &done, &[]).await;
+                complete(guard, rc, &done, &[]).await;
                 Ok(Forwarded::Large {
                     status,
                     headers,
@@ -385,22 +388,21 @@ async fn record(
         },
         // Kept nowhere: recorded as unavailable (`body_omitted`, no object).
         (_, outcome, _) => {
-            complete(env, rc, &key_id, &done, &[]).await;
+            complete(guard, rc, &done, &[]).await;
             outcome
         }
     }
 }
 
-async fn complete(env: &Env, rc: &RequestCtx, key_id: &str, done: &CompleteRequest, body: &[u8]) {
-    complete_by(env, &rc.request_id, key_id, done, body).await
+async fn complete(guard: &Guard, rc: &RequestCtx, done: &CompleteRequest, body: &[u8]) {
+    complete_by(guard, &rc.request_id, done, body).await
 }
 
 /// Stores the response, with one retry: a transient object error must not
 /// leave the claim to expire, after which a retry would run again.
 async fn complete_by(
-    env: &Env,
+    guard: &Guard,
     request_id: &str,
-    key_id: &str,
     done: &CompleteRequest,
     body: &[u8],
 ) {
@@ -410,7 +412,7 @@ async fn complete_by(
         body
     };
     for attempt in 1..=2 {
-        match call::<Complete>(env, key_id, done, payload).await {
+        match guard.call::<Complete>(done, payload).await {
             Ok(_) => break,
             Err(e) => worker::console_error!(
                 "storing the response of {} failed (attempt {}): {}",
@@ -422,8 +424,8 @@ async fn complete_by(
     }
 }
 
-async fn release(env: &Env, key_id: &str, rel: &ReleaseRequest) {
-    if let Err(e) = call::<Release>(env, key_id, rel, &[]).await {
+async fn release(guard: &Guard, rel: &ReleaseRequest) {
+    if let Err(e) = guard.call::<Release>(rel, &[]).await {
         worker::console_error!("release of claim {} failed: {}", rel.request_id, e);
     }
 }

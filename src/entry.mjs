@@ -28,9 +28,12 @@ export class KeyGuard extends DurableObject {
     this.#guard = new RustKeyGuard(ctx, env);
   }
 
-  /** One operation: `op` is its path ("/admit", …), `frame` the request frame; resolves to the reply frame. */
+  /**
+   * One operation: `op` is its path ("/admit", …), `frame` the request frame; answers the
+   * reply frame, at once unless an alarm must be armed first (then through a promise).
+   */
   run(op, frame) {
-    return this.#guard.rpc(op, frame);
+    return this.#guard.rpcNow(op, frame) ?? this.#guard.rpcFinish();
   }
 
   fetch(request) {

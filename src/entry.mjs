@@ -28,12 +28,9 @@ export class KeyGuard extends DurableObject {
     this.#guard = new RustKeyGuard(ctx, env);
   }
 
-  /**
-   * One operation: `op` is its path ("/admit", …), `frame` the request frame; answers the
-   * reply frame, at once unless an alarm must be armed first (then through a promise).
-   */
+  /** One operation: `op` is its path ("/admit", …), `frame` the request frame; resolves to the reply frame. */
   run(op, frame) {
-    return this.#guard.rpcNow(op, frame) ?? this.#guard.rpcFinish();
+    return this.#guard.rpc(op, frame);
   }
 
   fetch(request) {

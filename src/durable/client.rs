@@ -16,7 +16,7 @@ use crate::bindings;
 #[wasm_bindgen]
 extern "C" {
     /// A `KeyGuard` stub: `run` is the RPC method of the object's JS class
-    /// (`src/entry.mjs`), which hands the frame to `KeyGuard::rpc_now`.
+    /// (`src/entry.mjs`), which hands the frame to `KeyGuard::rpc`.
     #[derive(Clone)]
     type GuardStub;
     #[wasm_bindgen(method, catch)]

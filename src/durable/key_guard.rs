@@ -12,7 +12,7 @@
 //! `idem_body(k, seq, data)` (response bodies in chunks under the row limit).
 //! Expired records are deleted by the alarm in bounded batches.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 use postguard_core::frame;
 use postguard_core::guard::{Admit, Complete, GuardError, Operation, Release, Reply, Revoke};
@@ -64,16 +64,6 @@ pub struct KeyGuard {
     limiter: Cell<Option<LimiterState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
-    /// The reply of the last `rpcNow` that must wait for its alarm; taken by
-    /// the `rpcFinish` the JS class calls right after it.
-    pending: RefCell<Option<Ran>>,
-}
-
-/// An operation's reply frame, and the alarm to arm before it may be sent
-/// (what the operation wrote must be swept even if this object is evicted).
-struct Ran {
-    frame: Vec<u8>,
-    alarm_by: Option<u64>,
 }
 
 fn storage_js(e: &JsValue) -> GuardError {
@@ -257,21 +247,6 @@ fn decode<O: Operation>(frame_bytes: Vec<u8>) -> Sr<(O::Request, Vec<u8>)> {
     frame::decode(frame_bytes).map_err(|e| GuardError::BadRequest(e.to_string()))
 }
 
-/// An operation's answer and payload, and the alarm it needs.
-type Done<O> = ((<O as Operation>::Response, Vec<u8>), Option<u64>);
-
-/// The framed reply of operation `O` and the alarm it needs (none for an error).
-fn ran<O: Operation>(done: Sr<Done<O>>) -> Result<Ran> {
-    let (reply_of, alarm_by) = match done {
-        Ok((r, at)) => (Ok(r), at),
-        Err(e) => (Err(e), None),
-    };
-    Ok(Ran {
-        frame: reply::<O>(reply_of)?,
-        alarm_by,
-    })
-}
-
 /// The framed reply of operation `O`.
 fn reply<O: Operation>(reply: Sr<(O::Response, Vec<u8>)>) -> Result<Vec<u8>> {
     let (head, payload): (Reply<O::Response>, Vec<u8>) = match reply {
@@ -349,67 +324,47 @@ impl KeyGuard {
         Ok(())
     }
 
-    /// One operation's synchronous part: decode and the orchestration in one
-    /// transaction; the alarm for what it wrote comes after (`settle`).
-    fn admit(&self, frame_bytes: Vec<u8>) -> Sr<Done<Admit>> {
+    /// Runs one operation: decode, the synchronous orchestration, then the
+    /// alarm for what it wrote.
+    async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
         let (req, _) = decode::<Admit>(frame_bytes)?;
         let now = now_ms();
         let done = self.atomically(|s| store::admit(s, &req, now))?;
-        Ok(((done.answer, done.payload), done.alarm_by))
+        self.arm(done.alarm_by).await?;
+        Ok((done.answer, done.payload))
     }
 
-    fn complete(&self, frame_bytes: Vec<u8>) -> Sr<Done<Complete>> {
+    async fn complete(
+        &self,
+        frame_bytes: Vec<u8>,
+    ) -> Sr<(<Complete as Operation>::Response, Vec<u8>)> {
         let (req, body) = decode::<Complete>(frame_bytes)?;
         let now = now_ms();
         let done = self.atomically(|s| store::complete(s, &req, &body, now))?;
-        Ok(((done.answer, Vec::new()), done.alarm_by))
+        self.arm(done.alarm_by).await?;
+        Ok((done.answer, Vec::new()))
     }
 
-    /// Runs operation `op` (its `Operation::PATH`) on a request frame up to
-    /// its reply frame: the one dispatcher of RPC and `fetch` alike.
-    fn run_now(&self, op: &str, body: Vec<u8>) -> Result<Ran> {
+    /// Runs operation `op` (its `Operation::PATH`) on a request frame and
+    /// answers the reply frame: the one dispatcher of RPC and `fetch` alike.
+    async fn run(&self, op: &str, body: Vec<u8>) -> Result<Vec<u8>> {
         match op {
-            Admit::PATH => ran::<Admit>(self.admit(body)),
-            Complete::PATH => ran::<Complete>(self.complete(body)),
-            Release::PATH => ran::<Release>(decode::<Release>(body).and_then(|(r, _)| {
-                Ok((
-                    (self.atomically(|s| store::release(s, &r))?, Vec::new()),
-                    None,
-                ))
-            })),
-            Revoke::PATH => ran::<Revoke>(decode::<Revoke>(body).and_then(|_| {
+            Admit::PATH => reply::<Admit>(self.admit(body).await),
+            Complete::PATH => reply::<Complete>(self.complete(body).await),
+            Release::PATH => {
+                reply::<Release>(decode::<Release>(body).and_then(|(r, _)| {
+                    Ok((self.atomically(|s| store::release(s, &r))?, Vec::new()))
+                }))
+            }
+            Revoke::PATH => reply::<Revoke>(decode::<Revoke>(body).and_then(|_| {
                 let now = now_ms();
-                Ok((
-                    (self.atomically(|s| store::revoke(s, now))?, Vec::new()),
-                    None,
-                ))
+                Ok((self.atomically(|s| store::revoke(s, now))?, Vec::new()))
             })),
             // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
-            other => ran::<Revoke>(Err(GuardError::UnknownOperation(
+            other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
             ))),
         }
-    }
-
-    /// Whether the alarm `at` asks for is already armed (then the reply can
-    /// go at once, without an await).
-    fn armed(&self, at: Option<u64>) -> bool {
-        let known = self.alarm_at.get();
-        at.is_none_or(|at| known != 0 && known <= at)
-    }
-
-    /// The reply once its alarm is armed; if arming fails, the storage error
-    /// instead (the caller retries, as for any failed write).
-    async fn settle(&self, ran: Ran) -> Result<Vec<u8>> {
-        match self.arm(ran.alarm_by).await {
-            Ok(()) => Ok(ran.frame),
-            Err(e) => reply::<Revoke>(Err(e)),
-        }
-    }
-
-    async fn run(&self, op: &str, body: Vec<u8>) -> Result<Vec<u8>> {
-        let ran = self.run_now(op, body)?;
-        self.settle(ran).await
     }
 
     async fn arm(&self, at: Option<u64>) -> Sr<()> {
@@ -432,29 +387,14 @@ impl KeyGuard {
     js_sys = ::worker::js_sys
 )]
 impl KeyGuard {
-    /// Operation `op` (an `Operation::PATH`) on a request frame: the reply
-    /// frame, or `undefined` when an alarm must be armed first (then
-    /// `rpcFinish` answers it). Synchronous, so the common call builds no
-    /// promise and wakes no task. Throws only when the reply cannot be
-    /// encoded.
-    #[wasm_bindgen(js_name = rpcNow)]
-    pub fn rpc_now(&self, op: String, frame: Vec<u8>) -> std::result::Result<JsValue, JsValue> {
-        let ran = self.run_now(&op, frame).map_err(JsValue::from)?;
-        if self.armed(ran.alarm_by) {
-            return Ok(worker::js_sys::Uint8Array::from(ran.frame.as_slice()).into());
-        }
-        self.pending.replace(Some(ran));
-        Ok(JsValue::UNDEFINED)
-    }
-
-    /// The reply `rpcNow` left pending, once its alarm is armed.
-    #[wasm_bindgen(js_name = rpcFinish)]
-    pub async fn rpc_finish(&self) -> std::result::Result<worker::js_sys::Uint8Array, JsValue> {
-        let ran = self
-            .pending
-            .take()
-            .ok_or_else(|| JsValue::from_str("no operation pending"))?;
-        let out = self.settle(ran).await.map_err(JsValue::from)?;
+    /// Operation `op` (an `Operation::PATH`) on a request frame; resolves
+    /// to the reply frame. Rejects only when the reply cannot be encoded.
+    pub async fn rpc(
+        &self,
+        op: String,
+        frame: Vec<u8>,
+    ) -> std::result::Result<worker::js_sys::Uint8Array, JsValue> {
+        let out = self.run(&op, frame).await.map_err(JsValue::from)?;
         Ok(worker::js_sys::Uint8Array::from(out.as_slice()))
     }
 }
@@ -468,12 +408,11 @@ impl DurableObject for KeyGuard {
             schema_ready: Cell::new(false),
             limiter: Cell::new(None),
             alarm_at: Cell::new(0),
-            pending: RefCell::new(None),
         }
     }
 
     /// The same operations over HTTP (`POST https://key-guard/<op>`, the frame
-    /// as body): the worker calls [`KeyGuard::rpc_now`]; this stays for callers
+    /// as body): the worker calls [`KeyGuard::rpc`]; this stays for callers
     /// without the RPC glue (a test flagging an object revoked directly).
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         let path = req.path();

@@ -400,12 +400,7 @@ async fn complete(guard: &Guard, rc: &RequestCtx, done: &CompleteRequest, body: 
 
 /// Stores the response, with one retry: a transient object error must not
 /// leave the claim to expire, after which a retry would run again.
-async fn complete_by(
-    guard: &Guard,
-    request_id: &str,
-    done: &CompleteRequest,
-    body: &[u8],
-) {
+async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, body: &[u8]) {
     let payload = if done.response.body_omitted {
         &[]
     } else {

@@ -270,7 +270,12 @@ mod tests {
 
     #[test]
     fn lines_round_trip_every_pair_in_order() {
-        let pairs = h(&[("a", "1"), ("b", ""), ("set-cookie", "x=1; Path=/"), ("a", "2: 3")]);
+        let pairs = h(&[
+            ("a", "1"),
+            ("b", ""),
+            ("set-cookie", "x=1; Path=/"),
+            ("a", "2: 3"),
+        ]);
         let lines = to_lines(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
         assert_eq!(from_lines(&lines), pairs);
         assert_eq!(from_lines(""), Vec::<(String, String)>::new());

@@ -28,18 +28,18 @@ pub struct Seen {
 }
 
 impl Seen {
-    pub fn of(req: &worker::Request) -> Seen {
-        let h = req.headers();
-        let get = |n: &str| h.get(n).ok().flatten();
+    pub fn of(req: &crate::http::Client) -> Seen {
         Seen {
-            method: bounded(&req.inner().method(), 16),
-            // `path()` has no query string: queries are never recorded.
+            method: bounded(&req.method, 16),
+            // `path` has no query string: queries are never recorded.
             path: bounded(
-                &postguard_core::webhooks::ops::audited_path(&req.path()),
+                &postguard_core::webhooks::ops::audited_path(&req.path),
                 MAX_PATH_LEN,
             ),
-            client_ip: get("CF-Connecting-IP").map(|v| bounded(&v, 64)),
-            user_agent: get("User-Agent").map(|v| bounded(&v, MAX_USER_AGENT_LEN)),
+            client_ip: req.header("CF-Connecting-IP").map(|v| bounded(v, 64)),
+            user_agent: req
+                .header("User-Agent")
+                .map(|v| bounded(v, MAX_USER_AGENT_LEN)),
         }
     }
 }

@@ -61,7 +61,12 @@ pub fn forget(hash_hex: &str) {
 /// The request's credential.
 pub fn credential(req: &Request, cfg: &Config) -> Credential {
     let header = req.headers().get("Authorization").ok().flatten();
-    Credential::classify(header.as_deref(), &cfg.admin_token, &cfg.origin_token)
+    credential_of(header.as_deref(), cfg)
+}
+
+/// The credential of an `Authorization` header.
+pub fn credential_of(header: Option<&str>, cfg: &Config) -> Credential {
+    Credential::classify(header, &cfg.admin_token, &cfg.origin_token)
 }
 
 fn invalid(detail: &str) -> Problem {

@@ -1,7 +1,9 @@
 //! Building responses (JSON resources, raw bodies) and subrequests; problems
 //! are rendered by `reject::render`.
 
+use postguard_core::headers::{self, HeaderSet};
 use serde::Serialize;
+use wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{js_sys, web_sys, Headers, Response, Result};
@@ -11,20 +13,137 @@ use crate::runtime::RequestCtx;
 
 pub type HeaderList = Vec<(String, String)>;
 
-/// Headers of a worker request or response as owned pairs.
-pub fn header_pairs(h: &Headers) -> HeaderList {
-    h.entries().collect()
+#[wasm_bindgen(inline_js = r#"
+export function headerLines(h) {
+  let s = '';
+  for (const [k, v] of h) s += k + '\n' + v + '\n';
+  return s;
+}
+export function headersOf(s) {
+  const h = new Headers();
+  const p = s.split('\n');
+  for (let i = 0; i + 1 < p.length; i += 2) h.append(p[i], p[i + 1]);
+  return h;
+}
+"#)]
+extern "C" {
+    /// Every header as `name\nvalue\n` lines (`headers::to_lines`): one
+    /// crossing for the whole list, where iterating costs several per header.
+    #[wasm_bindgen(js_name = headerLines)]
+    fn header_lines(h: &web_sys::Headers) -> String;
+    /// A `Headers` object from such lines, in one crossing.
+    #[wasm_bindgen(js_name = headersOf, catch)]
+    fn headers_of(lines: &str) -> std::result::Result<web_sys::Headers, JsValue>;
+}
+
+/// Headers of a runtime request or response as owned pairs.
+pub fn raw_header_pairs(h: &web_sys::Headers) -> HeaderList {
+    headers::from_lines(&header_lines(h))
 }
 
 pub fn to_headers<'a, I>(pairs: I) -> Result<Headers>
 where
-    I: IntoIterator<Item = (&'a str, &'a str)>,
+    I: IntoIterator<Item = (&'a str, &'a str)> + Clone,
 {
+    if let Some(lines) = headers::to_lines(pairs.clone()) {
+        return Ok(Headers(headers_of(&lines)?));
+    }
+    // A line feed in a pair: appended one by one, so the runtime refuses it
+    // exactly as it always did.
     let h = Headers::new();
     for (k, v) in pairs {
         h.append(k, v)?;
     }
     Ok(h)
+}
+
+/// The client's request as the runtime hands it to the fetch handler, with
+/// what the handlers read from it taken once: no `worker::Request` wrapper,
+/// whose construction reads the request's `cf` object (which the runtime
+/// builds on first access, and postguard never uses).
+pub struct Client {
+    pub raw: web_sys::Request,
+    pub method: String,
+    pub path: String,
+    pub url: String,
+    pub headers: HeaderList,
+}
+
+impl Client {
+    pub fn of(raw: web_sys::Request) -> Client {
+        let url = raw.url();
+        Client {
+            method: raw.method(),
+            path: path_of(&url),
+            headers: raw_header_pairs(&raw.headers()),
+            url,
+            raw,
+        }
+    }
+
+    /// The value of header `name` (the runtime's list holds each name once,
+    /// values joined, except `Set-Cookie`, which a request does not carry).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The path with the query string (never the fragment).
+    pub fn path_and_query(&self) -> String {
+        match self.url.split_once('?') {
+            Some((_, q)) => format!("{}?{}", self.path, q.split('#').next().unwrap_or_default()),
+            None => self.path.clone(),
+        }
+    }
+
+    /// The declared `Content-Length`, if present and numeric.
+    pub fn content_length(&self) -> Option<u64> {
+        self.header("Content-Length")
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The `worker::Request` the gateway's own endpoints take.
+    pub fn into_worker(self) -> worker::Request {
+        worker::Request::from(self.raw)
+    }
+}
+
+/// The path of a serialized WHATWG URL, cut out of it as
+/// `worker::Request::path` does: the first `/` after the host begins the
+/// path, within which `?` and `#` are always percent-encoded.
+fn path_of(url: &str) -> String {
+    let Some(host_start) = url.find("://").map(|i| i + 3) else {
+        return match url.starts_with('/') {
+            true => url.to_string(),
+            false => format!("/{url}"),
+        };
+    };
+    match url[host_start..].find('/') {
+        Some(i) => {
+            let path = &url[host_start + i..];
+            path[..path.find(['?', '#']).unwrap_or(path.len())].to_string()
+        }
+        None => "/".to_string(),
+    }
+}
+
+/// The headers of an answer: `headers`, then `extra` and the request id
+/// replacing any of the same name, then the CORS headers; handed to the
+/// runtime in one call.
+fn answer_headers(
+    rc: &RequestCtx,
+    headers: &[(String, String)],
+    extra: &[(&str, String)],
+) -> Result<Headers> {
+    let mut set = HeaderSet::from_pairs(headers);
+    for (k, v) in extra {
+        set.set(k, v);
+    }
+    set.set("X-Request-Id", &rc.request_id);
+    cors_into(rc, &mut set);
+    to_headers(set.pairs().iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 /// Builds a response from a status, header pairs and a body (`None` or empty
@@ -36,12 +155,7 @@ pub fn respond(
     extra: &[(&str, String)],
     body: Option<Vec<u8>>,
 ) -> Result<Response> {
-    let h = to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
-    for (k, v) in extra {
-        h.set(k, v)?;
-    }
-    h.set("X-Request-Id", &rc.request_id)?;
-    cors(rc, &h)?;
+    let h = answer_headers(rc, headers, extra)?;
     let len = body.as_ref().map_or(0, Vec::len) as u64;
     rc.note(|f| f.response_bytes = Some(len));
     let builder = Response::builder().with_status(status).with_headers(h);
@@ -53,19 +167,18 @@ pub fn respond(
 
 /// Adds the CORS headers of a cross-origin request, keeping an origin's own
 /// `Access-Control-Allow-Origin` in forwarded mode.
-pub fn cors(rc: &RequestCtx, h: &Headers) -> Result<()> {
+fn cors_into(rc: &RequestCtx, set: &mut HeaderSet) {
     if rc.origin.is_none() {
-        return Ok(());
+        return;
     }
-    let from_origin = h.get("Access-Control-Allow-Origin")?;
+    let from_origin = set.get("Access-Control-Allow-Origin");
     for (k, v) in rc.cors_headers(from_origin.as_deref()) {
         match k {
             // Keep what the origin varies on.
-            "Vary" => h.append(k, &v)?,
-            _ => h.set(k, &v)?,
+            "Vary" => set.append(k, &v),
+            _ => set.set(k, &v),
         }
     }
-    Ok(())
 }
 
 /// Like [`respond`], with a streamed body (a replay from R2, a large
@@ -77,12 +190,7 @@ pub fn respond_stream(
     extra: &[(&str, String)],
     body: worker::ResponseBody,
 ) -> Result<Response> {
-    let h = to_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
-    for (k, v) in extra {
-        h.set(k, v)?;
-    }
-    h.set("X-Request-Id", &rc.request_id)?;
-    cors(rc, &h)?;
+    let h = answer_headers(rc, headers, extra)?;
     Ok(Response::builder()
         .with_status(status)
         .with_headers(h)
@@ -108,24 +216,9 @@ pub fn no_content(rc: &RequestCtx) -> Handled {
     Ok(respond(rc, 204, &[], &[], None)?)
 }
 
-/// The request's path, and its path with the query string. The runtime hands
-/// over an already serialized WHATWG URL, so both are cut out of it (as
-/// `worker::Request::path` does) rather than parsed again with the `url`
-/// crate (its host processing showed in the profile of a 429).
-pub fn path_and_query(req: &worker::Request) -> (String, String) {
-    let path = req.path();
-    let url = req.inner().url();
-    let with_query = match url.split_once('?') {
-        Some((_, q)) => format!("{path}?{}", q.split('#').next().unwrap_or_default()),
-        None => path.clone(),
-    };
-    (path, with_query)
-}
-
-/// The declared `Content-Length`, if present and numeric.
-pub fn content_length(req: &worker::Request) -> Option<u64> {
-    req.headers()
-        .get("Content-Length")
+/// The declared `Content-Length` of a gateway endpoint's request.
+pub fn content_length(h: &Headers) -> Option<u64> {
+    h.get("Content-Length")
         .ok()
         .flatten()
         .and_then(|v| v.trim().parse().ok())

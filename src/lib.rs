@@ -23,18 +23,22 @@ pub use durable::key_guard::KeyGuard;
 use postguard_core::Problem;
 
 use worker::{
-    event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
+    event, web_sys, Context, Env, MessageBatch, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
 use reject::Handled;
 
 /// Every request: load the configuration, dispatch to the gateway's own
 /// endpoints or the proxy pipeline, render a rejection, then record the audit
-/// row after the response. No error escapes as a bare 500.
+/// row after the response. No error escapes as a bare 500. The handler takes
+/// the runtime's request as it is (`http::Client`): the `worker::Request`
+/// wrapper reads the request's `cf` object, which the proxy never uses; only
+/// the gateway's own endpoints get one.
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
+    let req = http::Client::of(raw);
     let mut rc = runtime::RequestCtx::new();
-    rc.origin = req.headers().get("Origin").ok().flatten();
+    rc.origin = req.header("Origin").map(str::to_owned);
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
         Err(e) => return reject::render(&rc, Err(Problem::config_invalid(&e).into())),
@@ -55,7 +59,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 }
 
 async fn handle(
-    req: Request,
+    req: http::Client,
     env: &Env,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
@@ -63,12 +67,12 @@ async fn handle(
 ) -> Handled {
     // The body limit is applied by the bounded reader after authentication
     // (request::read_bounded), so a 413 carries the rate-limit headers.
-    let gateway_path = req.path().starts_with(postguard_core::routes::PREFIX);
+    let gateway_path = req.path.starts_with(postguard_core::routes::PREFIX);
     if is_preflight(&req) {
         return preflight(&req, cfg, rc, gateway_path).await;
     }
     if gateway_path {
-        admin::route(req, env, cfg, rc).await
+        admin::route(req.into_worker(), env, cfg, rc).await
     } else {
         pipeline::proxy(req, env, cfg, rc, ctx).await
     }
@@ -76,10 +80,9 @@ async fn handle(
 
 /// A CORS preflight (`OPTIONS` + `Origin` + `Access-Control-Request-Method`,
 /// no `Authorization`): never authenticated nor charged to a key.
-fn is_preflight(req: &Request) -> bool {
-    let h = req.headers();
-    let has = |n: &str| h.has(n).unwrap_or(false);
-    req.inner().method().eq_ignore_ascii_case("OPTIONS")
+fn is_preflight(req: &http::Client) -> bool {
+    let has = |n: &str| req.header(n).is_some();
+    req.method.eq_ignore_ascii_case("OPTIONS")
         && has("Origin")
         && has("Access-Control-Request-Method")
         && !has("Authorization")
@@ -89,7 +92,7 @@ fn is_preflight(req: &Request) -> bool {
 /// the gateway's own endpoints, with the permissive default: they
 /// authenticate by bearer header, never cookies); otherwise forwarded.
 async fn preflight(
-    req: &Request,
+    req: &http::Client,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
     gateway_path: bool,
@@ -100,8 +103,7 @@ async fn preflight(
         (None, true) => cors::CorsConfig::permissive(),
         (None, false) => return pipeline::preflight_to_origin(req, cfg, rc).await,
     };
-    let headers = http::header_pairs(req.headers());
-    let out = cors::answer_preflight(&own, &headers).unwrap_or_default();
+    let out = cors::answer_preflight(&own, &req.headers).unwrap_or_default();
     Ok(http::respond(rc, 204, &[], &out, None)?)
 }
 

@@ -17,32 +17,34 @@ use postguard_core::proxy::{
 };
 use postguard_core::rate_limit::{self, Verdict};
 use postguard_core::Problem;
-use worker::{web_sys, Context, Env, Headers, Request, Response};
+use worker::{web_sys, Context, Env, Response};
 
 use crate::auth::{self, Caller};
-use crate::durable::client::call;
-use crate::http::{self, header_pairs, HeaderList};
+use crate::durable::client::Guard;
+use crate::http::{self, raw_header_pairs, HeaderList};
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
 use crate::request::{self, Body};
 use crate::runtime::{now_ms, within, RequestCtx};
 
 pub async fn proxy(
-    mut req: Request,
+    req: http::Client,
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
 ) -> Handled {
-    let method = req.inner().method().to_ascii_uppercase();
+    let method = req.method.to_ascii_uppercase();
     proxy::check_method(&method)?;
     // 1. Authenticate.
-    let caller = auth::api_caller(auth::credential(&req, cfg), env, cfg, rc).await?;
-    let incoming = read(&mut req, method, cfg.settings.max_body_bytes).await?;
+    let cred = auth::credential_of(req.header("Authorization"), cfg);
+    let caller = auth::api_caller(cred, env, cfg, rc).await?;
+    let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
     // 2 + 3. Rate limit and claim: one round trip to the key's object.
-    let (admitted, replay_body) = admit(env, cfg, &caller, &incoming, &pre).await?;
+    let guard = Guard::of(env, &caller.key.record.id)?;
+    let (admitted, replay_body) = admit(&guard, cfg, &caller, &incoming, &pre).await?;
     let rl = match &admitted {
         Admission::Revoked => return Err(auth::revoked(&caller.key).into()),
         Admission::Refused { verdict, .. }
@@ -68,7 +70,7 @@ pub async fn proxy(
     let outcome = forward(origin, cfg).await;
     // 5. Record.
     let outcome = match claim {
-        Some(c) => record(env, cfg, rc, ctx, &caller, c, outcome).await,
+        Some(c) => record(env, &guard, cfg, rc, ctx, &caller, c, outcome).await,
         None => outcome,
     };
     respond(rc, cfg, outcome, &rl)
@@ -77,10 +79,10 @@ pub async fn proxy(
 /// The client's request, body read under the limit (a request answered
 /// before this point never has its body read; an oversized one is answered
 /// 413 after the limiter, with its headers, and never forwarded).
-async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> {
-    let (path, path_and_query) = http::path_and_query(req);
+async fn read(req: http::Client, method: String, max: u64) -> Handled<Incoming> {
+    let path_and_query = req.path_and_query();
     let (body, oversized) = match proxy::has_body(&method) {
-        true => match request::read_bounded(req, max).await? {
+        true => match request::read_bounded(&req.raw, req.content_length(), max).await? {
             Body::Read(b) => (b, false),
             Body::TooLarge => (Vec::new(), true),
         },
@@ -88,9 +90,9 @@ async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> 
     };
     Ok(Incoming {
         method,
-        path,
+        path: req.path,
         path_and_query,
-        headers: header_pairs(req.headers()),
+        headers: req.headers,
         body,
         oversized,
     })
@@ -99,7 +101,7 @@ async fn read(req: &mut Request, method: String, max: u64) -> Handled<Incoming> 
 /// The one object call: charge the limiter and claim the Idempotency-Key. A
 /// request answered early never claims its key.
 async fn admit(
-    env: &Env,
+    guard: &Guard,
     cfg: &Config,
     caller: &Caller,
     incoming: &Incoming,
@@ -110,7 +112,7 @@ async fn admit(
         quota: caller.plan.quota(),
         claim: pre.claim.clone(),
     };
-    let (answer, payload) = call::<Admit>(env, &caller.key.record.id, &req, &[]).await?;
+    let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
     let next = admission(answer, pre.early.clone())
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
     Ok((next, payload))
@@ -166,7 +168,7 @@ async fn replay(
 
 enum Forwarded {
     /// Not under an Idempotency-Key: the origin's body streams through.
-    Streaming(Response),
+    Streaming(web_sys::Response),
     /// Under a claim: the body is read so it can be stored.
     Buffered {
         status: u16,
@@ -186,10 +188,9 @@ enum Forwarded {
 /// A CORS preflight, forwarded to the origin unauthenticated (nothing is
 /// charged, claimed or attributed to a key); the gateway's
 /// `Idempotency-Key` is added to what the origin allows.
-pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (_, path_and_query) = http::path_and_query(req);
-    let headers = header_pairs(req.headers());
-    let origin = proxy::preflight_request(cfg, &path_and_query, &headers, &rc.request_id);
+pub async fn preflight_to_origin(req: &http::Client, cfg: &Config, rc: &RequestCtx) -> Handled {
+    let path_and_query = req.path_and_query();
+    let origin = proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id);
     match forward(origin, cfg).await {
         Ok(Forwarded::Buffered {
             status, headers, ..
@@ -198,7 +199,7 @@ pub async fn preflight_to_origin(req: &Request, cfg: &Config, rc: &RequestCtx) -
             postguard_core::cors::merge_forwarded_preflight(&mut out);
             Ok(http::respond(rc, status, &out, &[], None)?)
         }
-        Ok(Forwarded::Streaming(resp)) => Ok(resp),
+        Ok(Forwarded::Streaming(resp)) => Ok(Response::from(resp)),
         Ok(Forwarded::Large { .. }) => {
             Err(worker::Error::RustError("preflight answer too large".into()).into())
         }
@@ -211,22 +212,20 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
     let timeout_ms = cfg.settings.origin.timeout_ms;
     let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
     let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
-    let headers = web_sys::Headers::new().map_err(|e| unreachable(e.into()))?;
-    for (k, v) in &origin.headers {
-        headers.append(k, v).map_err(|e| unreachable(e.into()))?;
-    }
+    let pairs = origin.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let headers = http::to_headers(pairs).map_err(unreachable)?;
     let controller = web_sys::AbortController::new().map_err(|e| unreachable(e.into()))?;
     let init = http::request_init(&origin.method, &origin.body);
-    init.set_headers(&headers);
+    init.set_headers(&headers.0);
     init.set_redirect(web_sys::RequestRedirect::Manual);
     init.set_signal(Some(&controller.signal()));
     let work = async move {
         let resp = http::raw_fetch(&worker::js_sys::global(), &origin.url, &init).await?;
         if !origin.buffer {
-            return Ok(Forwarded::Streaming(Response::from(resp)));
+            return Ok(Forwarded::Streaming(resp));
         }
         let status = resp.status();
-        let headers = header_pairs(&Headers(resp.headers()));
+        let headers = raw_header_pairs(&resp.headers());
         let declared = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
@@ -264,8 +263,10 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
 /// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
 /// progress). Without R2, or past `max_replay_bytes`, the record says the
 /// body is unavailable: a retry gets 410, never a second execution.
+#[allow(clippy::too_many_arguments)]
 async fn record(
     env: &Env,
+    guard: &Guard,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
@@ -297,7 +298,7 @@ async fn record(
         Settlement::Complete(done) => done,
         // If the call fails, the lease frees the key.
         Settlement::Release(rel) => {
-            release(env, &key_id, &rel).await;
+            release(guard, &rel).await;
             return outcome;
         }
     };
@@ -317,7 +318,7 @@ async fn record(
             }),
             _,
         ) => {
-            complete(env, rc, &key_id, &done, &body).await;
+            complete(guard, rc, &done, &body).await;
             Ok(Forwarded::Buffered {
                 status,
                 headers,
@@ -339,7 +340,7 @@ async fn record(
                     worker::console_error!("{} storing the body in R2 failed: {}", rc.request_id, e)
                 }
             }
-            complete(env, rc, &key_id, &done, &[]).await;
+            complete(guard, rc, &done, &[]).await;
             Ok(Forwarded::Buffered {
                 status,
                 headers,
@@ -357,7 +358,7 @@ async fn record(
             Some(b),
         ) => match replays::tee(&stream) {
             Ok((client, store)) => {
-                let (env, rid) = (env.clone(), rc.request_id.clone());
+                let (guard, rid) = (guard.clone(), rc.request_id.clone());
                 ctx.wait_until(async move {
                     match replays::put_stream(&b, &object, store, len).await {
                         Ok(()) => done.response.body_object = Some(object),
@@ -365,7 +366,7 @@ async fn record(
                             worker::console_error!("{} streaming the body to R2 failed: {}", rid, e)
                         }
                     }
-                    complete_by(&env, &rid, &key_id, &done, &[]).await;
+                    complete_by(&guard, &rid, &done, &[]).await;
                 });
                 Ok(Forwarded::Large {
                     status,
@@ -376,7 +377,7 @@ async fn record(
             }
             Err(e) => {
                 worker::console_error!("{} tee failed: {}", rc.request_id, e);
-                complete(env, rc, &key_id, &done, &[]).await;
+                complete(guard, rc, &done, &[]).await;
                 Ok(Forwarded::Large {
                     status,
                     headers,
@@ -387,32 +388,26 @@ async fn record(
         },
         // Kept nowhere: recorded as unavailable (`body_omitted`, no object).
         (_, outcome, _) => {
-            complete(env, rc, &key_id, &done, &[]).await;
+            complete(guard, rc, &done, &[]).await;
             outcome
         }
     }
 }
 
-async fn complete(env: &Env, rc: &RequestCtx, key_id: &str, done: &CompleteRequest, body: &[u8]) {
-    complete_by(env, &rc.request_id, key_id, done, body).await
+async fn complete(guard: &Guard, rc: &RequestCtx, done: &CompleteRequest, body: &[u8]) {
+    complete_by(guard, &rc.request_id, done, body).await
 }
 
 /// Stores the response, with one retry: a transient object error must not
 /// leave the claim to expire, after which a retry would run again.
-async fn complete_by(
-    env: &Env,
-    request_id: &str,
-    key_id: &str,
-    done: &CompleteRequest,
-    body: &[u8],
-) {
+async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, body: &[u8]) {
     let payload = if done.response.body_omitted {
         &[]
     } else {
         body
     };
     for attempt in 1..=2 {
-        match call::<Complete>(env, key_id, done, payload).await {
+        match guard.call::<Complete>(done, payload).await {
             Ok(_) => break,
             Err(e) => worker::console_error!(
                 "storing the response of {} failed (attempt {}): {}",
@@ -424,8 +419,8 @@ async fn complete_by(
     }
 }
 
-async fn release(env: &Env, key_id: &str, rel: &ReleaseRequest) {
-    if let Err(e) = call::<Release>(env, key_id, rel, &[]).await {
+async fn release(guard: &Guard, rel: &ReleaseRequest) {
+    if let Err(e) = guard.call::<Release>(rel, &[]).await {
         worker::console_error!("release of claim {} failed: {}", rel.request_id, e);
     }
 }
@@ -446,27 +441,20 @@ fn respond(
             Err(Reject::from(p).with(rl))
         }
         Ok(Forwarded::Streaming(resp)) => {
-            let origin = header_pairs(resp.headers());
-            let kept = client_response_headers(&origin);
-            // The origin's headers copied in one call, then only what the core
-            // dropped deleted: not every kept header appended one by one.
-            let h = web_sys::Headers::new_with_headers(&resp.headers().0)
-                .map_err(worker::Error::from)?;
-            let h = Headers(h);
-            for (k, _) in origin.iter().filter(|p| !kept.contains(p)) {
-                h.delete(k)?;
-            }
-            for (k, v) in rl {
-                h.set(k, v)?;
-            }
-            h.set("X-Request-Id", &rc.request_id)?;
-            http::cors(rc, &h)?;
+            // A new response around the origin's body (the worker crate's
+            // conversion of a fetched response reads its `cf` and `webSocket`).
+            let kept = client_response_headers(&raw_header_pairs(&resp.headers()));
+            let body = match resp.body() {
+                Some(stream) => worker::ResponseBody::Stream(stream),
+                None => worker::ResponseBody::Empty,
+            };
+            let r = http::respond_stream(rc, resp.status(), &kept, rl, body)?;
             let declared = kept
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
                 .and_then(|(_, v)| v.trim().parse().ok());
             rc.note(|f| f.response_bytes = declared);
-            Ok(resp.with_headers(h))
+            Ok(r)
         }
         Ok(Forwarded::Large {
             status,

@@ -56,6 +56,12 @@ impl From<crate::durable::client::CallError> for Reject {
     }
 }
 
+impl From<worker::wasm_bindgen::JsValue> for Reject {
+    fn from(e: worker::wasm_bindgen::JsValue) -> Self {
+        Reject::Internal(e.into())
+    }
+}
+
 impl From<serde_json::Error> for Reject {
     fn from(e: serde_json::Error) -> Self {
         Reject::Internal(e.into())

@@ -4,7 +4,10 @@
 use postguard_core::body::{self, Budget, Declared};
 use postguard_core::config::Config;
 use postguard_core::Problem;
-use worker::Request;
+use worker::js_sys::{Reflect, Uint8Array};
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::{web_sys, Request};
 
 use crate::http;
 use crate::reject::Handled;
@@ -39,34 +42,52 @@ pub enum Body {
 /// `arrayBuffer()` call (the runtime enforces the framing); a chunked body is
 /// read chunk by chunk and dropped at the first chunk that crosses `max`, so
 /// at most `max` plus one chunk is ever held.
-pub async fn read_bounded(req: &mut Request, max: u64) -> Handled<Body> {
-    use futures_util::StreamExt;
-    match body::declared(http::content_length(req), max) {
+pub async fn read_bounded(
+    req: &web_sys::Request,
+    declared: Option<u64>,
+    max: u64,
+) -> Handled<Body> {
+    match body::declared(declared, max) {
         Declared::TooLarge => return Ok(Body::TooLarge),
-        Declared::Fits => return Ok(Body::Read(req.bytes().await?)),
+        Declared::Fits => {
+            let buf = JsFuture::from(req.array_buffer()?).await?;
+            return Ok(Body::Read(Uint8Array::new(&buf).to_vec()));
+        }
         Declared::Unknown => {}
     }
-    if req.inner().body().is_none() {
+    let Some(stream) = req.body() else {
         return Ok(Body::Read(Vec::new()));
-    }
-    let mut stream = req.stream()?;
+    };
+    let reader: web_sys::ReadableStreamDefaultReader = stream
+        .get_reader()
+        .dyn_into()
+        .map_err(|_| worker::Error::RustError("no default reader".into()))?;
     let mut budget = Budget::new(max);
     let mut out = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        if budget.take(chunk.len()).is_err() {
+    loop {
+        let chunk = JsFuture::from(reader.read()).await?;
+        if Reflect::get(&chunk, &JsValue::from_str("done"))?
+            .as_bool()
+            .unwrap_or(true)
+        {
+            return Ok(Body::Read(out));
+        }
+        let bytes = Uint8Array::new(&Reflect::get(&chunk, &JsValue::from_str("value"))?);
+        if budget.take(bytes.length() as usize).is_err() {
+            // The promise settles once the body is released; nothing waits on it.
+            let _ = reader.cancel();
             return Ok(Body::TooLarge);
         }
-        out.extend_from_slice(&chunk);
+        out.extend_from_slice(&bytes.to_vec());
     }
-    Ok(Body::Read(out))
 }
 
 /// The body of a gateway endpoint's request (read after its
 /// authentication), refused with 413 when over `max_body_bytes`.
 pub async fn body(req: &mut Request, cfg: &Config) -> Handled<Vec<u8>> {
     let max = cfg.settings.max_body_bytes;
-    match read_bounded(req, max).await? {
+    let declared = http::content_length(req.headers());
+    match read_bounded(req.inner(), declared, max).await? {
         Body::Read(b) => Ok(b),
         Body::TooLarge => Err(Problem::payload_too_large(max).into()),
     }

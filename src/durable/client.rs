@@ -17,6 +17,7 @@ use crate::bindings;
 extern "C" {
     /// A `KeyGuard` stub: `run` is the RPC method of the object's JS class
     /// (`src/entry.mjs`), which hands the frame to `KeyGuard::rpc`.
+    #[derive(Clone)]
     type GuardStub;
     #[wasm_bindgen(method, catch)]
     fn run(this: &GuardStub, op: &str, frame: &Uint8Array) -> Result<JsValue, JsValue>;
@@ -75,7 +76,34 @@ pub async fn call<O: Operation>(
     req: &O::Request,
     payload: &[u8],
 ) -> Result<(O::Response, Vec<u8>), CallError> {
-    let stub = stub(env, key_id)?;
+    Guard::of(env, key_id)?.call::<O>(req, payload).await
+}
+
+/// The object of one API key, for the calls of one request (a proxied
+/// request under a claim makes two: the stub is made once).
+#[derive(Clone)]
+pub struct Guard(GuardStub);
+
+impl Guard {
+    pub fn of(env: &Env, key_id: &str) -> worker::Result<Guard> {
+        stub(env, key_id).map(Guard)
+    }
+
+    /// Runs operation `O`: its answer and the payload that came with it.
+    pub async fn call<O: Operation>(
+        &self,
+        req: &O::Request,
+        payload: &[u8],
+    ) -> Result<(O::Response, Vec<u8>), CallError> {
+        exchange::<O>(&self.0, req, payload).await
+    }
+}
+
+async fn exchange<O: Operation>(
+    stub: &GuardStub,
+    req: &O::Request,
+    payload: &[u8],
+) -> Result<(O::Response, Vec<u8>), CallError> {
     // One copy into a JS array the runtime serializes (never a view of wasm memory).
     let body = Uint8Array::from(frame::encode(req, payload)?.as_slice());
     let pending = stub.run(O::PATH, &body).map_err(worker::Error::from)?;

@@ -112,6 +112,80 @@ pub fn first_invalid_value(headers: &[(String, String)]) -> Option<&str> {
         .map(|(k, _)| k.as_str())
 }
 
+/// Header pairs as one string, `name\nvalue\n` per pair, so a whole list
+/// crosses between wasm and JS in one call rather than one per header. A
+/// `Headers` object never holds a line feed in a name or value (it refuses
+/// one), so the encoding is unambiguous; `None` if a pair does hold one
+/// (the caller then appends one by one, and the runtime refuses it as before).
+pub fn to_lines<'a, I>(pairs: I) -> Option<String>
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let mut out = String::new();
+    for (k, v) in pairs {
+        if k.contains('\n') || v.contains('\n') {
+            return None;
+        }
+        out.push_str(k);
+        out.push('\n');
+        out.push_str(v);
+        out.push('\n');
+    }
+    Some(out)
+}
+
+/// The pairs of [`to_lines`]' encoding, in order.
+pub fn from_lines(lines: &str) -> Vec<(String, String)> {
+    let mut parts = lines.split('\n');
+    let mut out = Vec::new();
+    while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
+        out.push((k.to_string(), v.to_string()));
+    }
+    out
+}
+
+/// The header list of an answer being built, with the `Headers` methods'
+/// meaning (names compare case-insensitively): built in wasm, then handed
+/// to the runtime in one call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderSet(Vec<(String, String)>);
+
+impl HeaderSet {
+    pub fn from_pairs(pairs: &[(String, String)]) -> Self {
+        HeaderSet(pairs.to_vec())
+    }
+
+    /// Adds a value, keeping those already there (`Headers.append`).
+    pub fn append(&mut self, name: &str, value: &str) {
+        self.0.push((name.to_string(), value.to_string()));
+    }
+
+    /// Replaces every value of `name` (`Headers.set`).
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.remove(name);
+        self.append(name, value);
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+    }
+
+    /// Every value of `name` joined by ", " (`Headers.get`).
+    pub fn get(&self, name: &str) -> Option<String> {
+        let mut values = self
+            .0
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str());
+        let first = values.next()?;
+        Some(values.fold(first.to_string(), |acc, v| format!("{acc}, {v}")))
+    }
+
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.0
+    }
+}
+
 /// Client-sent headers that claim a client address. They are never passed
 /// on: the origin gets the address the edge saw (`CF-Connecting-IP`) as the
 /// signed `X-Postguard-Client-IP`, and `X-Forwarded-For` is replaced by it.
@@ -192,6 +266,38 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn lines_round_trip_every_pair_in_order() {
+        let pairs = h(&[
+            ("a", "1"),
+            ("b", ""),
+            ("set-cookie", "x=1; Path=/"),
+            ("a", "2: 3"),
+        ]);
+        let lines = to_lines(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
+        assert_eq!(from_lines(&lines), pairs);
+        assert_eq!(from_lines(""), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn lines_refuse_a_line_feed() {
+        assert_eq!(to_lines([("a", "1\nb")]), None);
+        assert_eq!(to_lines([("a\nb", "1")]), None);
+    }
+
+    #[test]
+    fn header_set_has_the_headers_semantics() {
+        let mut s = HeaderSet::from_pairs(&h(&[("Vary", "Accept"), ("X-A", "1"), ("x-a", "2")]));
+        assert_eq!(s.get("X-a").as_deref(), Some("1, 2"));
+        s.set("X-A", "3");
+        s.append("vary", "Origin");
+        assert_eq!(s.get("x-a").as_deref(), Some("3"));
+        assert_eq!(s.get("VARY").as_deref(), Some("Accept, Origin"));
+        assert_eq!(s.get("missing"), None);
+        s.remove("vary");
+        assert_eq!(s.pairs(), &h(&[("X-A", "3")])[..]);
     }
 
     fn names(v: &[(String, String)]) -> Vec<String> {

@@ -5,9 +5,8 @@
 //
 // binaryen can sort functions by name (`--reorder-functions-by-name`), but a Rust name
 // ends in a hash that scatters the instances again. So this script renames:
-//   key   IN OUT: prefixes every function's name with its rank under the sort key (the
-//             name without its generic arguments and hashes, then the full name, then
-//             the original position), so that sorting by name sorts by the key;
+//   key   IN OUT: prefixes every function's name with its rank under the sort key (see
+//             sortKey; ties keep their original order), so that sorting by name sorts by the key;
 //   unkey IN OUT: removes the prefix again (the names copy bench/profile.mjs reads).
 // Only the name section changes; the code is binaryen's to move.
 import fs from 'node:fs';
@@ -84,12 +83,18 @@ function encodeNames(names, others) {
 }
 
 // Rust's hashes (`[0123456789abcdef]` crate disambiguators, `::h0123456789abcdef` symbol
-// hashes) and generic arguments, which differ between instances of one function.
+// hashes) and generic arguments, which differ between instances of one function. A trait
+// method (`<T as Trait>::method`) sorts by the trait's method first, so that, for example,
+// every type's `Deserialize::deserialize` lies together (measured: 2.5 KB gzip better than
+// by the self type).
+const withoutGenerics = (s) => s.replace(/<[^<>]*>/g, '').replace(/<[^<>]*>/g, '');
+
 function sortKey(name) {
   const plain = name.replace(/\[[0-9a-f]{16}\]/g, '').replace(/::h[0-9a-f]{16}$/, '');
-  let bare = plain;
-  for (let i = 0; i < 2; i++) bare = bare.replace(/<[^<>]*>/g, '');
-  return [bare, plain];
+  const bare = withoutGenerics(plain);
+  const impl = /^<(.*?) as (.*?)>(.*)$/.exec(plain);
+  const first = impl ? withoutGenerics(impl[2]) + impl[3] : bare;
+  return [first, bare, plain];
 }
 
 const PREFIX = /^\d{7} /;
@@ -100,7 +105,7 @@ function rename(names) {
   }
   const keyed = [...names].map(([index, name]) => ({ index, name, key: sortKey(name) }));
   keyed.sort((a, b) => {
-    for (let k = 0; k < 2; k++) {
+    for (let k = 0; k < 3; k++) {
       if (a.key[k] !== b.key[k]) return a.key[k] < b.key[k] ? -1 : 1;
     }
     return a.index - b.index;

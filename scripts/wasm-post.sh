@@ -4,8 +4,8 @@
 # `name` section (function names, ~40 % of the file) and the `producers` section.
 # They cannot go earlier: rustc's `strip` removes every custom section, including
 # the one wasm-bindgen reads, and worker-build's own wasm-opt step always keeps
-# names (`--debuginfo`). Then a few passes and a function order chosen for gzip
-# (ADR 0022; ADR 0019 measured -Oz: smaller raw, larger gzip).
+# names (`--debuginfo`). Before stripping, it runs five passes and orders the
+# functions for gzip (ADR 0022; ADR 0019 measured -Oz: smaller raw, larger gzip).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 wasm="${1:-$ROOT/build/index_bg.wasm}"

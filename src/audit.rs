@@ -10,7 +10,7 @@ use postguard_core::audit::{
 };
 use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 use worker::{Context, Delay, Env, Result};
 
@@ -180,14 +180,16 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
         });
     }
     let calls = groups.iter().map(|(shard, rows)| ingest(env, shard, rows));
-    let mut added: BTreeMap<Shard, Vec<Rollups>> = BTreeMap::new();
+    // A batch spans one or two buckets: a list, not another map type in the wasm.
+    let mut added: Vec<(Shard, Vec<Rollups>)> = Vec::new();
     for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
         match res {
             Ok(done) if !done.rollups.is_empty() => {
-                added
-                    .entry(shard.all_projects())
-                    .or_default()
-                    .push(done.rollups);
+                let all = shard.all_projects();
+                match added.iter_mut().find(|(s, _)| *s == all) {
+                    Some((_, parts)) => parts.push(done.rollups),
+                    None => added.push((all, vec![done.rollups])),
+                }
             }
             Ok(_) => {}
             Err(e) => worker::console_error!(

@@ -269,41 +269,30 @@ impl Rollups {
         self.paths.is_empty() && self.latency.is_empty()
     }
 
+    /// The counts of these rows: one delta per row, summed by [`Rollups::sum`]
+    /// (one map type for both, which keeps the wasm smaller than a second,
+    /// borrowed-key map would; the strings are a batch's, a few hundred at most).
     pub fn of(rows: &[&AuditRow]) -> Rollups {
-        let mut paths: BTreeMap<(u64, &str, &str), [u64; 3]> = BTreeMap::new();
-        let mut latency: BTreeMap<(u64, &str, u64), u64> = BTreeMap::new();
+        let mut one = Rollups::default();
         for r in rows {
             let hour = r.time / HOUR_MS * HOUR_MS;
-            let kp = r.key_prefix.as_deref().unwrap_or("");
-            let c = paths.entry((hour, kp, r.path.as_str())).or_default();
-            c[0] += 1;
-            c[1] += u64::from(r.status >= 400);
-            c[2] += u64::from(r.status >= 500);
-            let ms = r.response_time_ms.min(MAX_LATENCY_MS);
-            *latency.entry((hour, kp, ms)).or_default() += 1;
+            let kp = r.key_prefix.clone().unwrap_or_default();
+            one.paths.push(PathDelta {
+                hour,
+                key_prefix: kp.clone(),
+                path: r.path.clone(),
+                requests: 1,
+                errors: u64::from(r.status >= 400),
+                server_errors: u64::from(r.status >= 500),
+            });
+            one.latency.push(LatencyDelta {
+                hour,
+                key_prefix: kp,
+                ms: r.response_time_ms.min(MAX_LATENCY_MS),
+                n: 1,
+            });
         }
-        Rollups {
-            paths: paths
-                .into_iter()
-                .map(|((hour, kp, path), c)| PathDelta {
-                    hour,
-                    key_prefix: kp.to_string(),
-                    path: path.to_string(),
-                    requests: c[0],
-                    errors: c[1],
-                    server_errors: c[2],
-                })
-                .collect(),
-            latency: latency
-                .into_iter()
-                .map(|((hour, kp, ms), n)| LatencyDelta {
-                    hour,
-                    key_prefix: kp.to_string(),
-                    ms,
-                    n,
-                })
-                .collect(),
-        }
+        Rollups::sum(vec![one])
     }
 }
 

@@ -120,9 +120,12 @@ pub struct StoredResponse {
     pub body_object: Option<String>,
 }
 
-/// What is kept per Idempotency-Key.
+/// What is kept per Idempotency-Key. Stored as JSON tagged by `state`; it is
+/// read through [`RecordWire`] (one flat struct) rather than serde's tagged
+/// enum decoding, which buffers the object into `Content` first: the same
+/// documents, less wasm and no buffering on the replay path (ADR 0022).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
+#[serde(tag = "state", rename_all = "snake_case", try_from = "RecordWire")]
 pub enum Record {
     InFlight {
         fingerprint: String,
@@ -138,6 +141,50 @@ pub enum Record {
         expires_at_ms: u64,
         response: StoredResponse,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RecordState {
+    InFlight,
+    Completed,
+}
+
+/// Every member either state has; which ones must be present depends on
+/// `state`, as with the tagged enum (other members are ignored).
+#[derive(Deserialize)]
+struct RecordWire {
+    state: RecordState,
+    fingerprint: String,
+    request_id: String,
+    claimed_at_ms: Option<u64>,
+    lease_until_ms: Option<u64>,
+    completed_at_ms: Option<u64>,
+    expires_at_ms: Option<u64>,
+    response: Option<StoredResponse>,
+}
+
+impl TryFrom<RecordWire> for Record {
+    type Error = &'static str;
+
+    fn try_from(w: RecordWire) -> Result<Self, Self::Error> {
+        let (fingerprint, request_id) = (w.fingerprint, w.request_id);
+        Ok(match w.state {
+            RecordState::InFlight => Record::InFlight {
+                fingerprint,
+                request_id,
+                claimed_at_ms: w.claimed_at_ms.ok_or("missing field `claimed_at_ms`")?,
+                lease_until_ms: w.lease_until_ms.ok_or("missing field `lease_until_ms`")?,
+            },
+            RecordState::Completed => Record::Completed {
+                fingerprint,
+                request_id,
+                completed_at_ms: w.completed_at_ms.ok_or("missing field `completed_at_ms`")?,
+                expires_at_ms: w.expires_at_ms.ok_or("missing field `expires_at_ms`")?,
+                response: w.response.ok_or("missing field `response`")?,
+            },
+        })
+    }
 }
 
 impl Record {
@@ -291,6 +338,20 @@ mod tests {
             claimed_at_ms: claimed,
             lease_until_ms: lease,
         }
+    }
+
+    #[test]
+    fn records_read_back_as_written() {
+        for rec in [inflight("fp", 10, 20), completed("fp", 99)] {
+            let text = serde_json::to_string(&rec).unwrap();
+            assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), rec);
+        }
+        let partial =
+            r#"{"state":"in_flight","fingerprint":"f","request_id":"r","claimed_at_ms":1}"#;
+        let err = serde_json::from_str::<Record>(partial).unwrap_err();
+        assert!(err.to_string().contains("lease_until_ms"), "{err}");
+        let unknown = r#"{"state":"gone","fingerprint":"f","request_id":"r"}"#;
+        assert!(serde_json::from_str::<Record>(unknown).is_err());
     }
 
     #[test]

@@ -196,6 +196,8 @@ export const REFERENCE_RPC = referenceScript(true);
 // bench/minimal-rust/build/<dir>. Rust ÷ JS is the runtime's price of a Rust gateway.
 export const RUST_PASS_THROUGH = { rust: 'pass' };
 export const RUST_REFERENCE = { rust: 'gateway' };
+/** The Rust reference calling its objects by JS RPC (bench/minimal-rust/rpc-entry.mjs), as REFERENCE_RPC. */
+export const RUST_REFERENCE_RPC = { rust: 'gateway-rpc' };
 /** Whether the benchmarks run the Rust contenders (REFERENCE_RUST=0 leaves them out). */
 export const withRust = () => process.env.REFERENCE_RUST !== '0';
 const RUST_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), 'minimal-rust');
@@ -209,8 +211,9 @@ function scriptOptions(script) {
   if (typeof script === 'string') return { modules: true, script };
   buildRust();
   const dir = path.join(RUST_DIR, 'build', script.rust);
+  const js = script.rust === 'gateway-rpc' ? ['index.js', 'gateway.js'] : ['index.js'];
   return {
-    modules: [{ type: 'ESModule', path: path.join(dir, 'index.js') }, { type: 'CompiledWasm', path: path.join(dir, 'index_bg.wasm') }],
+    modules: [...js.map((f) => ({ type: 'ESModule', path: path.join(dir, f) })), { type: 'CompiledWasm', path: path.join(dir, 'index_bg.wasm') }],
     modulesRoot: dir,
   };
 }
@@ -219,7 +222,7 @@ function scriptOptions(script) {
 const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))).toString('hex');
 
 /**
- * Starts one baseline (PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH or RUST_REFERENCE) in front of
+ * Starts one baseline (PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE or RUST_REFERENCE_RPC) in front of
  * `originUrl` (with a V8 inspector on `inspectorPort` if given). Resolves with `{ url, dispose }`, and for a reference `key` (a key with
  * no practical limit) and `tiny` (a key whose one request a day is used up).
  */

@@ -12,7 +12,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE, startBaseline, withRust } from './passthrough.mjs';
+import { PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
 import { benchGateway, commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
@@ -48,6 +48,7 @@ const rpc = await startBaseline(REFERENCE_RPC, origin.url);
 const RUST = withRust();
 const rustBare = RUST ? await startBaseline(RUST_PASS_THROUGH, origin.url) : null;
 const rustRef = RUST ? await startBaseline(RUST_REFERENCE, origin.url) : null;
+const rustRpc = RUST ? await startBaseline(RUST_REFERENCE_RPC, origin.url) : null;
 const { gw, tiny, auth, body } = await benchGateway(origin.url);
 let before = null;
 if (BEFORE_ROOT) {
@@ -58,7 +59,7 @@ if (BEFORE_ROOT) {
 try {
   const json = { 'content-type': 'application/json' };
   const refAuth = (r) => ({ ...json, authorization: `Bearer ${r.key}` });
-  for (const r of [ref, rpc, rustRef].filter(Boolean)) await load(`${r.url}/bench/pay`, { method: 'POST', headers: { ...refAuth(r), 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
+  for (const r of [ref, rpc, rustRef, rustRpc].filter(Boolean)) await load(`${r.url}/bench/pay`, { method: 'POST', headers: { ...refAuth(r), 'idempotency-key': 'bench-replay' }, body }); // the reference's stored response
   const current = { gw, tiny, auth };
   const scenarios = {
     'GET (no idempotency)': {
@@ -92,7 +93,8 @@ try {
     await s.ref(ref);
     await s.ref(rpc);
     if (RUST) await s.ref(rustRef);
-    const r = { rustRps: [], rustJs: [], pgRust: [], rustBareJs: [], rustBareAbs: [], rustAbs: [], rustStatus: new Set(), rpcRps: [], pgRpc: [], rpcStatus: new Set(), rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set(), beforeRps: [], afterBefore: [] };
+    if (RUST) await s.ref(rustRpc);
+    const r = { rustRpcJs: [], pgRustRpc: [], rustRpcStatus: new Set(), rustRps: [], rustJs: [], pgRust: [], rustBareJs: [], rustBareAbs: [], rustAbs: [], rustStatus: new Set(), rpcRps: [], pgRpc: [], rpcStatus: new Set(), rps: [], p50: [], p99: [], refRps: [], pgRef: [], pgRps: [], bareRps: [], refAbs: [], pgP50: [], pgP99: [], status: new Set(), refStatus: new Set(), beforeRps: [], afterBefore: [] };
     for (let i = 0; i < ROUNDS; i++) {
       const b = await s.bare();
       const f = await s.ref(ref);
@@ -106,7 +108,11 @@ try {
       if (RUST) {
         const rb = await s.bare(rustBare.url);
         const rr = await s.ref(rustRef);
+        const rrr = await s.ref(rustRpc);
         codes(rr).forEach((c) => r.rustStatus.add(c));
+        codes(rrr).forEach((c) => r.rustRpcStatus.add(c));
+        r.rustRpcJs.push(rrr.requests.average / fr.requests.average);
+        r.pgRustRpc.push(p.requests.average / rrr.requests.average);
         r.rustRps.push(rr.requests.average / b.requests.average);
         r.rustJs.push(rr.requests.average / f.requests.average);
         r.pgRust.push(p.requests.average / rr.requests.average);
@@ -131,7 +137,7 @@ try {
       r.pgP99.push(p.latency.p99);
     }
     rows.push({ name, ...r });
-    console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, pgRpc: r.pgRpc, rustJs: r.rustJs, pgRust: r.pgRust, rustBareJs: r.rustBareJs, status: [...r.status], refStatus: [...r.refStatus], rustStatus: [...r.rustStatus] }));
+    console.log(name, JSON.stringify({ rps: r.rps, ref: r.refRps, pgRef: r.pgRef, pgRpc: r.pgRpc, rustJs: r.rustJs, pgRust: r.pgRust, rustBareJs: r.rustBareJs, rustRpcJs: r.rustRpcJs, pgRustRpc: r.pgRustRpc, status: [...r.status], refStatus: [...r.refStatus], rustStatus: [...r.rustStatus] }));
   }
   const wasm = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
   const m = (xs) => `${median(xs).toFixed(2)} (${spread(xs)})`;
@@ -148,13 +154,19 @@ ${rows.map((r) => `| ${r.name} | ${m(r.rpcRps)} | ${m(r.pgRpc)} | ${[...r.rpcSta
 
 The same minimal gateway written in Rust with the plain \`worker\` crate (\`bench/minimal-rust\`, objects called by \`fetch\`: the
 I/O of \`REFERENCE\` in the same order), and a Rust pure pass-through against the JS one, in the same rounds
-(each round: bare, reference, reference (RPC), postguard${before ? ', the earlier build' : ''}, Rust pass-through, Rust reference).
+(each round: bare, reference, reference (RPC), postguard${before ? ', the earlier build' : ''}, Rust pass-through, Rust reference, Rust reference (RPC)).
 "Rust reference ÷ reference" is the price of the language and the \`worker\` crate for the same I/O; "postguard ÷ Rust reference" is
 postguard's own cost above that floor; "Rust pass-through ÷ bare" is the fixed Rust tax per request.
 
 | scenario | Rust reference ÷ reference (JS), req/s | postguard ÷ Rust reference, req/s | Rust reference ÷ bare, req/s | Rust pass-through ÷ bare (JS), req/s | req/s Rust reference / Rust pass-through | statuses (Rust reference) |
 |---|---|---|---|---|---|---|
 ${rows.map((r) => `| ${r.name} | ${m(r.rustJs)} | ${m(r.pgRust)} | ${m(r.rustRps)} | ${m(r.rustBareJs)} | ${median(r.rustAbs).toFixed(0)} / ${median(r.rustBareAbs).toFixed(0)} | ${[...r.rustStatus].join(', ')} |`).join('\n')}
+
+Both Rust and JS references calling their objects by JS RPC (\`RUST_REFERENCE_RPC\` through \`bench/minimal-rust/rpc-entry.mjs\`, against \`REFERENCE_RPC\`; postguard calls its key's object by RPC too):
+
+| scenario | Rust reference (RPC) ÷ reference (RPC, JS), req/s | postguard ÷ Rust reference (RPC), req/s | statuses (Rust reference, RPC) |
+|---|---|---|---|
+${rows.map((r) => `| ${r.name} | ${m(r.rustRpcJs)} | ${m(r.pgRustRpc)} | ${[...r.rustRpcStatus].join(', ')} |`).join('\n')}
 `;
   const beforeTable = !before ? '' : `
 Before and after, side by side in the same rounds: build ${commitOf(BEFORE_ROOT)} (\`BEFORE_ROOT\`) loaded right after build ${commit}.
@@ -189,5 +201,6 @@ ${beforeTable}`;
   await rpc.dispose();
   await rustBare?.dispose();
   await rustRef?.dispose();
+  await rustRpc?.dispose();
   await origin.kill();
 }

@@ -3,6 +3,10 @@
 //! Request/Response/Headers wrappers. Same I/O in the same order, same SQL statements, same
 //! wire format between worker and objects; nothing else. Hashing and the HMAC run in wasm
 //! (the `sha2`/`hmac` crates, as postguard does) where the JS side uses WebCrypto.
+//!
+//! With the `rpc` feature the worker calls both objects by JS RPC instead (REFERENCE_RPC):
+//! the objects export wasm-bindgen methods that a JS class extending `DurableObject`
+//! forwards to (bench/minimal-rust/rpc-entry.mjs, the shape of postguard's src/entry.mjs).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -15,7 +19,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
-use worker::js_sys::{Date, Uint8Array};
+use worker::js_sys::{Array, Date, Promise, Uint8Array};
+use worker::wasm_bindgen_futures::JsFuture;
 use worker::{
     durable_object, event, Context, Delay, DurableObject, Env, Fetch, Headers, Method, Request,
     RequestInit, RequestRedirect, Response, ResponseBody, ResponseBuilder, Result, SqlStorage,
@@ -34,6 +39,49 @@ extern "C" {
         this: &TxStorage,
         f: &mut dyn FnMut() -> std::result::Result<JsValue, JsValue>,
     ) -> std::result::Result<JsValue, JsValue>;
+
+    /// A stub of the JS classes in rpc-entry.mjs: `admit`, `complete`, `write` by JS RPC.
+    type RpcStub;
+    #[wasm_bindgen(method, catch)]
+    fn admit(
+        this: &RpcStub,
+        limit: f64,
+        window_ms: f64,
+        k: Option<String>,
+        fp: &str,
+    ) -> std::result::Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch)]
+    fn complete(
+        this: &RpcStub,
+        k: &str,
+        status: u16,
+        body: &Uint8Array,
+    ) -> std::result::Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch)]
+    fn write(this: &RpcStub, rows: String) -> std::result::Result<JsValue, JsValue>;
+}
+
+const RPC: bool = cfg!(feature = "rpc");
+
+/// Awaits a JS RPC call's result (a thenable, made a Promise for `JsFuture`).
+async fn rpc_await(call: std::result::Result<JsValue, JsValue>) -> Result<JsValue> {
+    let v = call.map_err(worker::Error::from)?;
+    Ok(JsFuture::from(Promise::resolve(&v)).await?)
+}
+
+/// An object's stub, called by `fetch` or (feature `rpc`) by JS RPC.
+enum Conn {
+    Fetch(Stub),
+    Rpc(RpcStub),
+}
+
+impl Conn {
+    fn new(stub: Stub) -> Self {
+        match RPC {
+            true => Conn::Rpc(stub.into_rpc::<RpcStub>()),
+            false => Conn::Fetch(stub),
+        }
+    }
 }
 
 const SIGNING_SECRET: &[u8] = b"reference-signing-secret-0123456789";
@@ -143,8 +191,30 @@ fn bytes_js(b: &[u8]) -> JsValue {
     Uint8Array::from(b).into()
 }
 
-async fn admit(stub: &Stub, rec: &KeyRec, k: Option<&str>, fp: &str) -> Result<(Answer, Vec<u8>)> {
-    let mut q = vec![("limit", rec.limit.to_string()), ("window", rec.window_ms.to_string())];
+async fn admit(conn: &Conn, rec: &KeyRec, k: Option<&str>, fp: &str) -> Result<(Answer, Vec<u8>)> {
+    let stub = match conn {
+        Conn::Fetch(stub) => stub,
+        Conn::Rpc(rpc) => {
+            let call = rpc.admit(
+                rec.limit as f64,
+                rec.window_ms as f64,
+                k.map(str::to_owned),
+                fp,
+            );
+            let reply: Array = rpc_await(call).await?.unchecked_into();
+            let a: Answer = serde_json::from_str(&reply.get(0).as_string().unwrap_or_default())?;
+            let body = reply
+                .get(1)
+                .dyn_into::<Uint8Array>()
+                .map(|b| b.to_vec())
+                .unwrap_or_default();
+            return Ok((a, body));
+        }
+    };
+    let mut q = vec![
+        ("limit", rec.limit.to_string()),
+        ("window", rec.window_ms.to_string()),
+    ];
     if let Some(k) = k {
         q.push(("k", k.to_string()));
         q.push(("fp", fp.to_string()));
@@ -153,13 +223,28 @@ async fn admit(stub: &Stub, rec: &KeyRec, k: Option<&str>, fp: &str) -> Result<(
     let mut res = stub.fetch_with_request(post(url.as_str(), None)?).await?;
     let header = res.headers().get("x-answer")?.unwrap_or_default();
     let a: Answer = serde_json::from_str(&header)?;
-    let body = if a.replayed { res.bytes().await? } else { Vec::new() };
+    let body = if a.replayed {
+        res.bytes().await?
+    } else {
+        Vec::new()
+    };
     Ok((a, body))
 }
 
-async fn complete(stub: &Stub, k: &str, status: u16, body: &[u8]) -> Result<()> {
-    let url = Url::parse_with_params("https://ref/complete", &[("k", k), ("s", &status.to_string())])?;
-    stub.fetch_with_request(post(url.as_str(), Some(bytes_js(body)))?).await?;
+async fn complete(conn: &Conn, k: &str, status: u16, body: &[u8]) -> Result<()> {
+    let stub = match conn {
+        Conn::Fetch(stub) => stub,
+        Conn::Rpc(rpc) => {
+            rpc_await(rpc.complete(k, status, &Uint8Array::from(body))).await?;
+            return Ok(());
+        }
+    };
+    let url = Url::parse_with_params(
+        "https://ref/complete",
+        &[("k", k), ("s", &status.to_string())],
+    )?;
+    stub.fetch_with_request(post(url.as_str(), Some(bytes_js(body)))?)
+        .await?;
     Ok(())
 }
 
@@ -181,21 +266,52 @@ fn audit(env: &Env, ctx: &Context, row: Value) {
 }
 
 async fn flush(env: &Env, rows: Vec<Value>) -> Result<()> {
-    let project = rows.first().and_then(|r| r.get(8)).and_then(Value::as_str).unwrap_or("-").to_string();
-    let stub = env.durable_object("AUDIT")?.id_from_name(&project)?.get_stub()?;
+    let project = rows
+        .first()
+        .and_then(|r| r.get(8))
+        .and_then(Value::as_str)
+        .unwrap_or("-")
+        .to_string();
+    let stub = env
+        .durable_object("AUDIT")?
+        .id_from_name(&project)?
+        .get_stub()?;
     let body = serde_json::to_string(&rows)?;
-    stub.fetch_with_request(post("https://audit/write", Some(body.into()))?).await?;
+    let stub = match Conn::new(stub) {
+        Conn::Fetch(stub) => stub,
+        Conn::Rpc(rpc) => {
+            rpc_await(rpc.write(body)).await?;
+            return Ok(());
+        }
+    };
+    stub.fetch_with_request(post("https://audit/write", Some(body.into()))?)
+        .await?;
     Ok(())
 }
 
-fn answer(status: u16, headers: Headers, body: ResponseBody, rl: &Rl, id: &str) -> Result<Response> {
+fn answer(
+    status: u16,
+    headers: Headers,
+    body: ResponseBody,
+    rl: &Rl,
+    id: &str,
+) -> Result<Response> {
     headers.set("X-RateLimit-Limit", &rl.limit.to_string())?;
     headers.set("X-RateLimit-Remaining", &rl.remaining.to_string())?;
     headers.set("X-RateLimit-Reset", &rl.reset.to_string())?;
-    headers.set("RateLimit-Policy", &format!("\"default\";q={};w={}", rl.limit, rl.window))?;
-    headers.set("RateLimit", &format!("\"default\";r={};t={}", rl.remaining, rl.reset_in))?;
+    headers.set(
+        "RateLimit-Policy",
+        &format!("\"default\";q={};w={}", rl.limit, rl.window),
+    )?;
+    headers.set(
+        "RateLimit",
+        &format!("\"default\";r={};t={}", rl.remaining, rl.reset_in),
+    )?;
     headers.set("X-Request-Id", id)?;
-    Ok(ResponseBuilder::new().with_status(status).with_headers(headers).body(body))
+    Ok(ResponseBuilder::new()
+        .with_status(status)
+        .with_headers(headers)
+        .body(body))
 }
 
 fn one_header(name: &str, value: &str) -> Result<Headers> {
@@ -229,12 +345,24 @@ async fn handle(mut req: Request, env: &Env, id: &str, facts: &mut Facts) -> Res
     };
     facts.key = Some(rec.clone());
     let url = req.url()?;
-    let path = format!("{}{}", url.path(), url.query().map(|q| format!("?{q}")).unwrap_or_default());
+    let path = format!(
+        "{}{}",
+        url.path(),
+        url.query().map(|q| format!("?{q}")).unwrap_or_default()
+    );
     let get = req.method() == Method::Get;
-    let k = if get { None } else { req.headers().get("idempotency-key")? };
+    let k = if get {
+        None
+    } else {
+        req.headers().get("idempotency-key")?
+    };
     let body = if get { None } else { Some(req.bytes().await?) };
     let fp = sha256_hex(body.as_deref().unwrap_or_default());
-    let stub = env.durable_object("REF")?.id_from_name(&rec.id)?.get_stub()?;
+    let stub = Conn::new(
+        env.durable_object("REF")?
+            .id_from_name(&rec.id)?
+            .get_stub()?,
+    );
     let (a, stored) = admit(&stub, &rec, k.as_deref(), &fp).await?;
     facts.remaining = Some(a.rl.remaining);
     if a.replayed {
@@ -245,7 +373,13 @@ async fn handle(mut req: Request, env: &Env, id: &str, facts: &mut Facts) -> Res
     if a.status != 0 {
         let h = one_header("content-type", "application/problem+json")?;
         let problem = format!("{{\"code\":\"{}\"}}", a.status);
-        return answer(a.status, h, ResponseBody::Body(problem.into_bytes()), &a.rl, id);
+        return answer(
+            a.status,
+            h,
+            ResponseBody::Body(problem.into_bytes()),
+            &a.rl,
+            id,
+        );
     }
     let method = req.inner().method();
     let headers = req.headers().clone();
@@ -268,7 +402,9 @@ async fn handle(mut req: Request, env: &Env, id: &str, facts: &mut Facts) -> Res
         .with_redirect(RequestRedirect::Manual)
         .with_body(body.as_deref().map(bytes_js));
     let origin = format!("{}{}", env.var("ORIGIN_URL")?, path);
-    let mut res = Fetch::Request(Request::new_with_init(&origin, &init)?).send().await?;
+    let mut res = Fetch::Request(Request::new_with_init(&origin, &init)?)
+        .send()
+        .await?;
     let status = res.status_code();
     let res_headers = res.headers().clone();
     let Some(k) = k else {
@@ -329,7 +465,13 @@ pub struct Ref {
 }
 
 impl Ref {
-    fn admit(&self, limit: i64, window_ms: i64, k: Option<&str>, fp: &str) -> Result<(Answer, Vec<u8>)> {
+    fn admit(
+        &self,
+        limit: i64,
+        window_ms: i64,
+        k: Option<&str>,
+        fp: &str,
+    ) -> Result<(Answer, Vec<u8>)> {
         let now = Date::now() as i64;
         let start = now - now % window_ms;
         let (w_start, w_n) = self.window.get();
@@ -342,7 +484,16 @@ impl Ref {
             reset: end / 1000,
             reset_in: (end - now + 999) / 1000,
         };
-        let reply = |status: u16, rl: Rl| Ok((Answer { status, rl, replayed: false }, Vec::new()));
+        let reply = |status: u16, rl: Rl| {
+            Ok((
+                Answer {
+                    status,
+                    rl,
+                    replayed: false,
+                },
+                Vec::new(),
+            ))
+        };
         if used >= limit {
             rl.remaining = 0;
             return reply(429, rl);
@@ -355,12 +506,18 @@ impl Ref {
         let Some(k) = k else { return reply(0, rl) };
         let row = self
             .sql
-            .exec("SELECT fp, status, body FROM r WHERE k = ?", Some(vec![k.into()]))?
+            .exec(
+                "SELECT fp, status, body FROM r WHERE k = ?",
+                Some(vec![k.into()]),
+            )?
             .raw()
             .next()
             .transpose()?;
         let Some(row) = row else {
-            self.sql.exec("INSERT INTO r (k, fp, status) VALUES (?, ?, 0)", Some(vec![k.into(), fp.into()]))?;
+            self.sql.exec(
+                "INSERT INTO r (k, fp, status) VALUES (?, ?, 0)",
+                Some(vec![k.into(), fp.into()]),
+            )?;
             return reply(0, rl);
         };
         let mut cols = row.into_iter();
@@ -375,7 +532,14 @@ impl Ref {
                     _ => Vec::new(),
                 };
                 let status = u16::try_from(s).unwrap_or(500);
-                Ok((Answer { status, rl, replayed: true }, body))
+                Ok((
+                    Answer {
+                        status,
+                        rl,
+                        replayed: true,
+                    },
+                    body,
+                ))
             }
             _ => reply(409, rl),
         }
@@ -387,6 +551,44 @@ impl Ref {
             Some(vec![int(status), SqlStorageValue::Blob(body), k.into()]),
         )?;
         Ok(())
+    }
+}
+
+/// The object's JS RPC methods (called by rpc-entry.mjs's `Ref`): the answer as
+/// `[answer JSON, body or undefined]`.
+#[cfg(feature = "rpc")]
+#[wasm_bindgen(
+    wasm_bindgen = ::worker::wasm_bindgen,
+    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+    js_sys = ::worker::js_sys
+)]
+impl Ref {
+    pub fn admit_rpc(
+        &self,
+        limit: f64,
+        window_ms: f64,
+        k: Option<String>,
+        fp: String,
+    ) -> std::result::Result<Array, JsValue> {
+        let (a, body) = self
+            .admit(limit as i64, window_ms as i64, k.as_deref(), &fp)
+            .map_err(JsValue::from)?;
+        let json = serde_json::to_string(&a).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        let body = match a.replayed {
+            true => Uint8Array::from(body.as_slice()).into(),
+            false => JsValue::UNDEFINED,
+        };
+        Ok(Array::of2(&json.into(), &body))
+    }
+
+    pub fn complete_rpc(
+        &self,
+        k: String,
+        status: u16,
+        body: Vec<u8>,
+    ) -> std::result::Result<(), JsValue> {
+        self.complete(&k, i64::from(status), body)
+            .map_err(JsValue::from)
     }
 }
 
@@ -405,7 +607,10 @@ impl DurableObject for Ref {
                 _ => None,
             })
             .unwrap_or((0, 0));
-        Ref { sql, window: Cell::new(window) }
+        Ref {
+            sql,
+            window: Cell::new(window),
+        }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -424,7 +629,8 @@ impl DurableObject for Ref {
             true => Response::from_bytes(body)?,
             false => Response::empty()?,
         };
-        res.headers_mut().set("x-answer", &serde_json::to_string(&a)?)?;
+        res.headers_mut()
+            .set("x-answer", &serde_json::to_string(&a)?)?;
         Ok(res)
     }
 }
@@ -440,7 +646,9 @@ const INSERT: &str = "INSERT OR IGNORE INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?
 fn sql_value(v: &Value) -> SqlStorageValue {
     match v {
         Value::String(s) => s.as_str().into(),
-        Value::Number(n) => n.as_i64().map_or_else(|| SqlStorageValue::Float(n.as_f64().unwrap_or(0.0)), int),
+        Value::Number(n) => n
+            .as_i64()
+            .map_or_else(|| SqlStorageValue::Float(n.as_f64().unwrap_or(0.0)), int),
         Value::Bool(b) => int(i64::from(*b)),
         _ => SqlStorageValue::Null,
     }
@@ -469,6 +677,21 @@ impl Audit {
     }
 }
 
+#[cfg(feature = "rpc")]
+#[wasm_bindgen(
+    wasm_bindgen = ::worker::wasm_bindgen,
+    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+    js_sys = ::worker::js_sys
+)]
+impl Audit {
+    /// The JS RPC method (rpc-entry.mjs's `Audit.write`): the rows as JSON.
+    pub fn write_rpc(&self, rows: String) -> std::result::Result<usize, JsValue> {
+        let rows: Vec<Vec<Value>> =
+            serde_json::from_str(&rows).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        self.write(&rows).map_err(JsValue::from)
+    }
+}
+
 impl DurableObject for Audit {
     fn new(state: State, _env: Env) -> Self {
         let _ = state.storage().sql().exec(
@@ -481,7 +704,12 @@ impl DurableObject for Audit {
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         // GET: the rows written so far (a check that the benchmark's audit rows land).
         if req.method() == Method::Get {
-            let n: Value = self.state.storage().sql().exec("SELECT COUNT(*) AS n FROM audit", None)?.one()?;
+            let n: Value = self
+                .state
+                .storage()
+                .sql()
+                .exec("SELECT COUNT(*) AS n FROM audit", None)?
+                .one()?;
             return Response::ok(n.get("n").map(Value::to_string).unwrap_or_default());
         }
         let rows: Vec<Vec<Value>> = req.json().await?;

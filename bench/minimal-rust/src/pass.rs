@@ -19,5 +19,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     if let Some(body) = req.inner().body() {
         init.with_body(Some(body.into()));
     }
-    Fetch::Request(Request::new_with_init(&target, &init)?).send().await
+    Fetch::Request(Request::new_with_init(&target, &init)?)
+        .send()
+        .await
 }

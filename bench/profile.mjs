@@ -16,7 +16,7 @@ import path from 'node:path';
 import { createHash } from 'node:crypto';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
-import { REFERENCE, RUST_REFERENCE, startBaseline, withRust } from './passthrough.mjs';
+import { REFERENCE, REFERENCE_RPC, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
 
 const SCENARIO = process.argv[2] ?? 'all';
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -159,7 +159,7 @@ function withNames(root) {
 }
 
 const origin = await startOrigin();
-// Inspector ports PROFILE_PORT, +1, +2 (default 9239): another port base lets two profiles run on one machine.
+// Inspector ports PROFILE_PORT … +5 (default 9239; +3 … +5 for the Rust floor and the RPC references): another port base lets two profiles run on one machine.
 const PORT = Number(process.env.PROFILE_PORT ?? 9239);
 const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT, patchOptions: withNames(ROOT) }) }];
 if (BEFORE_ROOT) {
@@ -178,9 +178,16 @@ async function baseline(script, port) {
   return { gw: { url: r.url, dispose: r.dispose }, auth, tiny: r.tiny, body };
 }
 builds.push({ label: 'reference', commit: 'JS', port: PORT + 2, reference: true, ctx: await baseline(REFERENCE, PORT + 2) });
-if (withRust()) builds.push({ label: 'Rust reference', commit: 'Rust', port: PORT + 3, rust: true, ctx: await baseline(RUST_REFERENCE, PORT + 3) });
+if (withRust()) {
+  builds.push({ label: 'Rust reference', commit: 'Rust', port: PORT + 3, rust: true, ctx: await baseline(RUST_REFERENCE, PORT + 3) });
+  // Both references calling their objects by JS RPC, as postguard does (ports +4, +5).
+  builds.push({ label: 'reference (RPC)', commit: 'JS', port: PORT + 4, rpc: true, ctx: await baseline(REFERENCE_RPC, PORT + 4) });
+  builds.push({ label: 'Rust reference (RPC)', commit: 'Rust', port: PORT + 5, rustRpc: true, ctx: await baseline(RUST_REFERENCE_RPC, PORT + 5) });
+}
 const refIndex = builds.findIndex((b) => b.reference);
 const rustIndex = builds.findIndex((b) => b.rust);
+const rpcIndex = builds.findIndex((b) => b.rpc);
+const rustRpcIndex = builds.findIndex((b) => b.rustRpc);
 try {
   const sets = builds.map((b) => scenariosFor(b.ctx));
   const names = SCENARIO === 'all' ? Object.keys(sets[0]) : [SCENARIO];
@@ -228,17 +235,18 @@ ${summary.map((s) => {
     const rust = rustIndex < 0 ? '' : `
 ### The Rust floor (ADR 0023)
 
-The minimal gateway in Rust (\`bench/minimal-rust\`, plain \`worker\` crate, objects called by \`fetch\`), profiled in the same rounds
-as postguard and the JS reference (its name section kept, so Rust functions are named; the JS glue is esbuild-minified).
+The minimal gateway in Rust (\`bench/minimal-rust\`, plain \`worker\` crate, objects called by \`fetch\`, and by JS RPC beside
+\`REFERENCE_RPC\`), profiled in the same rounds as postguard and the JS reference (its name section kept, so Rust functions are named; the JS glue is esbuild-minified).
 Busy µs per request, medians (spread); ratios per round; self-time entries from the last round.
 
-| scenario | Rust reference busy µs/request | JS reference busy µs/request | Rust ÷ JS reference, per round | postguard ÷ Rust reference, per round | Rust reference: largest self-time entries (µs/request) | JS reference: largest self-time entries (µs/request) |
-|---|---|---|---|---|---|---|
+| scenario | Rust reference busy µs/request | JS reference busy µs/request | Rust ÷ JS reference, per round | postguard ÷ Rust reference, per round | both on RPC: Rust ÷ JS, per round | postguard ÷ Rust reference (RPC), per round | Rust reference: largest self-time entries (µs/request) | JS reference: largest self-time entries (µs/request) |
+|---|---|---|---|---|---|---|---|---|
 ${summary.map((s) => {
     const [cur] = s.runs;
     const ref = s.runs[refIndex];
     const rs = s.runs[rustIndex];
-    return `| ${s.name} | ${m(field(rs, 'busy'))} | ${m(field(ref, 'busy'))} | ${m(rs.map((o, i) => o.busy / ref[i].busy), 2)} | ${m(cur.map((o, i) => o.busy / rs[i].busy), 2)} | ${s.rustTop} | ${s.refTop} |`;
+    const [jr, rr] = [s.runs[rpcIndex], s.runs[rustRpcIndex]];
+    return `| ${s.name} | ${m(field(rs, 'busy'))} | ${m(field(ref, 'busy'))} | ${m(rs.map((o, i) => o.busy / ref[i].busy), 2)} | ${m(cur.map((o, i) => o.busy / rs[i].busy), 2)} | ${m(rr.map((o, i) => o.busy / jr[i].busy), 2)} | ${m(cur.map((o, i) => o.busy / rr[i].busy), 2)} | ${s.rustTop} | ${s.refTop} |`;
   }).join('\n')}
 `;
     writeSection('profile', `## Where the time goes: CPU per request

@@ -1,3 +1,6 @@
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
 
 // Baselines postguard is measured against, run on the same Miniflare/workerd.
@@ -188,18 +191,45 @@ export default {
 export const REFERENCE = referenceScript(false);
 export const REFERENCE_RPC = referenceScript(true);
 
+// The Rust contenders (bench/minimal-rust, ADR 0023): the same minimal gateway and the same
+// pass-through written in Rust with the plain `worker` crate, built by its build.sh into
+// bench/minimal-rust/build/<dir>. Rust ÷ JS is the runtime's price of a Rust gateway.
+export const RUST_PASS_THROUGH = { rust: 'pass' };
+export const RUST_REFERENCE = { rust: 'gateway' };
+/** The Rust reference calling its objects by JS RPC (bench/minimal-rust/rpc-entry.mjs), as REFERENCE_RPC. */
+export const RUST_REFERENCE_RPC = { rust: 'gateway-rpc' };
+/** Whether the benchmarks run the Rust contenders (REFERENCE_RUST=0 leaves them out). */
+export const withRust = () => process.env.REFERENCE_RUST !== '0';
+const RUST_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), 'minimal-rust');
+let rustBuilt = false;
+/** Builds the Rust contenders when missing or stale (seconds when up to date). */
+export function buildRust() {
+  if (!rustBuilt) execFileSync('bash', [path.join(RUST_DIR, 'build.sh')], { stdio: ['ignore', 'inherit', 'inherit'] });
+  rustBuilt = true;
+}
+function scriptOptions(script) {
+  if (typeof script === 'string') return { modules: true, script };
+  buildRust();
+  const dir = path.join(RUST_DIR, 'build', script.rust);
+  const js = script.rust === 'gateway-rpc' ? ['index.js', 'gateway.js'] : ['index.js'];
+  return {
+    modules: [...js.map((f) => ({ type: 'ESModule', path: path.join(dir, f) })), { type: 'CompiledWasm', path: path.join(dir, 'index_bg.wasm') }],
+    modulesRoot: dir,
+  };
+}
+
 /** SHA-256 hex, as the reference stores its keys. */
 const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))).toString('hex');
 
 /**
- * Starts one baseline script (PASS_THROUGH, REFERENCE or REFERENCE_RPC) in front of
+ * Starts one baseline (PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE or RUST_REFERENCE_RPC) in front of
  * `originUrl` (with a V8 inspector on `inspectorPort` if given). Resolves with `{ url, dispose }`, and for a reference `key` (a key with
  * no practical limit) and `tiny` (a key whose one request a day is used up).
  */
 export async function startBaseline(script, originUrl, { inspectorPort } = {}) {
-  const ref = script !== PASS_THROUGH;
+  const ref = script !== PASS_THROUGH && script !== RUST_PASS_THROUGH;
   const mf = new Miniflare(convertV4MiniflareOptions({
-    host: '127.0.0.1', port: 0, modules: true, script,
+    host: '127.0.0.1', port: 0, ...scriptOptions(script),
     compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false, inspectorPort,
     kvNamespaces: ref ? { KEYS: 'ref-keys' } : {},
     durableObjects: ref ? { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } } : {},

@@ -16,7 +16,7 @@ import path from 'node:path';
 import { createHash } from 'node:crypto';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
-import { REFERENCE, startBaseline } from './passthrough.mjs';
+import { REFERENCE, REFERENCE_RPC, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
 
 const SCENARIO = process.argv[2] ?? 'all';
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -98,7 +98,7 @@ function analyse(profile, requests) {
   const side = (id) => {
     if (!sideOf.has(id)) {
       const fn = byId.get(id).callFrame.functionName;
-      sideOf.set(id, /key_guard|keyguard_/i.test(fn) ? 'object' : parent.has(id) ? side(parent.get(id)) : 'worker');
+      sideOf.set(id, /key_guard|keyguard_|minimal_rust::gateway::Ref\b|^ref_(fetch|new)$/i.test(fn) ? 'object' : parent.has(id) ? side(parent.get(id)) : 'worker');
     }
     return sideOf.get(id);
   };
@@ -159,7 +159,7 @@ function withNames(root) {
 }
 
 const origin = await startOrigin();
-// Inspector ports PROFILE_PORT, +1, +2 (default 9239): another port base lets two profiles run on one machine.
+// Inspector ports PROFILE_PORT … +5 (default 9239; +3 … +5 for the Rust floor and the RPC references): another port base lets two profiles run on one machine.
 const PORT = Number(process.env.PROFILE_PORT ?? 9239);
 const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT, patchOptions: withNames(ROOT) }) }];
 if (BEFORE_ROOT) {
@@ -168,15 +168,26 @@ if (BEFORE_ROOT) {
   delete process.env.POSTGUARD_ROOT;
 }
 // The minimal gateway of bench/passthrough.mjs (calling its objects by fetch), profiled in
-// the same rounds: the CPU target is postguard's busy time ÷ its busy time.
-{
-  const r = await startBaseline(REFERENCE, origin.url, { inspectorPort: PORT + 2 });
+// the same rounds: the CPU target is postguard's busy time ÷ its busy time. Then the same
+// gateway in Rust (bench/minimal-rust, ADR 0023; REFERENCE_RUST=0 leaves it out), on port +3.
+async function baseline(script, port) {
+  const r = await startBaseline(script, origin.url, { inspectorPort: port });
   const auth = { authorization: `Bearer ${r.key}`, 'content-type': 'application/json' };
   const body = '{"amount":100}';
   await fetch(`${r.url}/bench/pay`, { method: 'POST', headers: { ...auth, 'idempotency-key': 'bench-replay' }, body }).then((res) => res.arrayBuffer()); // the stored response
-  builds.push({ label: 'reference', commit: 'JS', port: PORT + 2, reference: true, ctx: { gw: { url: r.url, dispose: r.dispose }, auth, tiny: r.tiny, body } });
+  return { gw: { url: r.url, dispose: r.dispose }, auth, tiny: r.tiny, body };
+}
+builds.push({ label: 'reference', commit: 'JS', port: PORT + 2, reference: true, ctx: await baseline(REFERENCE, PORT + 2) });
+if (withRust()) {
+  builds.push({ label: 'Rust reference', commit: 'Rust', port: PORT + 3, rust: true, ctx: await baseline(RUST_REFERENCE, PORT + 3) });
+  // Both references calling their objects by JS RPC, as postguard does (ports +4, +5).
+  builds.push({ label: 'reference (RPC)', commit: 'JS', port: PORT + 4, rpc: true, ctx: await baseline(REFERENCE_RPC, PORT + 4) });
+  builds.push({ label: 'Rust reference (RPC)', commit: 'Rust', port: PORT + 5, rustRpc: true, ctx: await baseline(RUST_REFERENCE_RPC, PORT + 5) });
 }
 const refIndex = builds.findIndex((b) => b.reference);
+const rustIndex = builds.findIndex((b) => b.rust);
+const rpcIndex = builds.findIndex((b) => b.rpc);
+const rustRpcIndex = builds.findIndex((b) => b.rustRpc);
 try {
   const sets = builds.map((b) => scenariosFor(b.ctx));
   const names = SCENARIO === 'all' ? Object.keys(sets[0]) : [SCENARIO];
@@ -192,10 +203,14 @@ try {
         console.log(`${name} [${builds[b].label} ${builds[b].commit}] round ${r + 1}: ${out.res.requests.average} req/s, busy ${out.busy.toFixed(0)} µs/request (worker ${out.worker.toFixed(0)}, object ${out.object.toFixed(0)}, runtime ${out.runtime.toFixed(0)})`);
       }
     }
-    const last = runs[0][ROUNDS - 1];
-    for (const [fn, us] of last.self.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req self  ${fn.slice(0, 110)}`);
-    if (process.env.INCLUSIVE) for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req incl  ${fn.slice(0, 130)}`);
-    summary.push({ name, runs, top: last.self.slice(0, 6).map(([fn, us]) => `${shortName(fn)} ${us.toFixed(0)}`).join(', ') });
+    builds.forEach((b, i) => {
+      const last = runs[i][ROUNDS - 1];
+      console.log(`  ${name} [${b.label}], last round, largest self time:`);
+      for (const [fn, us] of last.self.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req self  ${fn.slice(0, 110)}`);
+      if (process.env.INCLUSIVE && i === 0) for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req incl  ${fn.slice(0, 130)}`);
+    });
+    const topOf = (i, n = 6) => runs[i][ROUNDS - 1].self.slice(0, n).map(([fn, us]) => `${shortName(fn)} ${us.toFixed(0)}`).join(', ');
+    summary.push({ name, runs, top: topOf(0), refTop: topOf(refIndex, 8), rustTop: rustIndex < 0 ? '' : topOf(rustIndex, 8) });
   }
   if (SCENARIO === 'all') {
     const m = (xs, d = 0) => `${median(xs).toFixed(d)} (${spread(xs, d)})`;
@@ -217,6 +232,23 @@ ${summary.map((s) => {
     return `| ${s.name} | ${m(field(old, 'busy'))} | ${m(field(cur, 'busy'))} | ${m(ratio, 2)} |`;
   }).join('\n')}
 `;
+    const rust = rustIndex < 0 ? '' : `
+### The Rust floor (ADR 0023)
+
+The minimal gateway in Rust (\`bench/minimal-rust\`, plain \`worker\` crate, objects called by \`fetch\`, and by JS RPC beside
+\`REFERENCE_RPC\`), profiled in the same rounds as postguard and the JS reference (its name section kept, so Rust functions are named; the JS glue is esbuild-minified).
+Busy µs per request, medians (spread); ratios per round; self-time entries from the last round.
+
+| scenario | Rust reference busy µs/request | JS reference busy µs/request | Rust ÷ JS reference, per round | postguard ÷ Rust reference, per round | both on RPC: Rust ÷ JS, per round | postguard ÷ Rust reference (RPC), per round | Rust reference: largest self-time entries (µs/request) | JS reference: largest self-time entries (µs/request) |
+|---|---|---|---|---|---|---|---|---|
+${summary.map((s) => {
+    const [cur] = s.runs;
+    const ref = s.runs[refIndex];
+    const rs = s.runs[rustIndex];
+    const [jr, rr] = [s.runs[rpcIndex], s.runs[rustRpcIndex]];
+    return `| ${s.name} | ${m(field(rs, 'busy'))} | ${m(field(ref, 'busy'))} | ${m(rs.map((o, i) => o.busy / ref[i].busy), 2)} | ${m(cur.map((o, i) => o.busy / rs[i].busy), 2)} | ${m(rr.map((o, i) => o.busy / jr[i].busy), 2)} | ${m(cur.map((o, i) => o.busy / rr[i].busy), 2)} | ${s.rustTop} | ${s.refTop} |`;
+  }).join('\n')}
+`;
     writeSection('profile', `## Where the time goes: CPU per request
 
 \`${BEFORE_ROOT ? 'BEFORE_ROOT=<checkout of an earlier build> ' : ''}node bench/profile.mjs all ${SECONDS} ${ROUNDS}\` — build ${builds[0].commit}, ${new Date().toISOString().slice(0, 10)}; a V8 CPU profile (200 µs sampling)
@@ -230,7 +262,7 @@ busy time. µs per request, medians (spread); the largest self-time entries are 
 | scenario | req/s while profiled | busy µs/request | worker | object | runtime | reference busy µs/request | postguard ÷ reference, per round | largest self-time entries (µs/request) |
 |---|---|---|---|---|---|---|---|---|
 ${main}
-${compare}`);
+${compare}${rust}`);
   }
 } finally {
   for (const b of builds) await b.ctx.gw.dispose();

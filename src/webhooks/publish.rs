@@ -11,10 +11,12 @@
 //! dropped by the consumer: a scheduled job runs only while it matches the
 //! delivery's `next_attempt_at`, once.
 //!
-//! Two D1 calls per publish whatever its fan-out (ADR 0020): one `batch()`
-//! reads whether the id is known and the subscriptions, one transaction
-//! writes (multi-row statements) and returns what is unsent; the marks of
-//! concurrent publishes share one statement ([`mark_enqueued`]).
+//! A publish request is committed with the publishes running beside it in
+//! this isolate (`super::group`, ADR 0024): one D1 read, one transaction and
+//! one `sendBatch` per group. `fan_out` (the consumer's operational events)
+//! stores one event in one transaction (multi-row statements, ADR 0020); the
+//! marks of concurrent sends share one statement ([`mark_enqueued`]) or ride
+//! in the next group's transaction ([`take_marks`]).
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::delivery::Status;

@@ -412,6 +412,9 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
     Ok(out)
 }
 
+/// Delivery rows one multi-row insert carries at most.
+const ROWS_PER_STATEMENT: usize = 500;
+
 /// One delivery row of the group's multi-row insert.
 type Row<'a> = (
     &'a str,
@@ -465,7 +468,9 @@ async fn write(
         )
         .bind(&[text(&to_json(&traces)?)])?,
     );
-    if !rows.is_empty() {
+    // Chunks keep each bound JSON array well under D1's 2 MB value limit
+    // (a group of 32 events to 200 subscriptions with 2 KB URLs each).
+    for rows in rows.chunks(ROWS_PER_STATEMENT) {
         statements.push(
             db.prepare(
                 "INSERT OR IGNORE INTO deliveries (id, project, event_id, event_type, subscription_id, url, status, attempts_made, next_attempt_at, created_at, updated_at) \
@@ -473,7 +478,7 @@ async fn write(
                  json_extract(value, '$[4]'), json_extract(value, '$[5]'), json_extract(value, '$[6]'), 0, json_extract(value, '$[7]'), ?1, ?1 \
                  FROM json_each(?2)",
             )
-            .bind(&[num(now), text(&to_json(&rows)?)])?,
+            .bind(&[num(now), text(&to_json(rows)?)])?,
         );
     }
     if !unheld.is_empty() {

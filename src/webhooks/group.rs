@@ -15,8 +15,8 @@
 //!
 //! The leader leads while its own publish is unanswered; then, if others
 //! are queued, it hands the lead to the first of them ([`Outcome::Lead`])
-//! and answers, so no request's answer waits for more than the group before
-//! its own and its own. Every wait is bounded ([`WAIT_MS`]); a leader whose
+//! and answers, so a request's answer waits for the group in flight when it
+//! arrived and its own (more only while over 32 publishes are queued). Every wait is bounded ([`WAIT_MS`]); a leader whose
 //! request ended mid-commit is replaced after [`fanout::MARKER_STALE_MS`].
 //!
 //! A waiter is woken through a JS promise it created itself ([`Reply`]):

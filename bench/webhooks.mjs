@@ -11,6 +11,7 @@
 // replaces the batch sizes of this build (BATCH_TIMEOUT=s the batch timeout) to explore.
 // The receiver's own capacity (autocannon POSTing the same body straight to it) is the ceiling.
 // Usage: [BEFORE_ROOT=…] node bench/webhooks.mjs [events per round] [rounds]
+import fs from 'node:fs';
 import http from 'node:http';
 import { Webhook } from 'standardwebhooks';
 import { startOrigin } from '../tests/support/origin.mjs';
@@ -26,11 +27,18 @@ const CONFIG = {
   webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   plans: { big: { requests_per_window: 10_000_000 } },
 };
-// This build's daily publish quotas (ADR 0017) raised out of the way: a run publishes far
-// more than a project's default day. The build before has no such settings and would
-// refuse them as unknown, so they are added only for this tree's build.
+// The daily publish quotas (ADR 0017) raised out of the way: a run publishes far more than a
+// project's default day. A build from before them (c3c9f48) would refuse the settings as
+// unknown, so they are added only for builds whose core knows them.
 const QUOTAS = { events_per_project_per_day: 100_000_000, deliveries_per_project_per_day: 1_000_000_000, bytes_per_project_per_day: 8_000_000_000 };
-const configOf = (root) => (root ? CONFIG : { ...CONFIG, webhooks: { ...CONFIG.webhooks, ...QUOTAS } });
+const knowsQuotas = (root) => {
+  try {
+    return fs.readFileSync(`${root ?? ROOT}/crates/postguard-core/src/config.rs`, 'utf8').includes('events_per_project_per_day');
+  } catch {
+    return false;
+  }
+};
+const configOf = (root) => (knowsQuotas(root) ? { ...CONFIG, webhooks: { ...CONFIG.webhooks, ...QUOTAS } } : CONFIG);
 const consumerOf = (root) => loadWranglerToml(root && `${root}/wrangler.toml`).queues.consumers[0];
 const mainQueue = consumerOf();
 const BATCH = mainQueue.max_batch_size ?? 10;

@@ -10,6 +10,7 @@
 pub mod consumer;
 pub mod deliveries;
 pub mod feed;
+pub mod group;
 pub mod inspectors;
 pub mod ops;
 pub mod publish;

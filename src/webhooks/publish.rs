@@ -11,10 +11,12 @@
 //! dropped by the consumer: a scheduled job runs only while it matches the
 //! delivery's `next_attempt_at`, once.
 //!
-//! Two D1 calls per publish whatever its fan-out (ADR 0020): one `batch()`
-//! reads whether the id is known and the subscriptions, one transaction
-//! writes (multi-row statements) and returns what is unsent; the marks of
-//! concurrent publishes share one statement ([`mark_enqueued`]).
+//! A publish request is committed with the publishes running beside it in
+//! this isolate (`super::group`, ADR 0024): one D1 read, one transaction and
+//! one `sendBatch` per group. `fan_out` (the consumer's operational events)
+//! stores one event in one transaction (multi-row statements, ADR 0020); the
+//! marks of concurrent sends share one statement ([`mark_enqueued`]) or ride
+//! in the next group's transaction ([`take_marks`]).
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::delivery::Status;
@@ -25,11 +27,12 @@ use std::cell::{Cell, RefCell};
 use worker::d1::D1PreparedStatement;
 use worker::{D1Database, Env, Request, Result};
 
+use super::group::{self, Outcome};
 use super::{new_id, num, text, to_json, Job};
 use crate::auth;
 use crate::bindings;
 use crate::http;
-use crate::reject::Handled;
+use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, RequestCtx};
 
 #[derive(Serialize)]
@@ -37,18 +40,13 @@ struct Accepted<'a> {
     id: &'a str,
 }
 
+/// A subscription that can receive the event.
 #[derive(Deserialize)]
-struct SubRow {
-    id: String,
-    url: String,
-    events: String,
-    state: Option<SubState>,
-}
-
-#[derive(Deserialize)]
-struct Exists {
-    #[allow(dead_code)]
-    id: String,
+pub struct SubRow {
+    pub id: String,
+    pub url: String,
+    pub events: String,
+    pub state: Option<SubState>,
 }
 
 pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
@@ -57,37 +55,27 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     let input = events::parse_publish(&body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
-    let db = env.d1(bindings::DB)?;
-    // One round trip: whether the id is known, and the project's subscriptions.
-    let read = db
-        .batch(vec![
-            db.prepare("SELECT id FROM events WHERE project = ? AND id = ?")
-                .bind(&[text(&input.project), text(&event_id)])?,
-            subscriptions(&db, &input.project)?,
-        ])
-        .await?;
-    let known = read
-        .first()
-        .map(|r| r.results::<Exists>())
-        .transpose()?
-        .is_some_and(|rows| !rows.is_empty());
-    if known {
+    let project = input.project.clone();
+    // Stored, admitted and enqueued in one group commit with the publishes
+    // running beside it (ADR 0024); the outcome is this event's own.
+    let ev = group::NewEvent {
+        project: input.project,
+        id: event_id.clone(),
+        event_type: input.event_type,
+        data: input.data,
+        request_id: rc.request_id.clone(),
+        bytes: body.len(),
+    };
+    match group::submit(env, cfg, ev).await {
+        Outcome::Stored => {}
         // A retry of a publish whose send failed enqueues what is still unsent.
-        flush_event(env, &db, &input.project, &event_id).await?;
-    } else {
-        super::usage::admit(env, cfg, &input.project, super::usage::Storing::Event).await?;
-        let subs: Vec<SubRow> = match read.get(1) {
-            Some(r) => r.results()?,
-            None => Vec::new(),
-        };
-        let event = Event {
-            project: &input.project,
-            id: &event_id,
-            event_type: &input.event_type,
-            data: &input.data,
-            request_id: &rc.request_id,
-        };
-        store_and_send(env, cfg, &db, &event, subs, None).await?;
+        Outcome::Known => flush_event(env, &env.d1(bindings::DB)?, &project, &event_id).await?,
+        Outcome::Refused(problem) => return Err(problem.into()),
+        Outcome::Failed(why) => return Err(Reject::Internal(worker::Error::RustError(why))),
+        Outcome::Lead => {
+            let why = "a publish was handed the lead after its group".to_string();
+            return Err(Reject::Internal(worker::Error::RustError(why)));
+        }
     }
     http::json(rc, 202, &Accepted { id: &event_id }, &[])
 }
@@ -129,11 +117,61 @@ pub async fn fan_out(
 
 /// One delivery to create: `[id, subscription_id, url, status, next_attempt_at]`,
 /// an element of the JSON array bound to the multi-row insert.
-type NewDelivery<'a> = (String, &'a str, &'a str, &'static str, Option<u64>);
+pub type NewDelivery = (String, String, String, &'static str, Option<u64>);
 
-/// The write of one publish, in one D1 `batch()` (one round trip, one
+/// What storing one event writes: its payload and its deliveries.
+pub struct Planned {
+    pub payload: String,
+    pub rows: Vec<NewDelivery>,
+}
+
+/// The event's payload and one delivery per matching subscription (but
+/// `exclude`); held (paused or disabled) subscriptions get a `paused`
+/// delivery with no attempt planned.
+pub fn plan(
+    cfg: &Config,
+    id: &str,
+    event_type: &str,
+    data: &serde_json::Value,
+    subs: &[SubRow],
+    exclude: Option<&str>,
+    now: u64,
+) -> Planned {
+    let payload = events::payload(
+        id,
+        event_type,
+        &events::rfc3339_ms(now),
+        data,
+        cfg.settings.webhooks.max_payload_bytes as usize,
+    );
+    let payload = String::from_utf8_lossy(&payload).into_owned();
+    let mut rows: Vec<NewDelivery> = Vec::new();
+    for sub in subs {
+        let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
+        if !events::matches(&filters, event_type) || exclude == Some(sub.id.as_str()) {
+            continue;
+        }
+        let held = sub.state.is_some_and(SubState::holds);
+        let (status, next) = if held {
+            (Status::Paused, None)
+        } else {
+            (Status::Pending, Some(now))
+        };
+        rows.push((
+            new_id("dlv_"),
+            sub.id.clone(),
+            sub.url.clone(),
+            status.as_str(),
+            next,
+        ));
+    }
+    Planned { payload, rows }
+}
+
+/// The write of one event, in one D1 `batch()` (one round trip, one
 /// transaction), then the queue. Multi-row statements (`json_each` over one
 /// bound JSON array) keep it at five statements whatever the fan-out.
+/// Used by `fan_out`; a publish request goes through `super::group`.
 async fn store_and_send(
     env: &Env,
     cfg: &Config,
@@ -143,28 +181,7 @@ async fn store_and_send(
     exclude: Option<&str>,
 ) -> Result<bool> {
     let now = now_ms();
-    let payload = events::payload(
-        ev.id,
-        ev.event_type,
-        &events::rfc3339_ms(now),
-        ev.data,
-        cfg.settings.webhooks.max_payload_bytes as usize,
-    );
-    let payload = String::from_utf8_lossy(&payload).into_owned();
-    let mut rows: Vec<NewDelivery> = Vec::new();
-    for sub in &subs {
-        let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
-        if !events::matches(&filters, ev.event_type) || exclude == Some(sub.id.as_str()) {
-            continue;
-        }
-        let held = sub.state.is_some_and(SubState::holds);
-        let (status, next) = if held {
-            (Status::Paused, None)
-        } else {
-            (Status::Pending, Some(now))
-        };
-        rows.push((new_id("dlv_"), &sub.id, &sub.url, status.as_str(), next));
-    }
+    let Planned { payload, rows } = plan(cfg, ev.id, ev.event_type, ev.data, &subs, exclude, now);
     // The outbox rows, only for deliveries actually written (an ignored
     // duplicate has another id); a held (paused) one is not enqueued.
     let unheld: Vec<&str> = rows
@@ -336,13 +353,38 @@ async fn mark_enqueued(db: &D1Database, ids: Vec<String>) -> Result<()> {
 }
 
 async fn mark(db: &D1Database, ids: &[String]) -> Result<()> {
+    mark_statement(db, ids)?.run().await.map(|_| ())
+}
+
+fn mark_statement(db: &D1Database, ids: &[String]) -> Result<D1PreparedStatement> {
     db.prepare(
         "UPDATE outbox SET enqueued_at = ? WHERE delivery_id IN (SELECT value FROM json_each(?))",
     )
-    .bind(&[num(now_ms()), text(&to_json(ids)?)])?
-    .run()
-    .await
-    .map(|_| ())
+    .bind(&[num(now_ms()), text(&to_json(ids)?)])
+}
+
+/// Records delivery ids sent, for a later mark (a group's transaction).
+pub fn add_marks(ids: impl Iterator<Item = String>) {
+    SENT.with(|s| s.borrow_mut().extend(ids));
+}
+
+/// Whether sent ids wait for their mark.
+pub fn marks_pending() -> bool {
+    SENT.with(|s| !s.borrow().is_empty())
+}
+
+/// The mark statement of up to `MARK_CHUNK` pending ids, taken off the
+/// pending list (a lost statement only means the sweep re-sends them).
+pub fn take_marks(db: &D1Database) -> Option<D1PreparedStatement> {
+    let ids: Vec<String> = SENT.with(|s| {
+        let mut s = s.borrow_mut();
+        let n = s.len().min(fanout::MARK_CHUNK);
+        s.drain(..n).collect()
+    });
+    if ids.is_empty() {
+        return None;
+    }
+    mark_statement(db, &ids).ok()
 }
 
 /// The every-minute sweep: outbox rows left unsent for `after_s` (their

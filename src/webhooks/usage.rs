@@ -9,6 +9,7 @@ use std::cell::Cell;
 use postguard_core::config::Config;
 pub use postguard_core::webhooks::capacity::Storing;
 use postguard_core::webhooks::capacity::{self, Usage};
+use postguard_core::Problem;
 use worker::{D1Database, D1PreparedStatement, D1Result, Env, Result};
 
 use super::{num, text};
@@ -51,6 +52,14 @@ pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Han
         .into_iter()
         .next()
         .unwrap_or_default();
+    storage_admits(cfg, now)?;
+    capacity::admit(project, usage, what, &cfg.settings, now)?;
+    Ok(())
+}
+
+/// 503 `STORAGE_FULL` when D1's size, as last observed, is at the high-water
+/// mark (logged once per transition).
+pub fn storage_admits(cfg: &Config, now: u64) -> std::result::Result<(), Problem> {
     let wh = &cfg.settings.webhooks;
     let size = SIZE.with(Cell::get);
     let storage = capacity::storage(size, wh.d1_high_water_bytes, now);
@@ -62,9 +71,7 @@ pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Han
             wh.d1_high_water_bytes
         );
     }
-    storage?;
-    capacity::admit(project, usage, what, &cfg.settings, now)?;
-    Ok(())
+    storage
 }
 
 /// The counter update for the event this batch stores, placed last in the

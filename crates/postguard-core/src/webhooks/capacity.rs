@@ -66,6 +66,21 @@ pub enum Storing {
     Bytes,
 }
 
+impl Usage {
+    /// This usage with one more event of `deliveries` deliveries and a
+    /// payload of `payload_len` bytes counted: what a group commit adds for
+    /// each event it admits, so the next event of the same project in the
+    /// same group is admitted against it (ADR 0024), as the `count`
+    /// statement will charge it.
+    pub fn with_event(self, deliveries: u64, payload_len: u64, s: &Settings) -> Usage {
+        Usage {
+            events: self.events + 1,
+            deliveries: self.deliveries + deliveries,
+            bytes: self.bytes + event_bytes(payload_len, 0, s) + deliveries * delivery_bytes(s),
+        }
+    }
+}
+
 /// Whether `project` may store one more `what` today, given its `usage` so
 /// far. The quotas are checked before the write, so one event may overshoot
 /// them by at most its own fan-out and bytes; concurrent publishes may each
@@ -239,6 +254,24 @@ mod tests {
 
     fn settings() -> Settings {
         Settings::default()
+    }
+
+    #[test]
+    fn a_group_admits_each_event_against_the_ones_before_it() {
+        let mut s = settings();
+        s.webhooks.events_per_project_per_day = 2;
+        let first = Usage::default();
+        assert!(admit("p", first, Storing::Event, &s, NOON).is_ok());
+        let second = first.with_event(3, 100, &s);
+        assert_eq!(second.events, 1);
+        assert_eq!(second.deliveries, 3);
+        assert_eq!(
+            second.bytes,
+            event_bytes(100, 0, &s) + 3 * delivery_bytes(&s)
+        );
+        assert!(admit("p", second, Storing::Event, &s, NOON).is_ok());
+        let third = second.with_event(3, 100, &s);
+        assert!(admit("p", third, Storing::Event, &s, NOON).is_err());
     }
 
     #[test]

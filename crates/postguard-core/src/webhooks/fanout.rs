@@ -55,9 +55,60 @@ pub fn must_start_marker(since_ms: u64, now_ms: u64) -> bool {
     since_ms == 0 || now_ms.saturating_sub(since_ms) >= MARKER_STALE_MS
 }
 
+/// Publishes one group commit writes at most (ADR 0024): one D1 read and one
+/// D1 transaction for all of them.
+pub const MAX_GROUP_EVENTS: usize = 32;
+/// Request bytes one group carries at most (each event's payload is bound
+/// to its own statement; this bounds the transaction).
+pub const MAX_GROUP_BYTES: usize = 1_000_000;
+
+/// Which of the queued publishes (`(project, event id, bytes)`, in arrival
+/// order) the next group commit takes: in order, at least the first, within
+/// [`MAX_GROUP_EVENTS`] and [`MAX_GROUP_BYTES`], and never two of the same
+/// event id: a repeat waits for the next group, where it is seen as known.
+pub fn take_group(queued: &[(&str, &str, usize)]) -> Vec<usize> {
+    let mut taken: Vec<usize> = Vec::new();
+    let mut bytes = 0;
+    for (i, (project, id, size)) in queued.iter().enumerate() {
+        if taken.len() == MAX_GROUP_EVENTS {
+            break;
+        }
+        if !taken.is_empty() && bytes + size > MAX_GROUP_BYTES {
+            break;
+        }
+        let repeat = taken
+            .iter()
+            .any(|&t| queued[t].0 == *project && queued[t].1 == *id);
+        if !repeat {
+            taken.push(i);
+            bytes += size;
+        }
+    }
+    taken
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_takes_in_order_without_repeats_within_its_bounds() {
+        assert_eq!(take_group(&[]), Vec::<usize>::new());
+        let q = [
+            ("p", "a", 10),
+            ("p", "b", 10),
+            ("p", "a", 10),
+            ("q", "a", 10),
+        ];
+        assert_eq!(take_group(&q), vec![0, 1, 3]);
+        let big = [("p", "a", MAX_GROUP_BYTES + 5), ("p", "b", 1)];
+        assert_eq!(take_group(&big), vec![0]);
+        let many: Vec<(&str, String, usize)> =
+            (0..100).map(|i| ("p", format!("e{i}"), 1)).collect();
+        let many: Vec<(&str, &str, usize)> =
+            many.iter().map(|(p, i, n)| (*p, i.as_str(), *n)).collect();
+        assert_eq!(take_group(&many), (0..MAX_GROUP_EVENTS).collect::<Vec<_>>());
+    }
 
     #[test]
     fn a_marker_starts_when_none_runs_or_it_is_stale() {

@@ -482,13 +482,7 @@ async fn write(
         );
     }
     if !unheld.is_empty() {
-        statements.push(
-            db.prepare(
-                "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
-                 SELECT id, project, event_id, created_at FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(&[text(&to_json(&unheld)?)])?,
-        );
+        statements.push(publish::outbox_of(db, &unheld)?);
     }
     for (p, planned) in admitted {
         statements.push(usage::count(

@@ -221,13 +221,7 @@ async fn store_and_send(
         );
     }
     if !unheld.is_empty() {
-        statements.push(
-            db.prepare(
-                "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
-                 SELECT id, project, event_id, created_at FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(&[text(&to_json(&unheld)?)])?,
-        );
+        statements.push(outbox_of(db, &unheld)?);
     }
     // The project's daily usage counter, after the inserts it counts.
     statements.push(super::usage::count(
@@ -266,6 +260,16 @@ async fn store_and_send(
 struct Unsent {
     delivery_id: String,
     next_attempt_at: u64,
+}
+
+/// The outbox rows of deliveries whose jobs are not yet sent: the record the
+/// sweep re-sends from if the queue send fails (shared with the group commit).
+pub(super) fn outbox_of(db: &D1Database, delivery_ids: &[&str]) -> Result<D1PreparedStatement> {
+    db.prepare(
+        "INSERT OR IGNORE INTO outbox (delivery_id, project, event_id, created_at) \
+         SELECT id, project, event_id, created_at FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(&[text(&to_json(&delivery_ids)?)])
 }
 
 /// The event's deliveries not yet handed to the queue.

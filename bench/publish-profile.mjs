@@ -1,0 +1,180 @@
+// Where a publish's CPU time goes: a V8 CPU profile of the worker isolate (Miniflare's
+// inspector) while 16 concurrent publishers POST /_postguard/v1/events to a project with five
+// subscriptions. The queue consumer is left out (no consumer is registered), so the profile
+// holds the publish path only: parse, group commit, D1, sendBatch, the audit row.
+// Reported per publish: busy µs (all samples but idle), wasm µs (samples whose own frame is
+// a wasm function), the largest self-time entries and postguard's functions by inclusive
+// time. The wasm is served from the copy with names (target/wasm-names, as bench/profile.mjs).
+// Usage: node bench/publish-profile.mjs [events] [rounds] [top]   (PROFILE_PORT, default 9249)
+import fs from 'node:fs';
+import path from 'node:path';
+import { createHash } from 'node:crypto';
+import { startOrigin } from '../tests/support/origin.mjs';
+import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
+import { commitOf, median, spread } from './results.mjs';
+
+const EVENTS = Number(process.argv[2] ?? 1000);
+const ROUNDS = Number(process.argv[3] ?? 3);
+const TOP = Number(process.argv[4] ?? 25);
+const PORT = Number(process.env.PROFILE_PORT ?? 9249);
+const PUBLISHERS = 16;
+const CALLERS = process.env.CALLERS ? new RegExp(process.env.CALLERS) : null;
+const FOCUS = process.env.FOCUS ? new RegExp(process.env.FOCUS) : null;
+const FANOUT = 5;
+const QUOTAS = { events_per_project_per_day: 100_000_000, deliveries_per_project_per_day: 1_000_000_000, bytes_per_project_per_day: 8_000_000_000 };
+
+function cdp(wsUrl) {
+  const ws = new WebSocket(wsUrl);
+  let id = 0;
+  const waiting = new Map();
+  ws.addEventListener('message', (ev) => {
+    const msg = JSON.parse(ev.data);
+    const w = msg.id && waiting.get(msg.id);
+    if (!w) return;
+    waiting.delete(msg.id);
+    if (msg.error) w.reject(new Error(JSON.stringify(msg.error)));
+    else w.resolve(msg.result);
+  });
+  const open = new Promise((resolve, reject) => {
+    ws.addEventListener('open', resolve);
+    ws.addEventListener('error', reject);
+  });
+  const send = (method, params = {}) => new Promise((resolve, reject) => {
+    id += 1;
+    waiting.set(id, { resolve, reject });
+    ws.send(JSON.stringify({ id, method, params }));
+  });
+  return { open, send, close: () => ws.close() };
+}
+
+/** The named copy of this build's wasm, if it matches build/index_bg.wasm. */
+function withNames(v4) {
+  const dir = path.join(ROOT, 'target', 'wasm-names');
+  const named = fs.readFileSync(path.join(dir, 'index_bg.wasm'));
+  const digest = fs.readFileSync(path.join(dir, 'stripped.sha256'), 'utf8').trim();
+  const built = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
+  if (digest !== createHash('sha256').update(built).digest('hex')) throw new Error('target/wasm-names is not this build: run scripts/build.sh');
+  for (const m of v4.modules) if (m.type === 'CompiledWasm') m.contents = new Uint8Array(named);
+}
+
+/** Self time per function, wasm time, inclusive time of postguard's functions (µs, totals). */
+function analyse(profile) {
+  const byNode = new Map();
+  profile.samples.forEach((n, i) => byNode.set(n, (byNode.get(n) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const byId = new Map(profile.nodes.map((nd) => [nd.id, nd]));
+  const self = new Map();
+  let busy = 0;
+  let wasm = 0;
+  for (const nd of profile.nodes) {
+    const us = byNode.get(nd.id) ?? 0;
+    const f = nd.callFrame;
+    if (f.functionName === '(idle)') continue;
+    busy += us;
+    if (/wasm:\/\/|\.wasm/.test(f.url) || /^(postguard|worker|core|alloc|serde|<)/.test(f.functionName)) wasm += us;
+    const name = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').pop() : ''}`.trim();
+    self.set(name, (self.get(name) ?? 0) + us);
+  }
+  // FOCUS=<regex>: every function's inclusive time, counting only the stacks under a frame
+  // that matches it (what a function such as group::submit spends its time on).
+  const inclusive = new Map();
+  const walk = (id, onStack, under) => {
+    const nd = byId.get(id);
+    const fn = nd.callFrame.functionName.replace(/::h[0-9a-f]{16}.*$/, '') || `(anonymous) ${nd.callFrame.url.split('/').pop()}`;
+    const inFocus = under || (FOCUS && FOCUS.test(fn));
+    const mine = FOCUS ? (inFocus ? fn : null) : /^<?(postguard|worker::|serde_json|js_sys|wasm_bindgen)/.test(fn) ? fn : null;
+    const counted = mine && !onStack.has(mine);
+    const stack = counted ? new Set([...onStack, mine]) : onStack;
+    let sum = byNode.get(id) ?? 0;
+    if (nd.callFrame.functionName === '(idle)') sum = 0;
+    for (const ch of nd.children ?? []) sum += walk(ch, stack, inFocus);
+    if (counted) inclusive.set(mine, (inclusive.get(mine) ?? 0) + sum);
+    return sum;
+  };
+  walk(profile.nodes[0].id, new Set(), false);
+  // CALLERS=<regex>: for the functions matching it, their self time by the nearest named
+  // Rust (or worker glue) frame above them: who pays for a runtime builtin such as `text`.
+  const callers = new Map();
+  if (CALLERS) {
+    const parent = new Map();
+    for (const nd of profile.nodes) for (const ch of nd.children ?? []) parent.set(ch, nd.id);
+    for (const nd of profile.nodes) {
+      const us = byNode.get(nd.id) ?? 0;
+      if (!us || !CALLERS.test(nd.callFrame.functionName)) continue;
+      let up = parent.get(nd.id);
+      const chain = [];
+      while (up !== undefined && chain.length < 3) {
+        const fn = byId.get(up).callFrame.functionName.replace(/::h[0-9a-f]{16}.*$/, '');
+        if (/^<?(postguard|worker|js_sys|serde)/.test(fn) && !/closures::|futures::queue|future_to_promise|AssertUnwindSafe/.test(fn)) chain.push(fn.slice(0, 70));
+        up = parent.get(up);
+      }
+      const key = `${nd.callFrame.functionName} <- ${chain.join(' <- ') || '(no Rust frame)'}`;
+      callers.set(key, (callers.get(key) ?? 0) + us);
+    }
+  }
+  const sorted = (m) => [...m.entries()].sort((a, b) => b[1] - a[1]);
+  return { busy, wasm, self: sorted(self), inclusive: sorted(inclusive), callers: sorted(callers) };
+}
+
+const origin = await startOrigin();
+const gw = await startGateway({
+  originUrl: origin.url,
+  inspectorPort: PORT,
+  vars: { POSTGUARD_CONFIG: cfg({ webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'], ...QUOTAS }, plans: { big: { requests_per_window: 10_000_000 } } }) },
+  patchOptions: (o) => {
+    withNames(o);
+    o.queueConsumers = {}; // publishing only: the jobs stay queued
+  },
+});
+try {
+  const project = 'prof-fan';
+  const { key } = await gw.createKey({ project, plan: 'big' });
+  for (let s = 0; s < FANOUT; s++) {
+    const sub = await gw.admin('POST', '/_postguard/v1/webhooks', { url: `http://127.0.0.1:9/hook/${s}`, events: ['*'] }, { token: key });
+    if (sub.status !== 201) throw new Error(`subscription: ${sub.status} ${sub.text}`);
+  }
+  const publish = async (n) => {
+    let next = 0;
+    const publisher = async () => {
+      while (next < n) {
+        const i = next++;
+        const res = await gw.admin('POST', '/_postguard/v1/events', { project, type: 'bench.tick', data: { n: i } }, { token: ORIGIN_TOKEN });
+        if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
+      }
+    };
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: PUBLISHERS }, publisher));
+    return n / ((performance.now() - t0) / 1000);
+  };
+  await publish(200); // warm-up
+  const targets = await (await fetch(`http://127.0.0.1:${PORT}/json/list`)).json();
+  const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets[0];
+  const runs = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const c = cdp(target.webSocketDebuggerUrl);
+    await c.open;
+    await c.send('Profiler.enable');
+    await c.send('Profiler.setSamplingInterval', { interval: 100 });
+    await c.send('Profiler.start');
+    const rate = await publish(EVENTS);
+    const { profile } = await c.send('Profiler.stop');
+    c.close();
+    const a = analyse(profile);
+    runs.push({ rate, ...a });
+    console.log(`round ${r + 1}: ${rate.toFixed(0)} events/s while profiled, busy ${(a.busy / EVENTS).toFixed(0)} µs/publish, wasm self ${(a.wasm / EVENTS).toFixed(0)} µs/publish`);
+  }
+  const last = runs.at(-1);
+  console.log(`\nbuild ${commitOf(ROOT)}, ${EVENTS} events × ${ROUNDS} rounds, ${FANOUT} subscriptions, ${PUBLISHERS} publishers`);
+  const m = (k) => `${median(runs.map((x) => x[k] / (k === 'rate' ? 1 : EVENTS))).toFixed(0)} (${spread(runs.map((x) => x[k] / (k === 'rate' ? 1 : EVENTS)), 0)})`;
+  console.log(`events/s ${m('rate')}; busy µs/publish ${m('busy')}; wasm self µs/publish ${m('wasm')}`);
+  console.log('last round, largest self time (µs/publish):');
+  for (const [fn, us] of last.self.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 120)}`);
+  console.log('last round, inclusive (µs/publish):');
+  for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 140)}`);
+  if (CALLERS) {
+    console.log('last round, callers (µs/publish):');
+    for (const [fn, us] of last.callers.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 240)}`);
+  }
+} finally {
+  await gw.dispose();
+  await origin.kill();
+}

@@ -36,15 +36,16 @@ use postguard_core::webhooks::fanout;
 use postguard_core::webhooks::ops::SubState;
 use postguard_core::Problem;
 use serde::Deserialize;
+use wasm_bindgen::prelude::wasm_bindgen;
 use worker::js_sys;
-use worker::wasm_bindgen::JsValue;
+use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{D1Database, D1PreparedStatement, Env, Result};
 
 use super::publish::{self, SubRow};
 use super::{num, text, to_json, usage, Job};
 use crate::bindings;
-use crate::runtime::{now_ms, within};
+use crate::runtime::now_ms;
 
 /// How long a publish waits for its group before answering 500 (its leader
 /// is gone); well above a group's D1 round trips.
@@ -92,12 +93,33 @@ impl Reply {
     }
 }
 
-/// A reply and the promise it resolves, created in the waiting request.
+#[wasm_bindgen(inline_js = r#"
+export function waiter(ms) {
+  let wake;
+  const promise = new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    wake = () => { clearTimeout(timer); resolve(); };
+  });
+  return [promise, wake];
+}
+"#)]
+extern "C" {
+    /// `[promise, wake]`: the promise resolves when `wake` is called or after
+    /// `ms`, whichever comes first. Built in JS in one crossing: no Rust
+    /// closure for the executor nor for a timer, per publish.
+    fn waiter(ms: f64) -> js_sys::Array;
+}
+
+/// A reply and the promise it resolves (at the latest after [`WAIT_MS`]),
+/// created in the waiting request.
 fn reply_pair() -> (Reply, js_sys::Promise, Slot) {
     let slot: Slot = Rc::new(RefCell::new(None));
-    let mut wake = None;
-    let promise = js_sys::Promise::new(&mut |resolve, _reject| wake = Some(resolve));
-    let wake = wake.unwrap_or_else(|| js_sys::Function::new_no_args(""));
+    let pair = waiter(WAIT_MS as f64);
+    let promise = js_sys::Promise::from(pair.get(0));
+    let wake = pair
+        .get(1)
+        .dyn_into::<js_sys::Function>()
+        .unwrap_or_else(|_| js_sys::Function::new_no_args(""));
     let reply = Reply {
         slot: slot.clone(),
         wake,
@@ -138,7 +160,8 @@ pub async fn submit(env: &Env, cfg: &Config, ev: NewEvent) -> Outcome {
         })
     });
     if !fanout::must_start_marker(LEADING_SINCE.with(Cell::get), now_ms()) {
-        let _ = within(WAIT_MS, JsFuture::from(promise)).await;
+        // Resolved by the leader, or by the wait bound (then the slot is empty).
+        let _ = JsFuture::from(promise).await;
         let answered = slot.borrow_mut().take();
         match answered {
             Some(Outcome::Lead) => {}
@@ -245,14 +268,8 @@ struct Known {
     id: String,
 }
 
-#[derive(Deserialize)]
-struct ProjectSub {
-    project: String,
-    id: String,
-    url: String,
-    events: String,
-    state: Option<SubState>,
-}
+/// `(project, id, url, events, state)` of a subscription the group reads.
+type ProjectSub = (String, String, String, String, Option<SubState>);
 
 #[derive(Deserialize)]
 struct ProjectUsage {
@@ -366,7 +383,7 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
             )
             .bind(&[text(&to_json(&keys)?)])?,
             db.prepare(
-                "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
+                "SELECT json_group_array(json_array(s.project, s.id, s.url, s.events, o.state)) AS rows FROM subscriptions s \
                  LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
                  LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
                  WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
@@ -388,14 +405,15 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
         out.known = r.results()?;
     }
     if let Some(r) = results.get(1) {
-        for row in r.results::<ProjectSub>()? {
+        let rows: Vec<ProjectSub> = json_rows(r)?;
+        for (project, id, url, events, state) in rows {
             let sub = SubRow {
-                id: row.id,
-                url: row.url,
-                events: row.events,
-                state: row.state,
+                id,
+                url,
+                events,
+                state,
             };
-            out.subs.entry(row.project).or_default().push(sub);
+            out.subs.entry(project).or_default().push(sub);
         }
     }
     if let Some(r) = results.get(2) {
@@ -427,10 +445,9 @@ type Row<'a> = (
     Option<u64>,
 );
 
-/// The group's transaction, one D1 call: the marks left pending, every
-/// event (one statement each: the payload is bound alone), the trace rows,
-/// deliveries and outbox rows (multi-row), each event's counter, and what of
-/// the group is still unsent. `(project, event id, job)` per unsent row.
+/// The group's transaction, one D1 call: the marks left pending, the
+/// events, trace rows, deliveries, outbox rows and counters (multi-row
+/// statements), and what of the group is still unsent. `(project, event id, job)` per unsent row.
 async fn write(
     db: &D1Database,
     cfg: &Config,
@@ -445,13 +462,18 @@ async fn write(
     let mut rows: Vec<Row> = Vec::new();
     let mut unheld: Vec<&str> = Vec::new();
     let mut keys: Vec<(&str, &str)> = Vec::new();
+    let sizes: Vec<usize> = admitted
+        .iter()
+        .map(|(_, planned)| planned.payload.len())
+        .collect();
+    for range in fanout::chunks_within(
+        &sizes,
+        fanout::MAX_GROUP_EVENTS,
+        PAYLOAD_BYTES_PER_STATEMENT,
+    ) {
+        statements.push(events_statement(db, &admitted[range], now)?);
+    }
     for (p, planned) in admitted {
-        statements.push(
-            db.prepare(
-                "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
-            )
-            .bind(&[text(&p.project), text(&p.id), text(&p.event_type), text(&planned.payload), num(now)])?,
-        );
         traces.push((p.project.as_str(), p.id.as_str(), p.request_id.as_str()));
         keys.push((p.project.as_str(), p.id.as_str()));
         for r in &planned.rows {
@@ -484,20 +506,17 @@ async fn write(
     if !unheld.is_empty() {
         statements.push(publish::outbox_of(db, &unheld)?);
     }
-    for (p, planned) in admitted {
-        statements.push(usage::count(
-            db,
-            cfg,
-            &p.project,
-            &p.id,
-            planned.payload.len(),
-            now,
-        )?);
-    }
+    let counted: Vec<(&str, &str, usize)> = admitted
+        .iter()
+        .map(|(p, planned)| (p.project.as_str(), p.id.as_str(), planned.payload.len()))
+        .collect();
+    statements.push(usage::count_group(db, cfg, &counted, now)?);
     let unsent_at = statements.len();
+    // One row holding every unsent delivery as a JSON array: one string
+    // crosses into the wasm, not four fields per delivery.
     statements.push(
         db.prepare(
-            "SELECT o.project, o.event_id, o.delivery_id, d.next_attempt_at FROM json_each(?) j \
+            "SELECT json_group_array(json_array(o.project, o.event_id, o.delivery_id, d.next_attempt_at)) AS rows FROM json_each(?) j \
              JOIN outbox o ON o.project = json_extract(j.value, '$[0]') AND o.event_id = json_extract(j.value, '$[1]') \
              JOIN deliveries d ON d.id = o.delivery_id WHERE o.enqueued_at IS NULL",
         )
@@ -507,25 +526,58 @@ async fn write(
     if let Some(r) = results.last() {
         usage::observe(r);
     }
-    let unsent: Vec<GroupUnsent> = match results.get(unsent_at) {
-        Some(r) => r.results()?,
+    let unsent: Vec<(String, String, String, u64)> = match results.get(unsent_at) {
+        Some(r) => json_rows(r)?,
         None => Vec::new(),
     };
     Ok(unsent
         .into_iter()
-        .map(|u| {
-            let job = Job::scheduled(u.delivery_id, u.next_attempt_at);
-            (u.project, u.event_id, job)
+        .map(|(project, event_id, delivery_id, at)| {
+            (project, event_id, Job::scheduled(delivery_id, at))
         })
         .collect())
 }
 
-#[derive(Deserialize)]
-struct GroupUnsent {
-    project: String,
-    event_id: String,
-    delivery_id: String,
-    next_attempt_at: u64,
+/// The one row of a `json_group_array(...) AS rows` query, read.
+fn json_rows<T: serde::de::DeserializeOwned>(result: &worker::D1Result) -> Result<Vec<T>> {
+    #[derive(Deserialize)]
+    struct Rows {
+        rows: Option<String>,
+    }
+    let Some(Rows { rows: Some(rows) }) = result.results::<Rows>()?.into_iter().next() else {
+        return Ok(Vec::new());
+    };
+    serde_json::from_str(&rows).map_err(|e| worker::Error::RustError(e.to_string()))
+}
+
+/// Payload bytes one multi-row events insert binds at most: the payloads
+/// travel as one concatenated value (well within D1's 2 MB), each row naming
+/// its slice; a bigger payload goes alone, as it did in its own statement.
+const PAYLOAD_BYTES_PER_STATEMENT: usize = 1_000_000;
+
+/// The events of part of a group, one statement: rows `[project, id, type,
+/// first character, characters]` over the payloads bound as one string
+/// (SQLite's `substr` counts characters), so no payload is JSON-escaped.
+fn events_statement(
+    db: &D1Database,
+    part: &[(Pending, publish::Planned)],
+    now: u64,
+) -> Result<D1PreparedStatement> {
+    let mut payloads = String::new();
+    let mut rows: Vec<(&str, &str, &str, usize, usize)> = Vec::with_capacity(part.len());
+    let mut at = 1;
+    for (p, planned) in part {
+        let chars = planned.payload.chars().count();
+        payloads.push_str(&planned.payload);
+        rows.push((&p.project, &p.id, &p.event_type, at, chars));
+        at += chars;
+    }
+    db.prepare(
+        "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+         substr(?2, json_extract(value, '$[3]'), json_extract(value, '$[4]')), ?1 FROM json_each(?3)",
+    )
+    .bind(&[num(now), text(&payloads), text(&to_json(&rows)?)])
 }
 
 /// Sends the group's first attempts in `sendBatch`-sized chunks; which

@@ -5,7 +5,8 @@
 // Reported per publish: busy µs (all samples but idle), wasm µs (samples whose own frame is
 // a wasm function), the largest self-time entries and postguard's functions by inclusive
 // time. The wasm is served from the copy with names (target/wasm-names, as bench/profile.mjs).
-// Usage: node bench/publish-profile.mjs [events] [rounds] [top]   (PROFILE_PORT, default 9249)
+// BEFORE_ROOT=<checkout with its own build> profiles that build too, in alternating rounds.
+// Usage: [BEFORE_ROOT=…] node bench/publish-profile.mjs [events] [rounds] [top]   (PROFILE_PORT, default 9249; FOCUS, CALLERS below)
 import fs from 'node:fs';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
@@ -47,13 +48,13 @@ function cdp(wsUrl) {
   return { open, send, close: () => ws.close() };
 }
 
-/** The named copy of this build's wasm, if it matches build/index_bg.wasm. */
-function withNames(v4) {
-  const dir = path.join(ROOT, 'target', 'wasm-names');
+/** Serves the named copy of `root`'s wasm, which must match its build/index_bg.wasm. */
+function withNames(root, v4) {
+  const dir = path.join(root, 'target', 'wasm-names');
   const named = fs.readFileSync(path.join(dir, 'index_bg.wasm'));
   const digest = fs.readFileSync(path.join(dir, 'stripped.sha256'), 'utf8').trim();
-  const built = fs.readFileSync(path.join(ROOT, 'build', 'index_bg.wasm'));
-  if (digest !== createHash('sha256').update(built).digest('hex')) throw new Error('target/wasm-names is not this build: run scripts/build.sh');
+  const built = fs.readFileSync(path.join(root, 'build', 'index_bg.wasm'));
+  if (digest !== createHash('sha256').update(built).digest('hex')) throw new Error(`${root}: target/wasm-names is not this build: run scripts/build.sh`);
   for (const m of v4.modules) if (m.type === 'CompiledWasm') m.contents = new Uint8Array(named);
 }
 
@@ -116,65 +117,92 @@ function analyse(profile) {
 }
 
 const origin = await startOrigin();
-const gw = await startGateway({
-  originUrl: origin.url,
-  inspectorPort: PORT,
-  vars: { POSTGUARD_CONFIG: cfg({ webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'], ...QUOTAS }, plans: { big: { requests_per_window: 10_000_000 } } }) },
-  patchOptions: (o) => {
-    withNames(o);
-    o.queueConsumers = {}; // publishing only: the jobs stay queued
-  },
-});
-try {
-  const project = 'prof-fan';
+const BEFORE_ROOT = process.env.BEFORE_ROOT;
+
+/** One build's gateway (inspector on `port`) with a project of five subscriptions. */
+async function build(label, root, port) {
+  if (root) process.env.POSTGUARD_ROOT = root; // the harness reads the build from here
+  const gw = await startGateway({
+    originUrl: origin.url,
+    inspectorPort: port,
+    vars: { POSTGUARD_CONFIG: cfg({ webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'], ...QUOTAS }, plans: { big: { requests_per_window: 10_000_000 } } }) },
+    patchOptions: (o) => {
+      withNames(root ?? ROOT, o);
+      o.queueConsumers = {}; // publishing only: the jobs stay queued
+    },
+  });
+  delete process.env.POSTGUARD_ROOT;
+  const project = `prof-${port}`;
   const { key } = await gw.createKey({ project, plan: 'big' });
   for (let s = 0; s < FANOUT; s++) {
     const sub = await gw.admin('POST', '/_postguard/v1/webhooks', { url: `http://127.0.0.1:9/hook/${s}`, events: ['*'] }, { token: key });
     if (sub.status !== 201) throw new Error(`subscription: ${sub.status} ${sub.text}`);
   }
-  const publish = async (n) => {
-    let next = 0;
-    const publisher = async () => {
-      while (next < n) {
-        const i = next++;
-        const res = await gw.admin('POST', '/_postguard/v1/events', { project, type: 'bench.tick', data: { n: i } }, { token: ORIGIN_TOKEN });
-        if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
-      }
-    };
-    const t0 = performance.now();
-    await Promise.all(Array.from({ length: PUBLISHERS }, publisher));
-    return n / ((performance.now() - t0) / 1000);
-  };
-  await publish(200); // warm-up
-  const targets = await (await fetch(`http://127.0.0.1:${PORT}/json/list`)).json();
+  const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
   const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets[0];
-  const runs = [];
+  return { label, commit: commitOf(root ?? ROOT), gw, project, target, runs: [] };
+}
+
+/** Publishes `n` events to the build's project, 16 at a time; events/s. */
+async function publish(b, n) {
+  let next = 0;
+  const publisher = async () => {
+    while (next < n) {
+      const i = next++;
+      const res = await b.gw.admin('POST', '/_postguard/v1/events', { project: b.project, type: 'bench.tick', data: { n: i } }, { token: ORIGIN_TOKEN });
+      if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: PUBLISHERS }, publisher));
+  return n / ((performance.now() - t0) / 1000);
+}
+
+async function profiled(b) {
+  const c = cdp(b.target.webSocketDebuggerUrl);
+  await c.open;
+  await c.send('Profiler.enable');
+  await c.send('Profiler.setSamplingInterval', { interval: 100 });
+  await c.send('Profiler.start');
+  const rate = await publish(b, EVENTS);
+  const { profile } = await c.send('Profiler.stop');
+  c.close();
+  return { rate, ...analyse(profile) };
+}
+
+const builds = [await build('this build', undefined, PORT)];
+if (BEFORE_ROOT) builds.push(await build('before', BEFORE_ROOT, PORT + 1));
+try {
+  for (const b of builds) await publish(b, 200); // warm-up
   for (let r = 0; r < ROUNDS; r++) {
-    const c = cdp(target.webSocketDebuggerUrl);
-    await c.open;
-    await c.send('Profiler.enable');
-    await c.send('Profiler.setSamplingInterval', { interval: 100 });
-    await c.send('Profiler.start');
-    const rate = await publish(EVENTS);
-    const { profile } = await c.send('Profiler.stop');
-    c.close();
-    const a = analyse(profile);
-    runs.push({ rate, ...a });
-    console.log(`round ${r + 1}: ${rate.toFixed(0)} events/s while profiled, busy ${(a.busy / EVENTS).toFixed(0)} µs/publish, wasm self ${(a.wasm / EVENTS).toFixed(0)} µs/publish`);
+    for (const b of builds) {
+      const a = await profiled(b);
+      b.runs.push(a);
+      console.log(`round ${r + 1} [${b.label} ${b.commit}]: ${a.rate.toFixed(0)} events/s while profiled, busy ${(a.busy / EVENTS).toFixed(0)} µs/publish, wasm self ${(a.wasm / EVENTS).toFixed(0)} µs/publish`);
+    }
   }
-  const last = runs.at(-1);
-  console.log(`\nbuild ${commitOf(ROOT)}, ${EVENTS} events × ${ROUNDS} rounds, ${FANOUT} subscriptions, ${PUBLISHERS} publishers`);
-  const m = (k) => `${median(runs.map((x) => x[k] / (k === 'rate' ? 1 : EVENTS))).toFixed(0)} (${spread(runs.map((x) => x[k] / (k === 'rate' ? 1 : EVENTS)), 0)})`;
-  console.log(`events/s ${m('rate')}; busy µs/publish ${m('busy')}; wasm self µs/publish ${m('wasm')}`);
-  console.log('last round, largest self time (µs/publish):');
-  for (const [fn, us] of last.self.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 120)}`);
-  console.log('last round, inclusive (µs/publish):');
-  for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 140)}`);
-  if (CALLERS) {
-    console.log('last round, callers (µs/publish):');
-    for (const [fn, us] of last.callers.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 240)}`);
+  const per = (b, k) => b.runs.map((x) => (k === 'rate' ? x.rate : x[k] / EVENTS));
+  const m = (xs) => `${median(xs).toFixed(0)} (${spread(xs, 0)})`;
+  console.log(`\n${EVENTS} events × ${ROUNDS} rounds, ${FANOUT} subscriptions, ${PUBLISHERS} publishers, no consumer`);
+  console.log('| build | events/s while profiled | busy µs/publish | wasm self µs/publish |');
+  console.log('|---|---|---|---|');
+  for (const b of builds) console.log(`| ${b.label} (${b.commit}) | ${m(per(b, 'rate'))} | ${m(per(b, 'busy'))} | ${m(per(b, 'wasm'))} |`);
+  if (builds.length > 1) {
+    const ratio = (k) => { const xs = builds[0].runs.map((x, i) => x[k] / builds[1].runs[i][k]); return `${median(xs).toFixed(2)} (${spread(xs)})`; };
+    console.log(`this ÷ before, per round: busy ${ratio('busy')}, wasm self ${ratio('wasm')}`);
+  }
+  for (const b of builds) {
+    const last = b.runs.at(-1);
+    console.log(`\n[${b.label} ${b.commit}] last round, largest self time (µs/publish):`);
+    for (const [fn, us] of last.self.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 120)}`);
+    console.log(`[${b.label}] last round, inclusive (µs/publish):`);
+    for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 140)}`);
+    if (CALLERS) {
+      console.log(`[${b.label}] last round, callers (µs/publish):`);
+      for (const [fn, us] of last.callers.slice(0, TOP)) console.log(`${(us / EVENTS).toFixed(1).padStart(8)}  ${fn.slice(0, 240)}`);
+    }
   }
 } finally {
-  await gw.dispose();
+  for (const b of builds) await b.gw.dispose();
   await origin.kill();
 }

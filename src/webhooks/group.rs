@@ -10,7 +10,7 @@
 //! refusal is that event's (each event is admitted against the ones before
 //! it in the group), a failed send fails only the events whose jobs it
 //! carried. What fails the transaction fails the group: nothing of it was
-//! stored, each request answers 500 and the origin's retry (same id) is
+//! stored, each request answers 503 `STORAGE_UNAVAILABLE` and the origin's retry (same id) is
 //! idempotent as before.
 //!
 //! The leader leads while its own publish is unanswered; then, if others
@@ -47,7 +47,7 @@ use super::{num, text, to_json, usage, Job};
 use crate::bindings;
 use crate::runtime::now_ms;
 
-/// How long a publish waits for its group before answering 500 (its leader
+/// How long a publish waits for its group before answering 503 (its leader
 /// is gone); well above a group's D1 round trips.
 pub const WAIT_MS: u64 = 20_000;
 
@@ -268,8 +268,14 @@ struct Known {
     id: String,
 }
 
-/// `(project, id, url, events, state)` of a subscription the group reads.
-type ProjectSub = (String, String, String, String, Option<SubState>);
+#[derive(Deserialize)]
+struct ProjectSub {
+    project: String,
+    id: String,
+    url: String,
+    events: String,
+    state: Option<SubState>,
+}
 
 #[derive(Deserialize)]
 struct ProjectUsage {
@@ -383,7 +389,7 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
             )
             .bind(&[text(&to_json(&keys)?)])?,
             db.prepare(
-                "SELECT json_group_array(json_array(s.project, s.id, s.url, s.events, o.state)) AS rows FROM subscriptions s \
+                "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
                  LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
                  LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
                  WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
@@ -405,15 +411,14 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
         out.known = r.results()?;
     }
     if let Some(r) = results.get(1) {
-        let rows: Vec<ProjectSub> = json_rows(r)?;
-        for (project, id, url, events, state) in rows {
+        for row in r.results::<ProjectSub>()? {
             let sub = SubRow {
-                id,
-                url,
-                events,
-                state,
+                id: row.id,
+                url: row.url,
+                events: row.events,
+                state: row.state,
             };
-            out.subs.entry(project).or_default().push(sub);
+            out.subs.entry(row.project).or_default().push(sub);
         }
     }
     if let Some(r) = results.get(2) {
@@ -512,42 +517,36 @@ async fn write(
         .collect();
     statements.push(usage::count_group(db, cfg, &counted, now)?);
     let unsent_at = statements.len();
-    // One row holding every unsent delivery as a JSON array: one string
-    // crosses into the wasm, not four fields per delivery.
     statements.push(
         db.prepare(
-            "SELECT json_group_array(json_array(o.project, o.event_id, o.delivery_id, d.next_attempt_at)) AS rows FROM json_each(?) j \
+            "SELECT o.project, o.event_id, o.delivery_id, d.next_attempt_at FROM json_each(?) j \
              JOIN outbox o ON o.project = json_extract(j.value, '$[0]') AND o.event_id = json_extract(j.value, '$[1]') \
              JOIN deliveries d ON d.id = o.delivery_id WHERE o.enqueued_at IS NULL",
         )
         .bind(&[text(&to_json(&keys)?)])?,
     );
+    // D1's size is not read from this result: the next group's read reports
+    // it before that group is admitted (one meta decode per group, not two).
     let results = db.batch(statements).await?;
-    if let Some(r) = results.last() {
-        usage::observe(r);
-    }
-    let unsent: Vec<(String, String, String, u64)> = match results.get(unsent_at) {
-        Some(r) => json_rows(r)?,
+    let unsent: Vec<GroupUnsent> = match results.get(unsent_at) {
+        Some(r) => r.results()?,
         None => Vec::new(),
     };
     Ok(unsent
         .into_iter()
-        .map(|(project, event_id, delivery_id, at)| {
-            (project, event_id, Job::scheduled(delivery_id, at))
+        .map(|u| {
+            let job = Job::scheduled(u.delivery_id, u.next_attempt_at);
+            (u.project, u.event_id, job)
         })
         .collect())
 }
 
-/// The one row of a `json_group_array(...) AS rows` query, read.
-fn json_rows<T: serde::de::DeserializeOwned>(result: &worker::D1Result) -> Result<Vec<T>> {
-    #[derive(Deserialize)]
-    struct Rows {
-        rows: Option<String>,
-    }
-    let Some(Rows { rows: Some(rows) }) = result.results::<Rows>()?.into_iter().next() else {
-        return Ok(Vec::new());
-    };
-    serde_json::from_str(&rows).map_err(|e| worker::Error::RustError(e.to_string()))
+#[derive(Deserialize)]
+struct GroupUnsent {
+    project: String,
+    event_id: String,
+    delivery_id: String,
+    next_attempt_at: u64,
 }
 
 /// Payload bytes one multi-row events insert binds at most: the payloads

@@ -19,6 +19,19 @@ const ROUNDS = Number(process.argv[3] ?? 3);
 const TOP = Number(process.argv[4] ?? 25);
 const PORT = Number(process.env.PROFILE_PORT ?? 9249);
 const PUBLISHERS = 16;
+// Where a publish's busy time goes, by the nearest frame that names a category (first match
+// in this order at each frame, leaf first).
+const CATEGORIES = [
+  ['D1 binding, JS (request, response parse)', /cloudflare-internal:d1-api/],
+  ['D1 rows and meta decoded into Rust', /worker::d1::D1Result|serde_wasm_bindgen::de/],
+  ['D1 statements built (prepare, bind, batch)', /worker::d1::|worker_sys::types::d1/],
+  ['queue sendBatch', /Queue::send_batch|sendBatch/],
+  ['audit row (CONTRACT §6)', /postguard::audit|audit_shard|AuditShard|transactionSync|postguard_core::audit/],
+  ['publish handler: parse, group commit, plan', /postguard::webhooks|postguard_core::webhooks/],
+  ['request and response (auth, headers, body)', /postguard::http|postguard::request|postguard::auth|postguard::handle|postguard::admin|postguard::runtime|worker::response|worker::request|worker::headers|worker::env/],
+  ['futures and closures (wasm-bindgen scheduling)', /js_sys::futures|wasm_bindgen::closure|wasm_bindgen::convert::closures|queueMicrotask|cb_unref|js_sys::Promise/],
+  ['runtime (no JS stack, GC)', /^\((program|garbage collector)\)/],
+];
 const CALLERS = process.env.CALLERS ? new RegExp(process.env.CALLERS) : null;
 const FOCUS = process.env.FOCUS ? new RegExp(process.env.FOCUS) : null;
 const FANOUT = 5;
@@ -112,8 +125,26 @@ function analyse(profile) {
       callers.set(key, (callers.get(key) ?? 0) + us);
     }
   }
+  // Each sample goes to the category of the nearest frame (leaf first) that names one.
+  const parentOf = new Map();
+  for (const nd of profile.nodes) for (const ch of nd.children ?? []) parentOf.set(ch, nd.id);
+  const categories = new Map();
+  const categoryOf = (id) => {
+    for (let at = id; at !== undefined; at = parentOf.get(at)) {
+      const f = byId.get(at).callFrame;
+      const hit = CATEGORIES.find(([, re]) => re.test(`${f.functionName} ${f.url}`));
+      if (hit) return hit[0];
+    }
+    return 'other';
+  };
+  for (const nd of profile.nodes) {
+    const us = byNode.get(nd.id) ?? 0;
+    if (!us || nd.callFrame.functionName === '(idle)') continue;
+    const c = categoryOf(nd.id);
+    categories.set(c, (categories.get(c) ?? 0) + us);
+  }
   const sorted = (m) => [...m.entries()].sort((a, b) => b[1] - a[1]);
-  return { busy, wasm, self: sorted(self), inclusive: sorted(inclusive), callers: sorted(callers) };
+  return { busy, wasm, self: sorted(self), inclusive: sorted(inclusive), callers: sorted(callers), categories: sorted(categories) };
 }
 
 const origin = await startOrigin();
@@ -191,6 +222,11 @@ try {
     const ratio = (k) => { const xs = builds[0].runs.map((x, i) => x[k] / builds[1].runs[i][k]); return `${median(xs).toFixed(2)} (${spread(xs)})`; };
     console.log(`this ÷ before, per round: busy ${ratio('busy')}, wasm self ${ratio('wasm')}`);
   }
+  const names = [...new Set(builds.flatMap((b) => b.runs.flatMap((r) => r.categories.map(([k]) => k))))];
+  console.log(`\n| busy µs per publish, by category (medians) | ${builds.map((b) => `${b.label} (${b.commit})`).join(' | ')} |`);
+  console.log(`|---|${builds.map(() => '---').join('|')}|`);
+  const catOf = (b, k) => median(b.runs.map((r) => (r.categories.find(([n]) => n === k)?.[1] ?? 0) / EVENTS));
+  for (const k of names.sort((x, y) => catOf(builds[0], y) - catOf(builds[0], x))) console.log(`| ${k} | ${builds.map((b) => catOf(b, k).toFixed(0)).join(' | ')} |`);
   for (const b of builds) {
     const last = b.runs.at(-1);
     console.log(`\n[${b.label} ${b.commit}] last round, largest self time (µs/publish):`);

@@ -36,16 +36,15 @@ use postguard_core::webhooks::fanout;
 use postguard_core::webhooks::ops::SubState;
 use postguard_core::Problem;
 use serde::Deserialize;
-use wasm_bindgen::prelude::wasm_bindgen;
 use worker::js_sys;
-use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen::JsValue;
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{D1Database, D1PreparedStatement, Env, Result};
 
 use super::publish::{self, SubRow};
 use super::{num, text, to_json, usage, Job};
 use crate::bindings;
-use crate::runtime::now_ms;
+use crate::runtime::{now_ms, within};
 
 /// How long a publish waits for its group before answering 503 (its leader
 /// is gone); well above a group's D1 round trips.
@@ -70,7 +69,7 @@ pub enum Outcome {
     Known,
     /// Refused before anything of it was stored (quota, storage full).
     Refused(Problem),
-    /// Not stored, or not queued (the outbox keeps it): 500.
+    /// Not stored, or not queued (the outbox keeps it): 503 `STORAGE_UNAVAILABLE`.
     Failed(String),
     /// Lead the next group; this publish is still queued.
     Lead,
@@ -93,33 +92,12 @@ impl Reply {
     }
 }
 
-#[wasm_bindgen(inline_js = r#"
-export function waiter(ms) {
-  let wake;
-  const promise = new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    wake = () => { clearTimeout(timer); resolve(); };
-  });
-  return [promise, wake];
-}
-"#)]
-extern "C" {
-    /// `[promise, wake]`: the promise resolves when `wake` is called or after
-    /// `ms`, whichever comes first. Built in JS in one crossing: no Rust
-    /// closure for the executor nor for a timer, per publish.
-    fn waiter(ms: f64) -> js_sys::Array;
-}
-
-/// A reply and the promise it resolves (at the latest after [`WAIT_MS`]),
-/// created in the waiting request.
+/// A reply and the promise it resolves, created in the waiting request.
 fn reply_pair() -> (Reply, js_sys::Promise, Slot) {
     let slot: Slot = Rc::new(RefCell::new(None));
-    let pair = waiter(WAIT_MS as f64);
-    let promise = js_sys::Promise::from(pair.get(0));
-    let wake = pair
-        .get(1)
-        .dyn_into::<js_sys::Function>()
-        .unwrap_or_else(|_| js_sys::Function::new_no_args(""));
+    let mut wake = None;
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| wake = Some(resolve));
+    let wake = wake.unwrap_or_else(|| js_sys::Function::new_no_args(""));
     let reply = Reply {
         slot: slot.clone(),
         wake,
@@ -160,8 +138,7 @@ pub async fn submit(env: &Env, cfg: &Config, ev: NewEvent) -> Outcome {
         })
     });
     if !fanout::must_start_marker(LEADING_SINCE.with(Cell::get), now_ms()) {
-        // Resolved by the leader, or by the wait bound (then the slot is empty).
-        let _ = JsFuture::from(promise).await;
+        let _ = within(WAIT_MS, JsFuture::from(promise)).await;
         let answered = slot.borrow_mut().take();
         match answered {
             Some(Outcome::Lead) => {}
@@ -450,9 +427,10 @@ type Row<'a> = (
     Option<u64>,
 );
 
-/// The group's transaction, one D1 call: the marks left pending, the
-/// events, trace rows, deliveries, outbox rows and counters (multi-row
-/// statements), and what of the group is still unsent. `(project, event id, job)` per unsent row.
+/// The group's transaction, one D1 call: the marks left pending, every
+/// event (one statement each: the payload is bound alone), the trace rows,
+/// deliveries and outbox rows (multi-row), each event's counter, and what of
+/// the group is still unsent. `(project, event id, job)` per unsent row.
 async fn write(
     db: &D1Database,
     cfg: &Config,
@@ -467,18 +445,13 @@ async fn write(
     let mut rows: Vec<Row> = Vec::new();
     let mut unheld: Vec<&str> = Vec::new();
     let mut keys: Vec<(&str, &str)> = Vec::new();
-    let sizes: Vec<usize> = admitted
-        .iter()
-        .map(|(_, planned)| planned.payload.len())
-        .collect();
-    for range in fanout::chunks_within(
-        &sizes,
-        fanout::MAX_GROUP_EVENTS,
-        PAYLOAD_BYTES_PER_STATEMENT,
-    ) {
-        statements.push(events_statement(db, &admitted[range], now)?);
-    }
     for (p, planned) in admitted {
+        statements.push(
+            db.prepare(
+                "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(&[text(&p.project), text(&p.id), text(&p.event_type), text(&planned.payload), num(now)])?,
+        );
         traces.push((p.project.as_str(), p.id.as_str(), p.request_id.as_str()));
         keys.push((p.project.as_str(), p.id.as_str()));
         for r in &planned.rows {
@@ -511,11 +484,16 @@ async fn write(
     if !unheld.is_empty() {
         statements.push(publish::outbox_of(db, &unheld)?);
     }
-    let counted: Vec<(&str, &str, usize)> = admitted
-        .iter()
-        .map(|(p, planned)| (p.project.as_str(), p.id.as_str(), planned.payload.len()))
-        .collect();
-    statements.push(usage::count_group(db, cfg, &counted, now)?);
+    for (p, planned) in admitted {
+        statements.push(usage::count(
+            db,
+            cfg,
+            &p.project,
+            &p.id,
+            planned.payload.len(),
+            now,
+        )?);
+    }
     let unsent_at = statements.len();
     statements.push(
         db.prepare(
@@ -525,9 +503,10 @@ async fn write(
         )
         .bind(&[text(&to_json(&keys)?)])?,
     );
-    // D1's size is not read from this result: the next group's read reports
-    // it before that group is admitted (one meta decode per group, not two).
     let results = db.batch(statements).await?;
+    if let Some(r) = results.last() {
+        usage::observe(r);
+    }
     let unsent: Vec<GroupUnsent> = match results.get(unsent_at) {
         Some(r) => r.results()?,
         None => Vec::new(),
@@ -547,36 +526,6 @@ struct GroupUnsent {
     event_id: String,
     delivery_id: String,
     next_attempt_at: u64,
-}
-
-/// Payload bytes one multi-row events insert binds at most: the payloads
-/// travel as one concatenated value (well within D1's 2 MB), each row naming
-/// its slice; a bigger payload goes alone, as it did in its own statement.
-const PAYLOAD_BYTES_PER_STATEMENT: usize = 1_000_000;
-
-/// The events of part of a group, one statement: rows `[project, id, type,
-/// first character, characters]` over the payloads bound as one string
-/// (SQLite's `substr` counts characters), so no payload is JSON-escaped.
-fn events_statement(
-    db: &D1Database,
-    part: &[(Pending, publish::Planned)],
-    now: u64,
-) -> Result<D1PreparedStatement> {
-    let mut payloads = String::new();
-    let mut rows: Vec<(&str, &str, &str, usize, usize)> = Vec::with_capacity(part.len());
-    let mut at = 1;
-    for (p, planned) in part {
-        let chars = planned.payload.chars().count();
-        payloads.push_str(&planned.payload);
-        rows.push((&p.project, &p.id, &p.event_type, at, chars));
-        at += chars;
-    }
-    db.prepare(
-        "INSERT OR IGNORE INTO events (project, id, type, payload, created_at) \
-         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
-         substr(?2, json_extract(value, '$[3]'), json_extract(value, '$[4]')), ?1 FROM json_each(?3)",
-    )
-    .bind(&[num(now), text(&payloads), text(&to_json(&rows)?)])
 }
 
 /// Sends the group's first attempts in `sendBatch`-sized chunks; which

@@ -4,7 +4,7 @@
 //!
 //! An outbox (migrations/0005_outbox.sql): each delivery gets an `outbox`
 //! row in the same transaction, marked `enqueued_at` once its first attempt
-//! was handed to the queue. If the send fails the origin gets a 500, and its
+//! was handed to the queue. If the send fails the origin gets a 503 (`STORAGE_UNAVAILABLE`), and its
 //! retry of the same event id (otherwise a no-op) enqueues what is still
 //! unsent; the every-minute cron sweeps rows left unsent past
 //! `webhooks.outbox_after_s`. A job sent twice (a retry racing the sweep) is

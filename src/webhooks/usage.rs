@@ -104,40 +104,6 @@ pub fn count(
     ])
 }
 
-/// [`count`] for the events of one group commit, one statement: each
-/// `(project, event id, payload bytes)` is counted, with its deliveries as
-/// written, only if this batch wrote its `events` row (`created_at` = `now`);
-/// one counter row per project. Placed after the inserts it counts.
-pub fn count_group(
-    db: &D1Database,
-    cfg: &Config,
-    events: &[(&str, &str, usize)],
-    now: u64,
-) -> Result<D1PreparedStatement> {
-    let s = &cfg.settings;
-    let rows: Vec<(&str, &str, u64)> = events
-        .iter()
-        .map(|(p, id, len)| (*p, *id, capacity::event_bytes(*len as u64, 0, s)))
-        .collect();
-    // `WHERE true` keeps SQLite from reading the upsert's ON as a join's.
-    db.prepare(
-        "INSERT INTO webhook_usage (project, day, events, deliveries, bytes) \
-         SELECT project, ?1, COUNT(*), SUM(n), SUM(b + n * ?2) FROM (\
-         SELECT json_extract(j.value, '$[0]') AS project, json_extract(j.value, '$[2]') AS b, \
-         (SELECT COUNT(*) FROM deliveries d WHERE d.project = json_extract(j.value, '$[0]') AND d.event_id = json_extract(j.value, '$[1]')) AS n \
-         FROM json_each(?3) j WHERE EXISTS (SELECT 1 FROM events e \
-         WHERE e.project = json_extract(j.value, '$[0]') AND e.id = json_extract(j.value, '$[1]') AND e.created_at = ?4)) \
-         WHERE true GROUP BY project \
-         ON CONFLICT (project, day) DO UPDATE SET events = events + excluded.events, deliveries = deliveries + excluded.deliveries, bytes = bytes + excluded.bytes",
-    )
-    .bind(&[
-        num(capacity::utc_day(now)),
-        num(capacity::delivery_bytes(s)),
-        text(&super::to_json(&rows)?),
-        num(now),
-    ])
-}
-
 /// Charges `bytes` to the project's day (an inspector or a capture), in the
 /// batch that stores them.
 pub fn charge(db: &D1Database, project: &str, bytes: u64, now: u64) -> Result<D1PreparedStatement> {

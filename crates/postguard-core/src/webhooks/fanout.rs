@@ -23,19 +23,12 @@ pub const MAX_RESPONSE_READ_BYTES: usize = 4_096;
 /// within [`MAX_BATCH_MESSAGES`] and [`MAX_BATCH_BYTES`]. A message too big
 /// for any batch travels alone (the queue then refuses it, visibly).
 pub fn chunks(sizes: &[usize]) -> Vec<Range<usize>> {
-    let costs: Vec<usize> = sizes.iter().map(|s| s + MESSAGE_OVERHEAD_BYTES).collect();
-    chunks_within(&costs, MAX_BATCH_MESSAGES, MAX_BATCH_BYTES)
-}
-
-/// Splits items of the given sizes into consecutive ranges of at most
-/// `max_items` items and `max_bytes` bytes; an item bigger than `max_bytes`
-/// goes alone.
-pub fn chunks_within(sizes: &[usize], max_items: usize, max_bytes: usize) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
-    for (i, &cost) in sizes.iter().enumerate() {
-        let full = i - start == max_items || bytes + cost > max_bytes;
+    for (i, size) in sizes.iter().enumerate() {
+        let cost = size + MESSAGE_OVERHEAD_BYTES;
+        let full = i - start == MAX_BATCH_MESSAGES || bytes + cost > MAX_BATCH_BYTES;
         if i > start && full {
             out.push(start..i);
             start = i;

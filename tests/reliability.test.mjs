@@ -173,12 +173,13 @@ describe('publishing is an outbox', () => {
   const publish = (project, id) => gw.admin('POST', '/_postguard/v1/events', { project, type: 'order.created', data: { n: 1 }, id }, { token: ORIGIN_TOKEN });
   const failNext = (n) => gw.fetch(`/__queue/fail?n=${n}`);
 
-  it('a failed queue send → 5xx; the origin retrying the same event id → every delivery sent exactly once', async () => {
+  it('a failed queue send → 503 STORAGE_UNAVAILABLE (ADR 0027); the origin retrying the same event id → every delivery sent exactly once', async () => {
     const { name, rcvs } = await setup('retry');
     const id = `evt_${crypto.randomBytes(6).toString('hex')}`;
     await failNext(1);
     const first = await publish(name, id);
-    problem(first, { status: 500, code: 'INTERNAL_ERROR' });
+    problem(first, { status: 503, code: 'STORAGE_UNAVAILABLE' });
+    assert.equal(first.headers['retry-after'], '1');
     const second = await publish(name, id);
     assert.equal(second.status, 202, second.text);
     const third = await publish(name, id);
@@ -199,7 +200,7 @@ describe('publishing is an outbox', () => {
     const { name, rcvs } = await setup('sweep');
     const id = `evt_${crypto.randomBytes(6).toString('hex')}`;
     await failNext(1);
-    problem(await publish(name, id), { status: 500 });
+    problem(await publish(name, id), { status: 503, code: 'STORAGE_UNAVAILABLE' });
     const worker = await gw.mf.getWorker();
     await worker.scheduled({ cron: '* * * * *' });
     await worker.scheduled({ cron: '* * * * *' }); // a second sweep finds nothing left to send

@@ -10,7 +10,7 @@
 //! refusal is that event's (each event is admitted against the ones before
 //! it in the group), a failed send fails only the events whose jobs it
 //! carried. What fails the transaction fails the group: nothing of it was
-//! stored, each request answers 500 and the origin's retry (same id) is
+//! stored, each request answers 503 `STORAGE_UNAVAILABLE` and the origin's retry (same id) is
 //! idempotent as before.
 //!
 //! The leader leads while its own publish is unanswered; then, if others
@@ -46,7 +46,7 @@ use super::{num, text, to_json, usage, Job};
 use crate::bindings;
 use crate::runtime::{now_ms, within};
 
-/// How long a publish waits for its group before answering 500 (its leader
+/// How long a publish waits for its group before answering 503 (its leader
 /// is gone); well above a group's D1 round trips.
 pub const WAIT_MS: u64 = 20_000;
 
@@ -69,7 +69,7 @@ pub enum Outcome {
     Known,
     /// Refused before anything of it was stored (quota, storage full).
     Refused(Problem),
-    /// Not stored, or not queued (the outbox keeps it): 500.
+    /// Not stored, or not queued (the outbox keeps it): 503 `STORAGE_UNAVAILABLE`.
     Failed(String),
     /// Lead the next group; this publish is still queued.
     Lead,

@@ -4,7 +4,7 @@
 //!
 //! An outbox (migrations/0005_outbox.sql): each delivery gets an `outbox`
 //! row in the same transaction, marked `enqueued_at` once its first attempt
-//! was handed to the queue. If the send fails the origin gets a 500, and its
+//! was handed to the queue. If the send fails the origin gets a 503 (`STORAGE_UNAVAILABLE`), and its
 //! retry of the same event id (otherwise a no-op) enqueues what is still
 //! unsent; the every-minute cron sweeps rows left unsent past
 //! `webhooks.outbox_after_s`. A job sent twice (a retry racing the sweep) is
@@ -69,15 +69,33 @@ pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx)
     match group::submit(env, cfg, ev).await {
         Outcome::Stored => {}
         // A retry of a publish whose send failed enqueues what is still unsent.
-        Outcome::Known => flush_event(env, &env.d1(bindings::DB)?, &project, &event_id).await?,
+        Outcome::Known => {
+            let flushed = match env.d1(bindings::DB) {
+                Ok(db) => flush_event(env, &db, &project, &event_id).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = flushed {
+                return Err(uncommitted(rc, &e.to_string()));
+            }
+        }
         Outcome::Refused(problem) => return Err(problem.into()),
-        Outcome::Failed(why) => return Err(Reject::Internal(worker::Error::RustError(why))),
+        Outcome::Failed(why) => return Err(uncommitted(rc, &why)),
         Outcome::Lead => {
-            let why = "a publish was handed the lead after its group".to_string();
-            return Err(Reject::Internal(worker::Error::RustError(why)));
+            return Err(uncommitted(
+                rc,
+                "a publish was handed the lead after its group",
+            ))
         }
     }
     http::json(rc, 202, &Accepted { id: &event_id }, &[])
+}
+
+/// 503 `STORAGE_UNAVAILABLE` with `Retry-After` for a publish whose commit or
+/// send failed (transient: the retry of the same id is idempotent); the
+/// cause goes to the log, not to the origin.
+fn uncommitted(rc: &RequestCtx, why: &str) -> Reject {
+    worker::console_error!("{} publish not committed: {why}", rc.request_id);
+    fanout::uncommitted().into()
 }
 
 /// An event to store and fan out.

@@ -31,12 +31,13 @@ pub enum ErrorCode {
     Internal,
     EventQuotaExceeded,
     StorageFull,
+    StorageUnavailable,
     RetryLimitReached,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -57,6 +58,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::EventQuotaExceeded,
         ErrorCode::StorageFull,
+        ErrorCode::StorageUnavailable,
         ErrorCode::RetryLimitReached,
     ];
 
@@ -82,6 +84,7 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL_ERROR",
             ErrorCode::EventQuotaExceeded => "EVENT_QUOTA_EXCEEDED",
             ErrorCode::StorageFull => "STORAGE_FULL",
+            ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
         }
     }
@@ -90,7 +93,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
             ErrorCode::RateLimitExceeded | ErrorCode::EventQuotaExceeded => 429,
-            ErrorCode::StorageFull => 503,
+            ErrorCode::StorageFull | ErrorCode::StorageUnavailable => 503,
             ErrorCode::RetryLimitReached => 409,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
@@ -133,6 +136,7 @@ impl ErrorCode {
             ErrorCode::Internal => "Internal gateway error",
             ErrorCode::EventQuotaExceeded => "Daily event quota exceeded",
             ErrorCode::StorageFull => "Webhook storage full",
+            ErrorCode::StorageUnavailable => "Webhook storage unavailable",
             ErrorCode::RetryLimitReached => "Manual attempt limit reached",
         }
     }
@@ -340,6 +344,7 @@ mod tests {
         assert_eq!(ErrorCode::Forbidden.status(), 403);
         assert_eq!(ErrorCode::EventQuotaExceeded.status(), 429);
         assert_eq!(ErrorCode::StorageFull.status(), 503);
+        assert_eq!(ErrorCode::StorageUnavailable.status(), 503);
         assert_eq!(ErrorCode::RetryLimitReached.status(), 409);
     }
 

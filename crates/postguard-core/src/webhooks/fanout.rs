@@ -5,6 +5,8 @@
 
 use std::ops::Range;
 
+use crate::{ErrorCode, Problem};
+
 /// Messages one `sendBatch` call may carry (Cloudflare Queues).
 pub const MAX_BATCH_MESSAGES: usize = 100;
 /// Bytes one `sendBatch` call may carry (Cloudflare Queues: 256 KB).
@@ -55,6 +57,23 @@ pub fn must_start_marker(since_ms: u64, now_ms: u64) -> bool {
     since_ms == 0 || now_ms.saturating_sub(since_ms) >= MARKER_STALE_MS
 }
 
+/// `Retry-After` of a publish whose commit failed: the next group is one D1
+/// round trip away, so a retry may come at once (1 s is the header's least).
+pub const UNCOMMITTED_RETRY_S: u64 = 1;
+
+/// 503 `STORAGE_UNAVAILABLE`: the publish's group commit failed (its
+/// transaction or read failed, its leader vanished, the wait bound passed)
+/// or its first attempts did not reach the queue. Transient: a retry with
+/// the same event id stores it once, or flushes what the outbox holds. The
+/// cause is logged, not shown (it may carry SQL).
+pub fn uncommitted() -> Problem {
+    Problem::new(
+        ErrorCode::StorageUnavailable,
+        "the event was not committed or not queued (the gateway's storage failed); retry with the same id",
+    )
+    .with_retry_after(UNCOMMITTED_RETRY_S)
+}
+
 /// Publishes one group commit writes at most (ADR 0024): one D1 read and one
 /// D1 transaction for all of them.
 pub const MAX_GROUP_EVENTS: usize = 32;
@@ -90,6 +109,14 @@ pub fn take_group(queued: &[(&str, &str, usize)]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_uncommitted_publish_is_a_503_to_retry_at_once() {
+        let p = uncommitted();
+        assert_eq!(p.code, ErrorCode::StorageUnavailable);
+        assert_eq!(p.status(), 503);
+        assert_eq!(p.retry_after_s, Some(1));
+    }
 
     #[test]
     fn a_group_takes_in_order_without_repeats_within_its_bounds() {

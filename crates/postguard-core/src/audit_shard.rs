@@ -345,14 +345,13 @@ pub struct Stats {
     pub p95_ms: Option<u64>,
 }
 
-/// `YYYY-MM-DD` (UTC) of an epoch-ms time. Fields, not `format()`: chrono's
-/// formatter would add its whole strftime machinery to the wasm.
+/// `YYYY-MM-DD` (UTC) of an epoch-ms time. Fields, not a formatter: one fixed
+/// layout needs no format machinery in the wasm.
 fn utc_date(ms: u64) -> String {
-    use chrono::Datelike;
-    i64::try_from(ms)
+    i64::try_from(ms / 1000)
         .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|t| format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day()))
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .map(|t| format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day()))
         .unwrap_or_default()
 }
 

@@ -452,7 +452,7 @@ pub fn parse_settings(text: &str) -> Result<Settings, ConfigError> {
             "must be a JSON object",
         ));
     }
-    let de = &mut serde_json::Deserializer::from_str(text);
+    let de = &mut serde_json::Deserializer::from_slice(text.as_bytes());
     let err = match serde_path_to_error::deserialize::<_, Settings>(&mut *de) {
         Ok(s) => {
             // Trailing bytes after the object (`{…} junk`) make the text invalid.

@@ -158,8 +158,8 @@ async fn flush(env: Env, bucket_ms: u64, me: u64) {
 /// directory does not know would never be read nor dropped by retention.
 async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<()> {
     let groups = audit_shard::group(rows, bucket_ms);
-    let mut wanted: Vec<Shard> = groups.keys().cloned().collect();
-    wanted.extend(groups.keys().map(Shard::all_projects));
+    let mut wanted: Vec<Shard> = groups.iter().map(|(s, _)| s.clone()).collect();
+    wanted.extend(groups.iter().map(|(s, _)| s.all_projects()));
     wanted.sort();
     wanted.dedup();
     let new: Vec<Shard> = KNOWN.with(|k| {

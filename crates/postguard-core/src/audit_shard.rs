@@ -479,11 +479,12 @@ pub struct Ingested {
 /// and repeats within the batch are skipped, and count nowhere.
 pub fn ingest<S: ShardStore>(s: &mut S, rows: &[AuditRow]) -> Result<Ingested, S::Error> {
     let ids: Vec<&str> = rows.iter().map(|r| r.request_id.as_str()).collect();
-    let stored: HashSet<String> = s.existing(&ids)?.into_iter().collect();
-    let mut seen: HashSet<&str> = HashSet::new();
+    // One set for both (stored, then seen in this batch): `insert` is false for
+    // either, and `HashSet<String>` is a type the wasm has already (ADR 0026).
+    let mut known: HashSet<String> = s.existing(&ids)?.into_iter().collect();
     let fresh: Vec<&AuditRow> = rows
         .iter()
-        .filter(|r| !stored.contains(&r.request_id) && seen.insert(r.request_id.as_str()))
+        .filter(|r| known.insert(r.request_id.clone()))
         .collect();
     if fresh.is_empty() {
         return Ok(Ingested::default());

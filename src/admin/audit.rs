@@ -278,11 +278,14 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
             shards::check_fanout(these)?;
         }
         let take = want - rows.len();
-        let reads = these
-            .iter()
-            .map(|band| join_all(band.iter().map(|s| rows_of(env, &db, s, &q, take as u32))));
-        for answers in join_all(reads).await {
-            let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
+        // Every source of these bands at once, in one join (one join type in the
+        // wasm, not one per nesting level: ADR 0026), then merged band by band.
+        let reads = these.iter().flatten();
+        let mut read = join_all(reads.map(|s| rows_of(env, &db, s, &q, take as u32)))
+            .await
+            .into_iter();
+        for band in these {
+            let answers = read.by_ref().take(band.len()).collect::<Result<Vec<_>>>()?;
             let take = want - rows.len();
             rows.extend(shards::merge(answers, take));
             if rows.len() >= want {

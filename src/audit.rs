@@ -185,10 +185,20 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
             k.extend(new.iter().map(Shard::name));
         });
     }
-    let calls = groups.iter().map(|(shard, rows)| ingest(env, shard, rows));
+    // Every join here is over `object::call` itself: one join type in the wasm (ADR 0026).
+    let bodies = groups
+        .iter()
+        .map(|(_, rows)| serde_json::to_vec(rows).map_err(rust_err))
+        .collect::<Result<Vec<_>>>()?;
+    let calls = groups
+        .iter()
+        .zip(&bodies)
+        .map(|((shard, _), body)| object::call(env, shard, object::INGEST, body));
     // A batch spans one or two buckets: a list, not another map type in the wasm.
     let mut added: Vec<(Shard, Vec<Rollups>)> = Vec::new();
     for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
+        let res =
+            res.and_then(|bytes| serde_json::from_slice::<Ingested>(&bytes).map_err(rust_err));
         match res {
             Ok(done) if !done.rollups.is_empty() => {
                 let all = shard.all_projects();
@@ -206,12 +216,18 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
             ),
         }
     }
-    let calls = added.into_iter().map(|(all, parts)| async move {
-        let body = serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?;
-        object::call(env, &all, object::ADD, &body)
-            .await
-            .map(|_| all)
-    });
+    let sums = added
+        .into_iter()
+        .map(|(all, parts)| {
+            Ok((
+                all,
+                serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let calls = sums
+        .iter()
+        .map(|(all, body)| object::call(env, all, object::ADD, body));
     for res in join_all(calls).await {
         if let Err(e) = res {
             worker::console_error!("audit roll-up write to a cross-project shard failed: {}", e);
@@ -222,12 +238,6 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
 
 fn rust_err(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
-}
-
-async fn ingest(env: &Env, shard: &Shard, rows: &[AuditRow]) -> Result<Ingested> {
-    let body = serde_json::to_vec(rows).map_err(rust_err)?;
-    let bytes = object::call(env, shard, object::INGEST, &body).await?;
-    serde_json::from_slice(&bytes).map_err(rust_err)
 }
 
 async fn enter(env: &Env, shards: &[Shard]) -> Result<()> {

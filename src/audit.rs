@@ -284,26 +284,46 @@ pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
     let mut dropped = 0u64;
     let db = &db;
     for wave in due.chunks(DROP_WAVE) {
-        let calls = wave.iter().map(|d| async move {
-            let shard = Shard {
+        let shards: Vec<Shard> = wave
+            .iter()
+            .map(|d| Shard {
                 project: d.project.clone(),
                 start_ms: d.start_ms,
                 end_ms: d.end_ms,
-            };
-            object::call(env, &shard, object::DROP, b"{}").await?;
-            db.prepare("DELETE FROM audit_shards WHERE project = ? AND start_ms = ?")
-                .bind(&[text(&d.project), num(d.start_ms)])?
-                .run()
-                .await?;
-            Ok::<_, worker::Error>(())
-        });
-        for res in join_all(calls).await {
+            })
+            .collect();
+        // The objects at once (a join over `object::call`, the writer's join type:
+        // ADR 0026), then one D1 batch for the directory rows of those dropped. A
+        // row whose object failed stays, and the next run drops it again.
+        let calls = shards
+            .iter()
+            .map(|s| object::call(env, s, object::DROP, b"{}"));
+        let mut gone: Vec<&Shard> = Vec::new();
+        for (res, shard) in join_all(calls).await.into_iter().zip(&shards) {
             match res {
-                Ok(()) => dropped += 1,
+                Ok(_) => gone.push(shard),
                 Err(e) => {
                     worker::console_error!("audit retention: dropping a bucket failed: {}", e)
                 }
             }
+        }
+        if gone.is_empty() {
+            continue;
+        }
+        let deletes = gone
+            .iter()
+            .map(|s| {
+                db.prepare("DELETE FROM audit_shards WHERE project = ? AND start_ms = ?")
+                    .bind(&[text(&s.project), num(s.start_ms)])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match db.batch(deletes).await {
+            Ok(_) => dropped += gone.len() as u64,
+            Err(e) => worker::console_error!(
+                "audit retention: deleting {} directory rows failed: {}",
+                gone.len(),
+                e
+            ),
         }
     }
     let legacy = sweep_legacy(env, cutoff).await?;

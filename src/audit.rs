@@ -158,10 +158,16 @@ async fn flush(env: Env, bucket_ms: u64, me: u64) {
 /// directory does not know would never be read nor dropped by retention.
 async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<()> {
     let groups = audit_shard::group(rows, bucket_ms);
-    let mut wanted: Vec<Shard> = groups.keys().cloned().collect();
-    wanted.extend(groups.keys().map(Shard::all_projects));
-    wanted.sort();
-    wanted.dedup();
+    // A batch spans a few shards: a linear dedup, not a sort (one fewer sort
+    // instance in the wasm, ADR 0026).
+    let mut wanted: Vec<Shard> = Vec::new();
+    for (s, _) in &groups {
+        for s in [s.clone(), s.all_projects()] {
+            if !wanted.contains(&s) {
+                wanted.push(s);
+            }
+        }
+    }
     let new: Vec<Shard> = KNOWN.with(|k| {
         let k = k.borrow();
         wanted
@@ -179,10 +185,20 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
             k.extend(new.iter().map(Shard::name));
         });
     }
-    let calls = groups.iter().map(|(shard, rows)| ingest(env, shard, rows));
+    // Every join here is over `object::call` itself: one join type in the wasm (ADR 0026).
+    let bodies = groups
+        .iter()
+        .map(|(_, rows)| serde_json::to_vec(rows).map_err(rust_err))
+        .collect::<Result<Vec<_>>>()?;
+    let calls = groups
+        .iter()
+        .zip(&bodies)
+        .map(|((shard, _), body)| object::call(env, shard, object::INGEST, body));
     // A batch spans one or two buckets: a list, not another map type in the wasm.
     let mut added: Vec<(Shard, Vec<Rollups>)> = Vec::new();
     for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
+        let res =
+            res.and_then(|bytes| serde_json::from_slice::<Ingested>(&bytes).map_err(rust_err));
         match res {
             Ok(done) if !done.rollups.is_empty() => {
                 let all = shard.all_projects();
@@ -200,12 +216,18 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
             ),
         }
     }
-    let calls = added.into_iter().map(|(all, parts)| async move {
-        let body = serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?;
-        object::call(env, &all, object::ADD, &body)
-            .await
-            .map(|_| all)
-    });
+    let sums = added
+        .into_iter()
+        .map(|(all, parts)| {
+            Ok((
+                all,
+                serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let calls = sums
+        .iter()
+        .map(|(all, body)| object::call(env, all, object::ADD, body));
     for res in join_all(calls).await {
         if let Err(e) = res {
             worker::console_error!("audit roll-up write to a cross-project shard failed: {}", e);
@@ -216,12 +238,6 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
 
 fn rust_err(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
-}
-
-async fn ingest(env: &Env, shard: &Shard, rows: &[AuditRow]) -> Result<Ingested> {
-    let body = serde_json::to_vec(rows).map_err(rust_err)?;
-    let bytes = object::call(env, shard, object::INGEST, &body).await?;
-    serde_json::from_slice(&bytes).map_err(rust_err)
 }
 
 async fn enter(env: &Env, shards: &[Shard]) -> Result<()> {
@@ -268,26 +284,46 @@ pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
     let mut dropped = 0u64;
     let db = &db;
     for wave in due.chunks(DROP_WAVE) {
-        let calls = wave.iter().map(|d| async move {
-            let shard = Shard {
+        let shards: Vec<Shard> = wave
+            .iter()
+            .map(|d| Shard {
                 project: d.project.clone(),
                 start_ms: d.start_ms,
                 end_ms: d.end_ms,
-            };
-            object::call(env, &shard, object::DROP, b"{}").await?;
-            db.prepare("DELETE FROM audit_shards WHERE project = ? AND start_ms = ?")
-                .bind(&[text(&d.project), num(d.start_ms)])?
-                .run()
-                .await?;
-            Ok::<_, worker::Error>(())
-        });
-        for res in join_all(calls).await {
+            })
+            .collect();
+        // The objects at once (a join over `object::call`, the writer's join type:
+        // ADR 0026), then one D1 batch for the directory rows of those dropped. A
+        // row whose object failed stays, and the next run drops it again.
+        let calls = shards
+            .iter()
+            .map(|s| object::call(env, s, object::DROP, b"{}"));
+        let mut gone: Vec<&Shard> = Vec::new();
+        for (res, shard) in join_all(calls).await.into_iter().zip(&shards) {
             match res {
-                Ok(()) => dropped += 1,
+                Ok(_) => gone.push(shard),
                 Err(e) => {
                     worker::console_error!("audit retention: dropping a bucket failed: {}", e)
                 }
             }
+        }
+        if gone.is_empty() {
+            continue;
+        }
+        let deletes = gone
+            .iter()
+            .map(|s| {
+                db.prepare("DELETE FROM audit_shards WHERE project = ? AND start_ms = ?")
+                    .bind(&[text(&s.project), num(s.start_ms)])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match db.batch(deletes).await {
+            Ok(_) => dropped += gone.len() as u64,
+            Err(e) => worker::console_error!(
+                "audit retention: deleting {} directory rows failed: {}",
+                gone.len(),
+                e
+            ),
         }
     }
     let legacy = sweep_legacy(env, cutoff).await?;

@@ -278,11 +278,14 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
             shards::check_fanout(these)?;
         }
         let take = want - rows.len();
-        let reads = these
-            .iter()
-            .map(|band| join_all(band.iter().map(|s| rows_of(env, &db, s, &q, take as u32))));
-        for answers in join_all(reads).await {
-            let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
+        // Every source of these bands at once, in one join (one join type in the
+        // wasm, not one per nesting level: ADR 0026), then merged band by band.
+        let reads = these.iter().flatten();
+        let mut read = join_all(reads.map(|s| rows_of(env, &db, s, &q, take as u32)))
+            .await
+            .into_iter();
+        for band in these {
+            let answers = read.by_ref().take(band.len()).collect::<Result<Vec<_>>>()?;
             let take = want - rows.len();
             rows.extend(shards::merge(answers, take));
             if rows.len() >= want {
@@ -360,12 +363,6 @@ async fn legacy_stats(
     })
 }
 
-async fn shard_stats(env: &Env, shard: &Shard, q: &StatsQuery) -> Result<ShardStats> {
-    let body = serde_json::to_vec(q).map_err(rust_err)?;
-    let bytes = object::call(env, shard, object::STATS_PATH, &body).await?;
-    serde_json::from_slice(&bytes).map_err(rust_err)
-}
-
 pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
     let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.stats_cost).await?;
     let pairs = query_pairs(req)?;
@@ -425,8 +422,16 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
         since_ms: since,
         key_prefix,
     };
-    let answers = join_all(shards_found.iter().map(|s| shard_stats(env, s, &q))).await;
-    let mut parts = answers.into_iter().collect::<Result<Vec<_>>>()?;
+    // A join over `object::call` itself, the type the audit writer joins too (ADR 0026).
+    let body = serde_json::to_vec(&q).map_err(rust_err)?;
+    let calls = shards_found
+        .iter()
+        .map(|s| object::call(env, s, object::STATS_PATH, &body));
+    let mut parts = join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.and_then(|b| serde_json::from_slice::<ShardStats>(&b).map_err(rust_err)))
+        .collect::<Result<Vec<_>>>()?;
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
         parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
     }

@@ -156,7 +156,7 @@ impl ShardStore for Sql<'_> {
             "SELECT json_group_array(request_id) FROM rows WHERE request_id IN (SELECT value FROM json_each(?))",
             vec![ids.into()],
         )?;
-        serde_json::from_str(&found).map_err(err)
+        serde_json::from_slice(found.as_bytes()).map_err(err)
     }
 
     fn insert(&mut self, rows: &[&AuditRow]) -> Result<()> {

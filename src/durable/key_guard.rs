@@ -137,7 +137,7 @@ impl GuardStore for Sql<'_> {
             // Stored but unreadable fails closed (never a fresh window).
             window: self
                 .meta_get("window")?
-                .map(|s| serde_json::from_str(&s).unwrap_or(Window::UNREADABLE)),
+                .map(|s| serde_json::from_slice(s.as_bytes()).unwrap_or(Window::UNREADABLE)),
         };
         self.limiter.set(Some(state));
         Ok(state)
@@ -166,7 +166,9 @@ impl GuardStore for Sql<'_> {
     fn record(&mut self, key: &str) -> Sr<Option<Record>> {
         let values = self.column("SELECT record FROM idem WHERE k = ?", vec![key.into()])?;
         match values.into_iter().next() {
-            Some(SqlStorageValue::String(s)) => serde_json::from_str(&s).map(Some).map_err(storage),
+            Some(SqlStorageValue::String(s)) => serde_json::from_slice(s.as_bytes())
+                .map(Some)
+                .map_err(storage),
             _ => Ok(None),
         }
     }

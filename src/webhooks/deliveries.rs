@@ -172,7 +172,7 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
         .bind(&[text(&project), text(&delivery.event_id)])?
         .first(None)
         .await?;
-    let payload = payload.and_then(|p| serde_json::from_str(&p.payload).ok());
+    let payload = payload.and_then(|p| serde_json::from_slice(p.payload.as_bytes()).ok());
     http::json(
         rc,
         200,

@@ -56,7 +56,7 @@ struct FeedEvent {
 impl From<Row> for FeedEvent {
     fn from(r: Row) -> Self {
         // The stored payload is the exact body delivered: {id, type, timestamp, data}.
-        let mut p: Value = serde_json::from_str(&r.payload).unwrap_or(Value::Null);
+        let mut p: Value = serde_json::from_slice(r.payload.as_bytes()).unwrap_or(Value::Null);
         FeedEvent {
             id: r.id,
             event_type: p["type"].take(),

@@ -205,7 +205,7 @@ pub async fn requests(
         .map(|r| Captured {
             at: r.at,
             method: r.method,
-            headers: serde_json::from_str(&r.headers).unwrap_or_default(),
+            headers: serde_json::from_slice(r.headers.as_bytes()).unwrap_or_default(),
             body: r.body,
             signature_valid: r.signature_valid.map(|v| v == 1),
         })

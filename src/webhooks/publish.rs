@@ -165,7 +165,8 @@ pub fn plan(
     let payload = String::from_utf8_lossy(&payload).into_owned();
     let mut rows: Vec<NewDelivery> = Vec::new();
     for sub in subs {
-        let filters: Vec<String> = serde_json::from_str(&sub.events).unwrap_or_default();
+        let filters: Vec<String> =
+            serde_json::from_slice(sub.events.as_bytes()).unwrap_or_default();
         if !events::matches(&filters, event_type) || exclude == Some(sub.id.as_str()) {
             continue;
         }

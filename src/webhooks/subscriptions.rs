@@ -61,7 +61,7 @@ impl From<Row> for Subscription {
         Subscription {
             id: r.id,
             url: r.url,
-            events: serde_json::from_str(&r.events).unwrap_or_default(),
+            events: serde_json::from_slice(r.events.as_bytes()).unwrap_or_default(),
             description: r.description,
             created_at: r.created_at,
             state,

@@ -103,9 +103,13 @@ pub fn parse_time(field: &str, v: &str) -> Result<u64, Invalid> {
     if let Ok(ms) = v.parse::<u64>() {
         return Ok(ms);
     }
-    chrono::DateTime::parse_from_rfc3339(v)
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    time::OffsetDateTime::parse(v, rfc3339)
         .ok()
-        .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
+        .and_then(|t| {
+            let s = u64::try_from(t.unix_timestamp()).ok()?;
+            s.checked_mul(1000)?.checked_add(u64::from(t.millisecond()))
+        })
         .ok_or_else(|| bad(field, "must be epoch milliseconds or an RFC 3339 timestamp"))
 }
 
@@ -360,6 +364,31 @@ mod tests {
 
     fn parse(s: &[(&str, &str)], admin: bool) -> Result<AuditQuery, Invalid> {
         AuditQuery::parse(s.iter().copied(), admin)
+    }
+
+    #[test]
+    fn times_are_epoch_ms_or_rfc3339_with_offset_and_fraction() {
+        assert_eq!(
+            parse_time("since", "2026-01-01T00:00:00Z"),
+            Ok(1_767_225_600_000)
+        );
+        assert_eq!(
+            parse_time("since", "2026-01-01T02:00:00.250+02:00"),
+            Ok(1_767_225_600_250)
+        );
+        assert_eq!(
+            parse_time("since", "2026-01-01t00:00:00.5z"),
+            Ok(1_767_225_600_500)
+        );
+        assert_eq!(parse_time("since", "1970-01-01T00:00:00Z"), Ok(0));
+        for bad in [
+            "1969-12-31T23:59:59Z",
+            "2026-01-01",
+            "2026-13-01T00:00:00Z",
+            "-1",
+        ] {
+            assert!(parse_time("since", bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -81,13 +81,17 @@ impl Shard {
     }
 }
 
-/// Rows grouped by shard: one object call per group.
-pub fn group(rows: Vec<AuditRow>, bucket_ms: u64) -> BTreeMap<Shard, Vec<AuditRow>> {
-    let mut out: BTreeMap<Shard, Vec<AuditRow>> = BTreeMap::new();
+/// Rows grouped by shard, in the order each shard first appears: one object
+/// call per group. A list, not a map: a batch spans a few shards, and a
+/// `BTreeMap<Shard, _>` would be one more map type in the wasm (ADR 0026).
+pub fn group(rows: Vec<AuditRow>, bucket_ms: u64) -> Vec<(Shard, Vec<AuditRow>)> {
+    let mut out: Vec<(Shard, Vec<AuditRow>)> = Vec::new();
     for r in rows {
-        out.entry(Shard::of(r.project.as_deref(), r.time, bucket_ms))
-            .or_default()
-            .push(r);
+        let shard = Shard::of(r.project.as_deref(), r.time, bucket_ms);
+        match out.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, group)) => group.push(r),
+            None => out.push((shard, vec![r])),
+        }
     }
     out
 }
@@ -225,26 +229,41 @@ pub struct LatencyDelta {
     pub n: u64,
 }
 
+/// Counts summed by key, in key order. Every roll-up here (a batch's paths and
+/// latency, `/stats`' days, paths and latency) is one of these, so the wasm
+/// holds one `BTreeMap` type for all five instead of five (ADR 0026). A use
+/// leaves the key parts and counts it does not need at 0 or "".
+#[derive(Default)]
+struct Tally(BTreeMap<(u64, String, String, u64), [u64; 3]>);
+
+impl Tally {
+    fn add(&mut self, key: (u64, String, String, u64), counts: [u64; 3]) {
+        let sum = self.0.entry(key).or_default();
+        for (s, c) in sum.iter_mut().zip(counts) {
+            *s += c;
+        }
+    }
+}
+
 impl Rollups {
     /// The sum of several batches' counts (same keys added up).
     pub fn sum(parts: Vec<Rollups>) -> Rollups {
-        let mut paths: BTreeMap<(u64, String, String), [u64; 3]> = BTreeMap::new();
-        let mut latency: BTreeMap<(u64, String, u64), u64> = BTreeMap::new();
+        let mut paths = Tally::default();
+        let mut latency = Tally::default();
         for p in parts {
             for d in p.paths {
-                let c = paths.entry((d.hour, d.key_prefix, d.path)).or_default();
-                c[0] += d.requests;
-                c[1] += d.errors;
-                c[2] += d.server_errors;
+                let counts = [d.requests, d.errors, d.server_errors];
+                paths.add((d.hour, d.key_prefix, d.path, 0), counts);
             }
             for d in p.latency {
-                *latency.entry((d.hour, d.key_prefix, d.ms)).or_default() += d.n;
+                latency.add((d.hour, d.key_prefix, String::new(), d.ms), [d.n, 0, 0]);
             }
         }
         Rollups {
             paths: paths
+                .0
                 .into_iter()
-                .map(|((hour, key_prefix, path), c)| PathDelta {
+                .map(|((hour, key_prefix, path, _), c)| PathDelta {
                     hour,
                     key_prefix,
                     path,
@@ -254,12 +273,13 @@ impl Rollups {
                 })
                 .collect(),
             latency: latency
+                .0
                 .into_iter()
-                .map(|((hour, key_prefix, ms), n)| LatencyDelta {
+                .map(|((hour, key_prefix, _, ms), c)| LatencyDelta {
                     hour,
                     key_prefix,
                     ms,
-                    n,
+                    n: c[0],
                 })
                 .collect(),
         }
@@ -345,20 +365,20 @@ pub struct Stats {
     pub p95_ms: Option<u64>,
 }
 
-/// `YYYY-MM-DD` (UTC) of an epoch-ms time. Fields, not `format()`: chrono's
-/// formatter would add its whole strftime machinery to the wasm.
+/// `YYYY-MM-DD` (UTC) of an epoch-ms time. Fields, not a formatter: one fixed
+/// layout needs no format machinery in the wasm.
 fn utc_date(ms: u64) -> String {
-    use chrono::Datelike;
-    i64::try_from(ms)
+    i64::try_from(ms / 1000)
         .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|t| format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day()))
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .map(|t| format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day()))
         .unwrap_or_default()
 }
 
-/// The value at nearest-rank quantile `q` of a histogram.
-pub fn percentile(counts: &BTreeMap<u64, u64>, q: f64) -> Option<u64> {
-    let n: u64 = counts.values().sum();
+/// The value at nearest-rank quantile `q` of a histogram: `(value, count)`
+/// pairs in ascending value order.
+pub fn percentile(counts: &[(u64, u64)], q: f64) -> Option<u64> {
+    let n: u64 = counts.iter().map(|(_, c)| c).sum();
     if n == 0 {
         return None;
     }
@@ -375,32 +395,44 @@ pub fn percentile(counts: &BTreeMap<u64, u64>, q: f64) -> Option<u64> {
 
 /// `/stats` from the shards' roll-ups: exactly what a scan of the rows gives.
 pub fn merge_stats(parts: Vec<ShardStats>) -> Stats {
-    let mut days: BTreeMap<String, Day> = BTreeMap::new();
-    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
-    let mut latency: BTreeMap<u64, u64> = BTreeMap::new();
+    // Days keyed by their first millisecond (UTC), which orders them as dates.
+    let (mut days, mut paths, mut latency) = (Tally::default(), Tally::default(), Tally::default());
+    let none = String::new;
     for p in parts {
         for h in p.hours {
-            let date = utc_date(h.hour);
-            let d = days.entry(date.clone()).or_insert(Day {
-                date,
-                requests: 0,
-                errors: 0,
-                server_errors: 0,
-            });
-            d.requests += h.requests;
-            d.errors += h.errors;
-            d.server_errors += h.server_errors;
+            let day = h.hour / DAY_MS * DAY_MS;
+            let counts = [h.requests, h.errors, h.server_errors];
+            days.add((day, none(), none(), 0), counts);
         }
         for c in p.paths {
-            *paths.entry(c.path).or_default() += c.requests;
+            paths.add((0, c.path, none(), 0), [c.requests, 0, 0]);
         }
         for (ms, n) in p.latency {
-            *latency.entry(ms).or_default() += n;
+            latency.add((ms, none(), none(), 0), [n, 0, 0]);
         }
     }
-    let mut top: Vec<PathCount> = paths
+    let days: Vec<Day> = days
+        .0
         .into_iter()
-        .map(|(path, requests)| PathCount { path, requests })
+        .map(|((day, ..), c)| Day {
+            date: utc_date(day),
+            requests: c[0],
+            errors: c[1],
+            server_errors: c[2],
+        })
+        .collect();
+    let latency: Vec<(u64, u64)> = latency
+        .0
+        .into_iter()
+        .map(|((ms, ..), c)| (ms, c[0]))
+        .collect();
+    let mut top: Vec<PathCount> = paths
+        .0
+        .into_iter()
+        .map(|((_, path, ..), c)| PathCount {
+            path,
+            requests: c[0],
+        })
         .collect();
     top.sort_by(|a, b| {
         b.requests
@@ -408,10 +440,10 @@ pub fn merge_stats(parts: Vec<ShardStats>) -> Stats {
             .then_with(|| a.path.cmp(&b.path))
     });
     top.truncate(10);
-    let total: u64 = days.values().map(|d| d.requests).sum();
-    let errors: u64 = days.values().map(|d| d.errors).sum();
+    let total: u64 = days.iter().map(|d| d.requests).sum();
+    let errors: u64 = days.iter().map(|d| d.errors).sum();
     Stats {
-        days: days.into_values().collect(),
+        days,
         top_paths: top,
         error_share: if total == 0 {
             0.0
@@ -447,11 +479,12 @@ pub struct Ingested {
 /// and repeats within the batch are skipped, and count nowhere.
 pub fn ingest<S: ShardStore>(s: &mut S, rows: &[AuditRow]) -> Result<Ingested, S::Error> {
     let ids: Vec<&str> = rows.iter().map(|r| r.request_id.as_str()).collect();
-    let stored: HashSet<String> = s.existing(&ids)?.into_iter().collect();
-    let mut seen: HashSet<&str> = HashSet::new();
+    // One set for both (stored, then seen in this batch): `insert` is false for
+    // either, and `HashSet<String>` is a type the wasm has already (ADR 0026).
+    let mut known: HashSet<String> = s.existing(&ids)?.into_iter().collect();
     let fresh: Vec<&AuditRow> = rows
         .iter()
-        .filter(|r| !stored.contains(&r.request_id) && seen.insert(r.request_id.as_str()))
+        .filter(|r| known.insert(r.request_id.clone()))
         .collect();
     if fresh.is_empty() {
         return Ok(Ingested::default());
@@ -589,7 +622,10 @@ mod tests {
             ],
             1_000,
         );
-        assert_eq!(g.values().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+        let sizes: Vec<(u64, usize)> = g.iter().map(|(s, r)| (s.start_ms, r.len())).collect();
+        assert_eq!(sizes, vec![(0, 2), (1_000, 1)]);
+        let ids: Vec<&str> = g[0].1.iter().map(|r| r.request_id.as_str()).collect();
+        assert_eq!(ids, ["a", "c"]);
     }
 
     #[test]

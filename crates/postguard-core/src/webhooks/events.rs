@@ -202,12 +202,25 @@ pub fn payload(
 
 /// Epoch milliseconds as RFC 3339 UTC with milliseconds,
 /// e.g. `2026-11-30T06:05:29.123Z`.
+/// After year 9999 (`time`'s range) it is that year's last millisecond.
 pub fn rfc3339_ms(epoch_ms: u64) -> String {
-    let t = i64::try_from(epoch_ms)
+    let t = i64::try_from(epoch_ms / 1000)
         .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok());
+    let Some(t) = t else {
+        return "9999-12-31T23:59:59.999Z".to_owned();
+    };
+    // Fields, not `time`'s formatter: one fixed layout needs no format machinery.
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        epoch_ms % 1000
+    )
 }
 
 /// The first `max_chars` characters of a response body, invalid UTF-8
@@ -537,8 +550,10 @@ mod tests {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_796_018_729_123), "2026-11-30T06:05:29.123Z");
         assert_eq!(rfc3339_ms(1_445_412_480_000), "2015-10-21T07:28:00.000Z");
-        // Out of chrono's range: the latest representable time, no panic.
-        assert!(!rfc3339_ms(u64::MAX).is_empty());
+        assert_eq!(rfc3339_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+        // Out of range: the latest representable time, no panic.
+        assert_eq!(rfc3339_ms(253_402_300_800_000), "9999-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339_ms(u64::MAX), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]

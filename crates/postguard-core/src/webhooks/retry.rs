@@ -126,8 +126,9 @@ pub fn parse_retry_after(v: &str, now_ms: u64) -> Option<u64> {
         // All digits but too large for u64 is still "a very long time".
         return Some(v.parse::<u64>().unwrap_or(u64::MAX));
     }
-    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
-    let at_ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let rfc2822 = &time::format_description::well_known::Rfc2822;
+    let at = time::OffsetDateTime::parse(v, rfc2822).ok()?;
+    let at_ms = u64::try_from(at.unix_timestamp()).map_or(0, |s| s.saturating_mul(1000));
     Some(at_ms.saturating_sub(now_ms).div_ceil(1000))
 }
 

@@ -19,6 +19,9 @@ export function headerLines(h) {
   for (const [k, v] of h) s += k + '\n' + v + '\n';
   return s;
 }
+export function requestLines(r) {
+  return r.method + '\n' + r.url + '\n' + headerLines(r.headers);
+}
 export function headersOf(s) {
   const h = new Headers();
   const p = s.split('\n');
@@ -31,6 +34,11 @@ extern "C" {
     /// crossing for the whole list, where iterating costs several per header.
     #[wasm_bindgen(js_name = headerLines)]
     fn header_lines(h: &web_sys::Headers) -> String;
+    /// A request's method, URL and header lines (`method\nurl\n` then
+    /// [`header_lines`]): what the handlers read of it, in one crossing
+    /// where `method()`, `url()`, `headers()` and the lines are four.
+    #[wasm_bindgen(js_name = requestLines)]
+    fn request_lines(r: &web_sys::Request) -> String;
     /// A `Headers` object from such lines, in one crossing.
     #[wasm_bindgen(js_name = headersOf, catch)]
     fn headers_of(lines: &str) -> std::result::Result<web_sys::Headers, JsValue>;
@@ -71,11 +79,14 @@ pub struct Client {
 
 impl Client {
     pub fn of(raw: web_sys::Request) -> Client {
-        let url = raw.url();
+        let lines = request_lines(&raw);
+        let mut parts = lines.splitn(3, '\n');
+        let method = parts.next().unwrap_or_default().to_string();
+        let url = parts.next().unwrap_or_default().to_string();
         Client {
-            method: raw.method(),
+            method,
             path: path_of(&url),
-            headers: raw_header_pairs(&raw.headers()),
+            headers: headers::from_lines(parts.next().unwrap_or_default()),
             url,
             raw,
         }

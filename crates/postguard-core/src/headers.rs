@@ -122,16 +122,17 @@ where
     I: IntoIterator<Item = (&'a str, &'a str)>,
 {
     let mut out = String::new();
+    let mut n = 0;
     for (k, v) in pairs {
-        if k.contains('\n') || v.contains('\n') {
-            return None;
+        for part in [k, "\n", v, "\n"] {
+            out.push_str(part);
         }
-        out.push_str(k);
-        out.push('\n');
-        out.push_str(v);
-        out.push('\n');
+        n += 2;
     }
-    Some(out)
+    // One pass over the bytes at the end, not a search per name and value:
+    // exactly the separators written means no pair holds a line feed.
+    let feeds = out.bytes().filter(|b| *b == b'\n').count();
+    (feeds == n).then_some(out)
 }
 
 /// The pairs of [`to_lines`]' encoding, in order.

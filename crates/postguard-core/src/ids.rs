@@ -2,7 +2,6 @@
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use ulid::Ulid;
 
 /// API keys look like `pgk_` + 43 base64url characters (32 random bytes).
@@ -54,14 +53,6 @@ pub fn sha256_hex(s: &str) -> String {
     format!("{:x}", Sha256::digest(s.as_bytes()))
 }
 
-/// Constant-time comparison of two secrets. Both are hashed first so that
-/// neither the content nor the length of the expected value leaks.
-pub fn secrets_equal(given: &str, expected: &str) -> bool {
-    let a = Sha256::digest(given.as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    a.ct_eq(&b).into()
-}
-
 /// The bearer token of an `Authorization` header value, if it is one.
 pub fn bearer(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
@@ -111,12 +102,5 @@ mod tests {
         assert_eq!(bearer("Bearer"), None);
         assert_eq!(bearer("Bearer "), None);
         assert_eq!(bearer(""), None);
-    }
-
-    #[test]
-    fn secret_comparison() {
-        assert!(secrets_equal("token", "token"));
-        assert!(!secrets_equal("token", "token2"));
-        assert!(!secrets_equal("", "token"));
     }
 }

@@ -1,10 +1,11 @@
 // The worker's entry module (build/index.js; scripts/build.sh puts worker-build's
 // generated module beside it as build/postguard.js). It re-exports every generated
-// export unchanged (the fetch/queue/scheduled handlers, each #[durable_object] class)
-// except KeyGuard, which it exports as a class extending DurableObject: the runtime
-// offers JS RPC only on such a class, and the worker calls the key's object by RPC
-// (`run`) rather than by fetch (ADR 0018). Glue only: every decision is in Rust.
-import { DurableObject, WorkerEntrypoint } from 'cloudflare:workers';
+// export unchanged (each #[durable_object] class) except two: the default entrypoint
+// (fetch/queue/scheduled), without the shim's per-request proxies (below), and
+// KeyGuard, which it exports as a class extending DurableObject: the runtime offers JS
+// RPC only on such a class, and the worker calls the key's object by RPC (`run`)
+// rather than by fetch (ADR 0018). Glue only: every decision is in Rust.
+import { DurableObject } from 'cloudflare:workers';
 import Generated, { KeyGuard as RustKeyGuard } from './postguard.js';
 
 // wasm-bindgen's futures wake a Rust task by passing a callback to the global
@@ -19,20 +20,22 @@ globalThis.queueMicrotask = (task) => {
 
 export * from './postguard.js';
 
-// worker-build's default export is its entrypoint class behind a Proxy whose
-// `construct` and `get` traps build two more Proxies and a handler object on
-// every request, to reinitialise the wasm instance after a critical error.
-// This class calls the same generated handlers (`Generated.prototype.*`, which
-// read `this.env` and `this.ctx`) and keeps that recovery: the flag is the
-// shared `__worker_init_state`, and constructing the proxied class runs the
-// shim's reinitialisation when it is set (ADR 0025).
+// worker-build wraps its entrypoint class and each object class in a Proxy
+// (its shim) whose traps build more Proxies and a handler object on every
+// request and every method read, to reinitialise the wasm instance after a
+// critical error. The exports below call the same generated code directly and keep
+// that recovery: the flag is the shared `__worker_init_state`, constructing a
+// proxied class runs the shim's reinitialisation when it is set, and a Rust
+// object made before it is made again (ADR 0025).
 const initState = globalThis.__worker_init_state;
 const handlers = Generated.prototype;
+// The proxies trap only `construct`: `prototype.constructor` is the class itself.
+const RawKeyGuard = RustKeyGuard.prototype.constructor;
 
-function enter(self, handler, arg) {
-  if (initState.criticalError) new Generated(self.ctx, self.env);
+/** `method` called on `self`; a wasm trap marks the instance for reinitialisation (as the shim does). */
+function invoke(self, method, ...args) {
   try {
-    return handler.call(self, arg);
+    return method.apply(self, args);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {
       console.error('Critical', e);
@@ -42,38 +45,43 @@ function enter(self, handler, arg) {
   }
 }
 
-export default class Postguard extends WorkerEntrypoint {
-  fetch(request) {
-    return enter(this, handlers.fetch, request);
-  }
-
-  queue(batch) {
-    return enter(this, handlers.queue, batch);
-  }
-
-  scheduled(event) {
-    return enter(this, handlers.scheduled, event);
-  }
+// A module-syntax handler object, not a class: the runtime constructs an
+// entrypoint class (a native WorkerEntrypoint) for every request.
+function enter(handler, arg, env, ctx) {
+  if (initState.criticalError) new Generated(ctx, env);
+  return invoke({ env, ctx }, handler, arg);
 }
 
-export class KeyGuard extends DurableObject {
-  #guard;
+export default {
+  fetch: (request, env, ctx) => enter(handlers.fetch, request, env, ctx),
+  queue: (batch, env, ctx) => enter(handlers.queue, batch, env, ctx),
+  scheduled: (event, env, ctx) => enter(handlers.scheduled, event, env, ctx),
+};
 
-  constructor(ctx, env) {
-    super(ctx, env);
-    this.#guard = new RustKeyGuard(ctx, env);
+export class KeyGuard extends DurableObject {
+  #guard = null;
+  #instance = -1;
+
+  /** The Rust object, made again once the wasm instance was reinitialised. */
+  #rust() {
+    if (initState.criticalError) new RustKeyGuard(this.ctx, this.env);
+    if (this.#instance !== initState.instanceId) {
+      this.#guard = new RawKeyGuard(this.ctx, this.env);
+      this.#instance = initState.instanceId;
+    }
+    return this.#guard;
   }
 
   /** One operation: `op` is its path ("/admit", …), `frame` the request frame; resolves to the reply frame. */
   run(op, frame) {
-    return this.#guard.rpc(op, frame);
+    return invoke(this.#rust(), RawKeyGuard.prototype.rpc, op, frame);
   }
 
   fetch(request) {
-    return this.#guard.fetch(request);
+    return invoke(this.#rust(), RawKeyGuard.prototype.fetch, request);
   }
 
   alarm(info) {
-    return this.#guard.alarm(info);
+    return invoke(this.#rust(), RawKeyGuard.prototype.alarm, info);
   }
 }

@@ -329,6 +329,12 @@ impl KeyGuard {
     async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
         let (req, _) = decode::<Admit>(frame_bytes)?;
         let now = now_ms();
+        // A 429 (or a peek) with the limiter in memory writes nothing: no
+        // transaction to open, no alarm to arm.
+        let known = self.limiter.get();
+        if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, &req, now)) {
+            return Ok((answer, Vec::new()));
+        }
         let done = self.atomically(|s| store::admit(s, &req, now))?;
         self.arm(done.alarm_by).await?;
         Ok((done.answer, done.payload))

@@ -303,6 +303,17 @@ impl KeyGuard {
         result
     }
 
+    /// Runs `f` over the storage port without a transaction: for an
+    /// operation that writes at most one statement (atomic on its own). As
+    /// in [`Self::atomically`], a failure drops the cached limiter state.
+    fn directly<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Sr<T>) -> Sr<T> {
+        let result = f(&mut self.store()?);
+        if result.is_err() {
+            self.limiter.set(None);
+        }
+        result
+    }
+
     /// Makes sure an alarm fires no later than `at` (epoch ms).
     async fn alarm_by(&self, at: u64) -> Result<()> {
         let known = self.alarm_at.get();
@@ -335,7 +346,10 @@ impl KeyGuard {
         if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, &req, now)) {
             return Ok((answer, Vec::new()));
         }
-        let done = self.atomically(|s| store::admit(s, &req, now))?;
+        let done = match store::admit_needs_transaction(&req) {
+            true => self.atomically(|s| store::admit(s, &req, now))?,
+            false => self.directly(|s| store::admit(s, &req, now))?,
+        };
         self.arm(done.alarm_by).await?;
         Ok((done.answer, done.payload))
     }

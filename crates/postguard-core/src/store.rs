@@ -110,6 +110,14 @@ pub fn admit_in_memory(
     (plan.window.is_none() && plan.claim.is_none()).then_some(plan.response)
 }
 
+/// Whether [`admit`] needs a storage transaction for `req`. Without a claim
+/// it writes at most one statement (the window), which is atomic on its
+/// own; with one it may write the window, the record and drop a body, which
+/// must commit together.
+pub fn admit_needs_transaction(req: &AdmitRequest) -> bool {
+    req.claim.is_some()
+}
+
 /// `complete`: store the origin's response under this request's claim.
 pub fn complete<S: GuardStore>(
     store: &mut S,

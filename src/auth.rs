@@ -15,7 +15,6 @@ use std::collections::HashMap;
 
 use postguard_core::config::{Config, Plan};
 use postguard_core::credential::Credential;
-use postguard_core::ids;
 use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
@@ -66,7 +65,7 @@ pub fn credential(req: &Request, cfg: &Config) -> Credential {
 
 /// The credential of an `Authorization` header.
 pub fn credential_of(header: Option<&str>, cfg: &Config) -> Credential {
-    Credential::classify(header, &cfg.admin_token, &cfg.origin_token)
+    Credential::classify(header, &cfg.secrets)
 }
 
 fn invalid(detail: &str) -> Problem {
@@ -114,8 +113,8 @@ pub struct ApiKey {
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
 async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
-    let token = match cred {
-        Credential::ApiKey(t) => t,
+    let hash = match cred {
+        Credential::ApiKey(hash) => hash,
         Credential::Missing => {
             return Err(invalid("send the API key as 'Authorization: Bearer <key>'").into())
         }
@@ -127,7 +126,6 @@ async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
         }
         _ => return Err(invalid("the API key is malformed").into()),
     };
-    let hash = ids::sha256_hex(&token);
     match lookup(env, &hash).await? {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
         Some(_) => Err(Problem::revoked_key().into()),
@@ -177,10 +175,10 @@ pub fn revoked(key: &ApiKey) -> Problem {
     Problem::revoked_key()
 }
 
-/// Whether an API-key-shaped token names a stored key (`live_only`: one that
-/// is not revoked).
-async fn is_known_key(env: &Env, token: &str, live_only: bool) -> worker::Result<bool> {
-    let rec = lookup(env, &ids::sha256_hex(token)).await?;
+/// Whether an API-key-shaped token (its hash) names a stored key
+/// (`live_only`: one that is not revoked).
+async fn is_known_key(env: &Env, hash: &str, live_only: bool) -> worker::Result<bool> {
+    let rec = lookup(env, hash).await?;
     Ok(rec.is_some_and(|r| !live_only || r.revoked_at.is_none()))
 }
 

@@ -1,11 +1,12 @@
 // The worker's entry module (build/index.js; scripts/build.sh puts worker-build's
 // generated module beside it as build/postguard.js). It re-exports every generated
-// export unchanged (the fetch/queue/scheduled handlers, each #[durable_object] class)
-// except KeyGuard, which it exports as a class extending DurableObject: the runtime
-// offers JS RPC only on such a class, and the worker calls the key's object by RPC
-// (`run`) rather than by fetch (ADR 0018). Glue only: every decision is in Rust.
+// export unchanged (each #[durable_object] class) except two: the default entrypoint
+// (fetch/queue/scheduled), without the shim's per-request proxies (below), and
+// KeyGuard, which it exports as a class extending DurableObject: the runtime offers JS
+// RPC only on such a class, and the worker calls the key's object by RPC (`run`)
+// rather than by fetch (ADR 0018). Glue only: every decision is in Rust.
 import { DurableObject } from 'cloudflare:workers';
-import { KeyGuard as RustKeyGuard } from './postguard.js';
+import Generated, { KeyGuard as RustKeyGuard } from './postguard.js';
 
 // wasm-bindgen's futures wake a Rust task by passing a callback to the global
 // `queueMicrotask` each time an awaited promise settles (2–3 times per request). On
@@ -18,26 +19,69 @@ globalThis.queueMicrotask = (task) => {
 };
 
 export * from './postguard.js';
-export { default } from './postguard.js';
+
+// worker-build wraps its entrypoint class and each object class in a Proxy
+// (its shim) whose traps build more Proxies and a handler object on every
+// request and every method read, to reinitialise the wasm instance after a
+// critical error. The exports below call the same generated code directly and keep
+// that recovery: the flag is the shared `__worker_init_state`, constructing a
+// proxied class runs the shim's reinitialisation when it is set, and a Rust
+// object made before it is made again (ADR 0025).
+const initState = globalThis.__worker_init_state;
+const handlers = Generated.prototype;
+// The proxies trap only `construct`: `prototype.constructor` is the class itself.
+const RawKeyGuard = RustKeyGuard.prototype.constructor;
+
+/** `method` called on `self`; a wasm trap marks the instance for reinitialisation (as the shim does). */
+function invoke(self, method, ...args) {
+  try {
+    return method.apply(self, args);
+  } catch (e) {
+    if (e instanceof WebAssembly.RuntimeError) {
+      console.error('Critical', e);
+      initState.criticalError = true;
+    }
+    throw e;
+  }
+}
+
+// A module-syntax handler object, not a class: the runtime constructs an
+// entrypoint class (a native WorkerEntrypoint) for every request.
+function enter(handler, arg, env, ctx) {
+  if (initState.criticalError) new Generated(ctx, env);
+  return invoke({ env, ctx }, handler, arg);
+}
+
+export default {
+  fetch: (request, env, ctx) => enter(handlers.fetch, request, env, ctx),
+  queue: (batch, env, ctx) => enter(handlers.queue, batch, env, ctx),
+  scheduled: (event, env, ctx) => enter(handlers.scheduled, event, env, ctx),
+};
 
 export class KeyGuard extends DurableObject {
-  #guard;
+  #guard = null;
+  #instance = -1;
 
-  constructor(ctx, env) {
-    super(ctx, env);
-    this.#guard = new RustKeyGuard(ctx, env);
+  /** The Rust object, made again once the wasm instance was reinitialised. */
+  #rust() {
+    if (initState.criticalError) new RustKeyGuard(this.ctx, this.env);
+    if (this.#instance !== initState.instanceId) {
+      this.#guard = new RawKeyGuard(this.ctx, this.env);
+      this.#instance = initState.instanceId;
+    }
+    return this.#guard;
   }
 
   /** One operation: `op` is its path ("/admit", …), `frame` the request frame; resolves to the reply frame. */
   run(op, frame) {
-    return this.#guard.rpc(op, frame);
+    return invoke(this.#rust(), RawKeyGuard.prototype.rpc, op, frame);
   }
 
   fetch(request) {
-    return this.#guard.fetch(request);
+    return invoke(this.#rust(), RawKeyGuard.prototype.fetch, request);
   }
 
   alarm(info) {
-    return this.#guard.alarm(info);
+    return invoke(this.#rust(), RawKeyGuard.prototype.alarm, info);
   }
 }

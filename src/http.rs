@@ -19,11 +19,20 @@ export function headerLines(h) {
   for (const [k, v] of h) s += k + '\n' + v + '\n';
   return s;
 }
+export function requestLines(r) {
+  return r.method + '\n' + r.url + '\n' + headerLines(r.headers);
+}
 export function headersOf(s) {
   const h = new Headers();
   const p = s.split('\n');
   for (let i = 0; i + 1 < p.length; i += 2) h.append(p[i], p[i + 1]);
   return h;
+}
+export function fetchLines(url, method, lines, body, signal) {
+  const init = { method, headers: headersOf(lines), redirect: 'manual', signal };
+  // `body` is a view of wasm memory: copied before anything else runs.
+  if (body.length > 0) init.body = body.slice();
+  return fetch(url, init);
 }
 "#)]
 extern "C" {
@@ -31,9 +40,51 @@ extern "C" {
     /// crossing for the whole list, where iterating costs several per header.
     #[wasm_bindgen(js_name = headerLines)]
     fn header_lines(h: &web_sys::Headers) -> String;
+    /// A request's method, URL and header lines (`method\nurl\n` then
+    /// [`header_lines`]): what the handlers read of it, in one crossing
+    /// where `method()`, `url()`, `headers()` and the lines are four.
+    #[wasm_bindgen(js_name = requestLines)]
+    fn request_lines(r: &web_sys::Request) -> String;
     /// A `Headers` object from such lines, in one crossing.
     #[wasm_bindgen(js_name = headersOf, catch)]
     fn headers_of(lines: &str) -> std::result::Result<web_sys::Headers, JsValue>;
+    /// The global `fetch` with a manual-redirect init built in one crossing
+    /// (headers from lines; the body copied, none when empty), where the
+    /// `RequestInit` setters, the `Headers` object and the body array are
+    /// seven.
+    #[wasm_bindgen(js_name = fetchLines, catch)]
+    fn fetch_lines(
+        url: &str,
+        method: &str,
+        lines: &str,
+        body: &[u8],
+        signal: &web_sys::AbortSignal,
+    ) -> std::result::Result<js_sys::Promise, JsValue>;
+}
+
+/// `fetch(url)` with `method`, `headers`, `body` (none when empty), manual
+/// redirects and `signal`: the origin request.
+pub async fn fetch_manual(
+    url: &str,
+    method: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    signal: &web_sys::AbortSignal,
+) -> Result<web_sys::Response> {
+    let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let Some(lines) = headers::to_lines(pairs.clone()) else {
+        // A line feed in a pair: the runtime refuses it, as it always did.
+        let init = request_init(method, body);
+        init.set_headers(&to_headers(pairs)?.0);
+        init.set_redirect(web_sys::RequestRedirect::Manual);
+        init.set_signal(Some(signal));
+        return raw_fetch(&js_sys::global(), url, &init).await;
+    };
+    let promise = fetch_lines(url, method, &lines, body, signal)?;
+    JsFuture::from(promise)
+        .await?
+        .dyn_into()
+        .map_err(|_| worker::Error::RustError("fetch did not resolve to a Response".into()))
 }
 
 /// Headers of a runtime request or response as owned pairs.
@@ -71,11 +122,14 @@ pub struct Client {
 
 impl Client {
     pub fn of(raw: web_sys::Request) -> Client {
-        let url = raw.url();
+        let lines = request_lines(&raw);
+        let mut parts = lines.splitn(3, '\n');
+        let method = parts.next().unwrap_or_default().to_string();
+        let url = parts.next().unwrap_or_default().to_string();
         Client {
-            method: raw.method(),
+            method,
             path: path_of(&url),
-            headers: raw_header_pairs(&raw.headers()),
+            headers: headers::from_lines(parts.next().unwrap_or_default()),
             url,
             raw,
         }
@@ -137,6 +191,14 @@ fn answer_headers(
     headers: &[(String, String)],
     extra: &[(&str, String)],
 ) -> Result<Headers> {
+    if rc.origin.is_none() {
+        // No CORS headers to merge: the lines are written straight away.
+        let mut over: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        over.push(("X-Request-Id", &rc.request_id));
+        if let Some(lines) = headers::lines_with(headers, &over) {
+            return Ok(Headers(headers_of(&lines)?));
+        }
+    }
     let mut set = HeaderSet::from_pairs(headers);
     for (k, v) in extra {
         set.set(k, v);

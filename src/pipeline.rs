@@ -212,15 +212,17 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
     let timeout_ms = cfg.settings.origin.timeout_ms;
     let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
     let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
-    let pairs = origin.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let headers = http::to_headers(pairs).map_err(unreachable)?;
     let controller = web_sys::AbortController::new().map_err(|e| unreachable(e.into()))?;
-    let init = http::request_init(&origin.method, &origin.body);
-    init.set_headers(&headers.0);
-    init.set_redirect(web_sys::RequestRedirect::Manual);
-    init.set_signal(Some(&controller.signal()));
+    let signal = controller.signal();
     let work = async move {
-        let resp = http::raw_fetch(&worker::js_sys::global(), &origin.url, &init).await?;
+        let resp = http::fetch_manual(
+            &origin.url,
+            &origin.method,
+            &origin.headers,
+            &origin.body,
+            &signal,
+        )
+        .await?;
         if !origin.buffer {
             return Ok(Forwarded::Streaming(resp));
         }

@@ -22,6 +22,13 @@ extern "C" {
     #[wasm_bindgen(method, catch)]
     fn run(this: &GuardStub, op: &str, frame: &Uint8Array) -> Result<JsValue, JsValue>;
 
+    /// The worker's `env` object.
+    type EnvObject;
+    /// Its `KEY_GUARD` binding (`bindings::KEY_GUARD`), read by one getter
+    /// call where `Reflect.get` with a key made in wasm is two crossings.
+    #[wasm_bindgen(method, getter, js_name = KEY_GUARD)]
+    fn key_guard(this: &EnvObject) -> JsValue;
+
     /// The `KEY_GUARD` namespace binding.
     type GuardNamespace;
     /// The stub of the object named `name`: one call where `idFromName` and
@@ -32,7 +39,8 @@ extern "C" {
 
 /// The stub of API key `key_id`'s object.
 fn stub(env: &Env, key_id: &str) -> worker::Result<GuardStub> {
-    let ns = worker::js_sys::Reflect::get(env, &JsValue::from_str(bindings::KEY_GUARD))?;
+    let this: &JsValue = env.as_ref();
+    let ns = this.unchecked_ref::<EnvObject>().key_guard();
     if ns.is_undefined() {
         let e = format!("binding {} is missing", bindings::KEY_GUARD);
         return Err(worker::Error::RustError(e));

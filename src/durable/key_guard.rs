@@ -305,6 +305,17 @@ impl KeyGuard {
         result
     }
 
+    /// Runs `f` over the storage port without a transaction: for an
+    /// operation that writes at most one statement (atomic on its own). As
+    /// in [`Self::atomically`], a failure drops the cached limiter state.
+    fn directly<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Sr<T>) -> Sr<T> {
+        let result = f(&mut self.store()?);
+        if result.is_err() {
+            self.limiter.set(None);
+        }
+        result
+    }
+
     /// Makes sure an alarm fires no later than `at` (epoch ms).
     async fn alarm_by(&self, at: u64) -> Result<()> {
         let known = self.alarm_at.get();
@@ -331,7 +342,16 @@ impl KeyGuard {
     async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
         let (req, _) = decode::<Admit>(frame_bytes)?;
         let now = now_ms();
-        let done = self.atomically(|s| store::admit(s, &req, now))?;
+        // A 429 (or a peek) with the limiter in memory writes nothing: no
+        // transaction to open, no alarm to arm.
+        let known = self.limiter.get();
+        if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, &req, now)) {
+            return Ok((answer, Vec::new()));
+        }
+        let done = match store::admit_needs_transaction(&req) {
+            true => self.atomically(|s| store::admit(s, &req, now))?,
+            false => self.directly(|s| store::admit(s, &req, now))?,
+        };
         self.arm(done.alarm_by).await?;
         Ok((done.answer, done.payload))
     }

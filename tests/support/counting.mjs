@@ -64,15 +64,17 @@ export class KeyGuard extends RealKeyGuard {
   alarm(...args) { bump('object alarm run'); return super.alarm(...args); }
 }
 
-export default class extends Gateway {
-  constructor(ctx, env) { super(ctx, countingEnv(env)); }
-  fetch(req) {
+// The build's default export is a handler object (src/entry.mjs, ADR 0025).
+export default {
+  fetch(req, env, ctx) {
     const p = new URL(req.url).pathname;
     if (p === '/__counters') return Response.json(counts);
     if (p === '/__counters/reset') { for (const k of Object.keys(counts)) delete counts[k]; return new Response('ok'); }
-    return super.fetch(req);
-  }
-}
+    return Gateway.fetch(req, countingEnv(env), ctx);
+  },
+  queue: (batch, env, ctx) => Gateway.queue(batch, countingEnv(env), ctx),
+  scheduled: (event, env, ctx) => Gateway.scheduled(event, countingEnv(env), ctx),
+};
 `;
 
 const dir = path.join(ROOT, 'target', 'counting');

@@ -69,16 +69,18 @@ function wrapEnv(env) {
   });
 }
 
-export default class extends Gateway {
-  constructor(ctx, env) { super(ctx, wrapEnv(env)); }
-  fetch(req) {
+// The build's default export is a handler object (src/entry.mjs, ADR 0025).
+export default {
+  fetch(req, env, ctx) {
     const u = new URL(req.url);
     if (u.pathname === '/__queue/fail') { failures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     if (u.pathname === '/__queue/sent') return Response.json({ sent, failures });
     if (u.pathname === '/__sql/fail-claim') { claimFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
-    return super.fetch(req);
-  }
-}
+    return Gateway.fetch(req, wrapEnv(env), ctx);
+  },
+  queue: (batch, env, ctx) => Gateway.queue(batch, wrapEnv(env), ctx),
+  scheduled: (event, env, ctx) => Gateway.scheduled(event, wrapEnv(env), ctx),
+};
 `;
 
 export function prepareFaultyRoot() {

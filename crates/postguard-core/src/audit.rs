@@ -60,7 +60,10 @@ impl AuditRow {
 
 /// Truncates to at most `n` characters (stored strings are bounded).
 pub fn bounded(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+    // Cut at the byte offset of the n-th character and copy once (collecting
+    // the characters pushes them one by one).
+    let end = s.char_indices().nth(n).map_or(s.len(), |(i, _)| i);
+    s[..end].to_string()
 }
 
 /// A value bound to a `?` placeholder.

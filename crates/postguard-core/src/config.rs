@@ -411,6 +411,8 @@ pub struct Config {
     pub admin_token: String,
     pub origin_token: String,
     pub origin_signing_secret: String,
+    /// The digests the credential of every request is compared with.
+    pub secrets: crate::credential::Secrets,
     pub settings: Settings,
 }
 
@@ -472,6 +474,7 @@ impl Config {
         };
         validate(&settings)?;
         Ok(Config {
+            secrets: crate::credential::Secrets::of(&admin_token, &origin_token),
             origin_url,
             admin_token,
             origin_token,

@@ -122,16 +122,36 @@ where
     I: IntoIterator<Item = (&'a str, &'a str)>,
 {
     let mut out = String::new();
+    let mut n = 0;
     for (k, v) in pairs {
-        if k.contains('\n') || v.contains('\n') {
-            return None;
+        for part in [k, "\n", v, "\n"] {
+            out.push_str(part);
         }
-        out.push_str(k);
-        out.push('\n');
-        out.push_str(v);
-        out.push('\n');
+        n += 2;
     }
-    Some(out)
+    // One pass over the bytes at the end, not a search per name and value:
+    // exactly the separators written means no pair holds a line feed.
+    let feeds = out.bytes().filter(|b| *b == b'\n').count();
+    (feeds == n).then_some(out)
+}
+
+/// The [`to_lines`] encoding of `base` with every pair of `over` set in turn
+/// ([`HeaderSet::set`] for each, in order), without building the set: an
+/// answer's headers are written once, not cloned and searched per name.
+pub fn lines_with(base: &[(String, String)], over: &[(&str, &str)]) -> Option<String> {
+    let named =
+        |k: &str, among: &[(&str, &str)]| among.iter().any(|(o, _)| o.eq_ignore_ascii_case(k));
+    let kept = base
+        .iter()
+        .filter(|(k, _)| !named(k, over))
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    // A name set twice keeps its last value, where the last `set` put it.
+    let set = over
+        .iter()
+        .enumerate()
+        .filter(|(i, (k, _))| !named(k, &over[i + 1..]))
+        .map(|(_, pair)| *pair);
+    to_lines(kept.chain(set))
 }
 
 /// The pairs of [`to_lines`]' encoding, in order.
@@ -284,6 +304,24 @@ mod tests {
     #[test]
     fn lines_refuse_a_line_feed() {
         assert_eq!(to_lines([("a", "1\nb")]), None);
+        let base = vec![
+            ("Content-Type".to_string(), "text/plain".to_string()),
+            ("x-request-id".to_string(), "origin's".to_string()),
+            ("Vary".to_string(), "Accept".to_string()),
+        ];
+        let over = [
+            ("X-Request-Id", "req_1"),
+            ("Retry-After", "3"),
+            ("content-type", "application/json"),
+            ("retry-after", "4"),
+        ];
+        let mut set = HeaderSet::from_pairs(&base);
+        for (k, v) in over {
+            set.set(k, v);
+        }
+        let pairs = set.pairs().iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        assert_eq!(lines_with(&base, &over), to_lines(pairs));
+        assert_eq!(lines_with(&base, &[("a", "1\nb")]), None);
         assert_eq!(to_lines([("a\nb", "1")]), None);
     }
 

@@ -94,6 +94,30 @@ pub fn admit<S: GuardStore>(
     })
 }
 
+/// [`admit`]'s answer when it would touch no storage: no Idempotency-Key to
+/// look up, the limiter state already known (`state`), and a decision that
+/// writes nothing (a refused charge, a cost-0 peek, a revoked key). The
+/// object then answers without opening a transaction; `None`: run [`admit`].
+pub fn admit_in_memory(
+    state: LimiterState,
+    req: &AdmitRequest,
+    now_ms: u64,
+) -> Option<AdmitResponse> {
+    if req.claim.is_some() {
+        return None;
+    }
+    let plan = guard::admit(state.revoked, state.window, None, req, now_ms);
+    (plan.window.is_none() && plan.claim.is_none()).then_some(plan.response)
+}
+
+/// Whether [`admit`] needs a storage transaction for `req`. Without a claim
+/// it writes at most one statement (the window), which is atomic on its
+/// own; with one it may write the window, the record and drop a body, which
+/// must commit together.
+pub fn admit_needs_transaction(req: &AdmitRequest) -> bool {
+    req.claim.is_some()
+}
+
 /// `complete`: store the origin's response under this request's claim.
 pub fn complete<S: GuardStore>(
     store: &mut S,
@@ -278,6 +302,47 @@ mod tests {
             AdmitResponse::Admitted { idempotency, .. } => idempotency.clone(),
             _ => None,
         }
+    }
+
+    #[test]
+    fn in_memory_admission_answers_as_admit_does_and_only_when_nothing_is_written() {
+        let tiny = Quota {
+            limit: 1,
+            window_ms: 60_000,
+        };
+        let charge = |cost| AdmitRequest {
+            cost,
+            quota: tiny,
+            claim: None,
+        };
+        let mut s = MemoryStore::default();
+        assert_eq!(
+            admit_in_memory(s.limiter, &charge(1), 0),
+            None,
+            "a charge writes"
+        );
+        ok(admit(&mut s, &charge(1), 0));
+        for (req, now) in [(charge(1), 10), (charge(0), 20), (charge(1), 59_999)] {
+            let before = s.clone();
+            let fast = admit_in_memory(s.limiter, &req, now);
+            let full = ok(admit(&mut s, &req, now));
+            assert_eq!(s, before, "nothing was written");
+            assert_eq!(
+                (fast, full.alarm_by, full.payload.len()),
+                (Some(full.answer), None, 0)
+            );
+        }
+        assert_eq!(
+            admit_in_memory(s.limiter, &charge(1), 60_000),
+            None,
+            "a new window"
+        );
+        assert_eq!(admit_in_memory(s.limiter, &admit_req("f", "r"), 10), None);
+        s.limiter.revoked = true;
+        assert_eq!(
+            admit_in_memory(s.limiter, &charge(1), 10),
+            Some(AdmitResponse::Revoked)
+        );
     }
 
     #[test]

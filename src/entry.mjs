@@ -28,6 +28,12 @@ export * from './postguard.js';
 // proxied class runs the shim's reinitialisation when it is set, and a Rust
 // object made before it is made again (ADR 0025).
 const initState = globalThis.__worker_init_state;
+// The shim's state is worker-build 0.8.7's (pinned in scripts/setup.sh). If a later
+// release renames it, fail when the module loads (the deploy and every test fail
+// loudly) rather than on each request.
+if (!initState || typeof initState !== 'object' || !('instanceId' in initState)) {
+  throw new Error('postguard: worker-build shim state (__worker_init_state) not found; see ADR 0025');
+}
 const handlers = Generated.prototype;
 // The proxies trap only `construct`: `prototype.constructor` is the class itself.
 const RawKeyGuard = RustKeyGuard.prototype.constructor;

@@ -11,10 +11,8 @@
 // Usage: node bench/profile.mjs [all|get|fresh|replay|limited] [seconds] [rounds] [top]
 // (INCLUSIVE=1 also prints the product's own functions by inclusive time.)
 import { startOrigin } from '../tests/support/origin.mjs';
-import fs from 'node:fs';
-import path from 'node:path';
-import { createHash } from 'node:crypto';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
+import { cdp, withNames } from './inspector.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
 import { REFERENCE, REFERENCE_RPC, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
 
@@ -23,34 +21,6 @@ const SECONDS = Number(process.argv[3] ?? 4);
 const ROUNDS = Number(process.argv[4] ?? 3);
 const TOP = Number(process.argv[5] ?? 12);
 const BEFORE_ROOT = process.env.BEFORE_ROOT;
-
-function cdp(wsUrl) {
-  const ws = new WebSocket(wsUrl);
-  let id = 0;
-  const waiting = new Map();
-  ws.addEventListener('message', (ev) => {
-    const msg = JSON.parse(ev.data);
-    if (msg.id && waiting.has(msg.id)) {
-      const { resolve, reject } = waiting.get(msg.id);
-      waiting.delete(msg.id);
-      if (msg.error) reject(new Error(JSON.stringify(msg.error)));
-      else resolve(msg.result);
-    }
-  });
-  const open = new Promise((resolve, reject) => {
-    ws.addEventListener('open', resolve);
-    ws.addEventListener('error', reject);
-  });
-  return {
-    open,
-    send: (method, params = {}) => new Promise((resolve, reject) => {
-      id += 1;
-      waiting.set(id, { resolve, reject });
-      ws.send(JSON.stringify({ id, method, params }));
-    }),
-    close: () => ws.close(),
-  };
-}
 
 /** The load of each scenario against one gateway. */
 function scenariosFor({ gw, auth, tiny, body }) {
@@ -140,23 +110,6 @@ function analyse(profile, requests) {
 }
 
 const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[0-9a-f]+$/, '$1 (glue)').replace(/::h[0-9a-f]{16}.*$/, '').slice(0, 40);
-
-/**
- * Miniflare options patch: serve the build's wasm from the copy that keeps its function
- * names, when that copy belongs to this build (the digest scripts/wasm-post.sh recorded
- * matches build/index_bg.wasm). Otherwise the build is profiled as it is.
- */
-function withNames(root) {
-  const dir = path.join(root, 'target', 'wasm-names');
-  const read = (f) => (fs.existsSync(f) ? fs.readFileSync(f) : null);
-  const named = read(path.join(dir, 'index_bg.wasm'));
-  const digest = read(path.join(dir, 'stripped.sha256'))?.toString().trim();
-  const built = read(path.join(root, 'build', 'index_bg.wasm'));
-  if (!named || !built || digest !== createHash('sha256').update(built).digest('hex')) return undefined;
-  return (v4) => {
-    for (const m of v4.modules) if (m.type === 'CompiledWasm') m.contents = new Uint8Array(named);
-  };
-}
 
 const origin = await startOrigin();
 // Inspector ports PROFILE_PORT … +5 (default 9239; +3 … +5 for the Rust floor and the RPC references): another port base lets two profiles run on one machine.

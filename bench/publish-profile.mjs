@@ -7,12 +7,10 @@
 // time. The wasm is served from the copy with names (target/wasm-names, as bench/profile.mjs).
 // BEFORE_ROOT=<checkout with its own build> profiles that build too, in alternating rounds.
 // Usage: [BEFORE_ROOT=…] node bench/publish-profile.mjs [events] [rounds] [top]   (PROFILE_PORT, default 9249; FOCUS, CALLERS below)
-import fs from 'node:fs';
-import path from 'node:path';
-import { createHash } from 'node:crypto';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { commitOf, median, spread } from './results.mjs';
+import { cdp, withNames } from './inspector.mjs';
 
 const EVENTS = Number(process.argv[2] ?? 1000);
 const ROUNDS = Number(process.argv[3] ?? 3);
@@ -36,40 +34,6 @@ const CALLERS = process.env.CALLERS ? new RegExp(process.env.CALLERS) : null;
 const FOCUS = process.env.FOCUS ? new RegExp(process.env.FOCUS) : null;
 const FANOUT = 5;
 const QUOTAS = { events_per_project_per_day: 100_000_000, deliveries_per_project_per_day: 1_000_000_000, bytes_per_project_per_day: 8_000_000_000 };
-
-function cdp(wsUrl) {
-  const ws = new WebSocket(wsUrl);
-  let id = 0;
-  const waiting = new Map();
-  ws.addEventListener('message', (ev) => {
-    const msg = JSON.parse(ev.data);
-    const w = msg.id && waiting.get(msg.id);
-    if (!w) return;
-    waiting.delete(msg.id);
-    if (msg.error) w.reject(new Error(JSON.stringify(msg.error)));
-    else w.resolve(msg.result);
-  });
-  const open = new Promise((resolve, reject) => {
-    ws.addEventListener('open', resolve);
-    ws.addEventListener('error', reject);
-  });
-  const send = (method, params = {}) => new Promise((resolve, reject) => {
-    id += 1;
-    waiting.set(id, { resolve, reject });
-    ws.send(JSON.stringify({ id, method, params }));
-  });
-  return { open, send, close: () => ws.close() };
-}
-
-/** Serves the named copy of `root`'s wasm, which must match its build/index_bg.wasm. */
-function withNames(root, v4) {
-  const dir = path.join(root, 'target', 'wasm-names');
-  const named = fs.readFileSync(path.join(dir, 'index_bg.wasm'));
-  const digest = fs.readFileSync(path.join(dir, 'stripped.sha256'), 'utf8').trim();
-  const built = fs.readFileSync(path.join(root, 'build', 'index_bg.wasm'));
-  if (digest !== createHash('sha256').update(built).digest('hex')) throw new Error(`${root}: target/wasm-names is not this build: run scripts/build.sh`);
-  for (const m of v4.modules) if (m.type === 'CompiledWasm') m.contents = new Uint8Array(named);
-}
 
 /** Self time per function, wasm time, inclusive time of postguard's functions (µs, totals). */
 function analyse(profile) {
@@ -158,7 +122,9 @@ async function build(label, root, port) {
     inspectorPort: port,
     vars: { POSTGUARD_CONFIG: cfg({ webhooks: { allow_insecure_urls: true, allow_hosts: ['127.0.0.1'], ...QUOTAS }, plans: { big: { requests_per_window: 10_000_000 } } }) },
     patchOptions: (o) => {
-      withNames(root ?? ROOT, o);
+      const named = withNames(root ?? ROOT);
+      if (!named) throw new Error(`${root ?? ROOT}: target/wasm-names is not this build: run scripts/build.sh`);
+      named(o);
       o.queueConsumers = {}; // publishing only: the jobs stay queued
     },
   });

@@ -8,20 +8,12 @@
 //   e.g. node bench/wasm-groups.mjs target/wasm-names/index_bg.wasm serde_wasm_bindgen 'btree' 'slice::sort'
 import fs from 'node:fs';
 import zlib from 'node:zlib';
+import { parseNames, readLeb } from '../scripts/wasm-binary.mjs';
 
 const [file = 'target/wasm-names/index_bg.wasm', ...patterns] = process.argv.slice(2);
 const buf = fs.readFileSync(file);
 
-function leb(pos) {
-  let value = 0;
-  let shift = 0;
-  for (;;) {
-    const byte = buf[pos++];
-    value += (byte & 0x7f) * 2 ** shift;
-    shift += 7;
-    if (byte < 0x80) return [value, pos];
-  }
-}
+const leb = (pos) => readLeb(buf, pos);
 
 // Imported functions come first in the function index space; only their count matters.
 function countFunctionImports(start) {
@@ -54,7 +46,7 @@ function countFunctionImports(start) {
 
 let imports = 0;
 const bodies = [];
-const names = new Map();
+let names = new Map();
 let pos = 8;
 while (pos < buf.length) {
   const id = buf[pos++];
@@ -72,28 +64,8 @@ while (pos < buf.length) {
     }
   }
   if (id === 0) {
-    let [len, p] = leb(pos);
-    const section = buf.subarray(p, p + len).toString();
-    p += len;
-    while (section === 'name' && p < end) {
-      const sub = buf[p++];
-      let subSize;
-      [subSize, p] = leb(p);
-      const stop = p + subSize;
-      if (sub === 1) {
-        let count;
-        [count, p] = leb(p);
-        for (let i = 0; i < count; i++) {
-          let index;
-          let nameLen;
-          [index, p] = leb(p);
-          [nameLen, p] = leb(p);
-          names.set(index, buf.subarray(p, p + nameLen).toString());
-          p += nameLen;
-        }
-      }
-      p = stop;
-    }
+    const [len, p] = leb(pos);
+    if (buf.subarray(p, p + len).toString() === 'name') names = parseNames(buf, p + len, end).names;
   }
   pos = end;
 }

@@ -10,22 +10,12 @@
 //   unkey IN OUT: removes the prefix again (the names copy bench/profile.mjs reads).
 // Only the name section changes; the code is binaryen's to move.
 import fs from 'node:fs';
+import { parseNames, readLeb } from './wasm-binary.mjs';
 
 const [mode, input, output] = process.argv.slice(2);
 if (!['key', 'unkey'].includes(mode) || !input || !output) {
   console.error('usage: node scripts/wasm-order.mjs key|unkey IN.wasm OUT.wasm');
   process.exit(2);
-}
-
-function readLeb(buf, pos) {
-  let value = 0;
-  let shift = 0;
-  for (;;) {
-    const byte = buf[pos++];
-    value += (byte & 0x7f) * 2 ** shift;
-    shift += 7;
-    if (byte < 0x80) return [value, pos];
-  }
 }
 
 function leb(value) {
@@ -42,35 +32,6 @@ function leb(value) {
 const sized = (bytes) => Buffer.concat([leb(bytes.length), bytes]);
 
 // The function-name map (subsection 1) of the name section, and the other subsections.
-function parseNames(buf, start, end) {
-  const names = new Map();
-  const others = [];
-  let pos = start;
-  while (pos < end) {
-    const id = buf[pos++];
-    let size;
-    [size, pos] = readLeb(buf, pos);
-    const stop = pos + size;
-    if (id === 1) {
-      let count;
-      let p;
-      [count, p] = readLeb(buf, pos);
-      for (let i = 0; i < count; i++) {
-        let index;
-        let len;
-        [index, p] = readLeb(buf, p);
-        [len, p] = readLeb(buf, p);
-        names.set(index, buf.subarray(p, p + len).toString('utf8'));
-        p += len;
-      }
-    } else {
-      others.push({ id, bytes: buf.subarray(pos, stop) });
-    }
-    pos = stop;
-  }
-  return { names, others };
-}
-
 function encodeNames(names, others) {
   const entries = [...names.entries()].sort((a, b) => a[0] - b[0]);
   const map = Buffer.concat([

@@ -10,13 +10,17 @@
 // build (its own wrangler.toml) as one more contender in the same rounds. BATCHES=100,10,1
 // replaces the batch sizes of this build (BATCH_TIMEOUT=s the batch timeout) to explore.
 // The receiver's own capacity (autocannon POSTing the same body straight to it) is the ceiling.
-// Usage: [BEFORE_ROOT=…] node bench/webhooks.mjs [events per round] [rounds]
+// The publish floor (bench/publish-floor.mjs: the thinnest JS worker doing the I/O §7 asks of a
+// publish) is one more contender; PUBLISH_FLOOR=full,d1,none adds its variants with less I/O
+// (those deliver nothing, so only their publish rate is measured), PUBLISH_FLOOR=0 leaves it out.
+// Usage: [BEFORE_ROOT=…] [PUBLISH_FLOOR=full|0|full,d1,none] node bench/webhooks.mjs [events per round] [rounds]
 import fs from 'node:fs';
 import http from 'node:http';
 import { Webhook } from 'standardwebhooks';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ORIGIN_TOKEN, loadWranglerToml, ROOT } from '../tests/support/gateway.mjs';
 import { commitOf, load, median, spread, writeSection } from './results.mjs';
+import { startPublishFloor } from './publish-floor.mjs';
 
 const EVENTS = Number(process.argv[2] ?? 1000);
 const ROUNDS = Number(process.argv[3] ?? 3);
@@ -92,6 +96,13 @@ async function contender(label, root, batch, timeout) {
   contenders.push({ label, batch, timeout: timeout ?? q.max_batch_timeout, gw, delivery: [], publish: [] });
 }
 for (const batch of BATCHES) await contender(`after (${commitOf(ROOT)})`, undefined, batch, TIMEOUT);
+// 'full' last: without BEFORE_ROOT it is the last row, the one the ratios divide by.
+const FLOORS = (process.env.PUBLISH_FLOOR ?? 'full').split(',').filter((m) => m && m !== '0').sort((a, b) => (a === 'full') - (b === 'full'));
+for (const mode of FLOORS) {
+  const gw = await startPublishFloor({ token: ORIGIN_TOKEN, batch: BATCH, timeout: mainQueue.max_batch_timeout, mode });
+  const label = mode === 'full' ? 'publish floor (bench/publish-floor.mjs)' : `publish floor, ${mode === 'd1' ? 'D1 only, no sendBatch' : 'no I/O'}`;
+  contenders.push({ label, floor: mode, batch: BATCH, timeout: mainQueue.max_batch_timeout, gw, delivery: [], publish: [] });
+}
 if (BEFORE_ROOT) {
   const q = consumerOf(BEFORE_ROOT);
   await contender(`before (${commitOf(BEFORE_ROOT)})`, BEFORE_ROOT, q.max_batch_size ?? 10, undefined);
@@ -113,6 +124,7 @@ async function round(c, project, n, subs) {
   };
   await Promise.all(Array.from({ length: PUBLISHERS }, publisher));
   const published = performance.now() - t0;
+  if (c.floor && c.floor !== 'full') return { drainPerSecond: NaN, published, publishPerSecond: n / (published / 1000), total: NaN, perSecond: NaN, duplicates };
   const backlog = n * subs - seen.size; // left for the consumer alone
   const deadline = Date.now() + 180_000;
   while (seen.size < n * subs) {
@@ -136,6 +148,13 @@ try {
     c.secrets = {};
     c.projects = { one: `bench-${i}-one`, fan: `bench-${i}-fan` };
     for (const [kind, project] of Object.entries(c.projects)) {
+      if (c.floor) {
+        for (let s = 0; s < (kind === 'one' ? 1 : FANOUT); s++) {
+          const secret = await c.gw.subscribe(project, `${receiverUrl}/hook/${s}`);
+          if (s === 0) c.secrets[project] = secret;
+        }
+        continue;
+      }
       const { key } = await c.gw.createKey({ project, plan: 'big' });
       for (let s = 0; s < (kind === 'one' ? 1 : FANOUT); s++) {
         const sub = await c.gw.admin('POST', '/_postguard/v1/webhooks', { url: `${receiverUrl}/hook/${s}`, events: ['*'] }, { token: key });
@@ -161,10 +180,11 @@ try {
     }
     direct.push((await load({ url: `${receiverUrl}/hook/0`, method: 'POST', body: sample, connections: 16, duration: 4, headers: { 'content-type': 'application/json' } })).requests.average);
   }
-  const ms = (xs) => `${median(xs).toFixed(0)} (${spread(xs, 0)})`;
+  // A floor variant without deliveries has no delivery figures: shown as a dash.
+  const ms = (xs) => (xs.every(Number.isNaN) ? '—' : `${median(xs).toFixed(0)} (${spread(xs, 0)})`);
   const ratio = (xs, ys) => {
     const rs = xs.map((x, i) => x / ys[i]);
-    return `${median(rs).toFixed(2)} (${spread(rs)})`;
+    return rs.every(Number.isNaN) ? '—' : `${median(rs).toFixed(2)} (${spread(rs)})`;
   };
   const base = contenders.at(-1);
   const perSecond = (rs) => rs.map((r) => r.perSecond);
@@ -178,7 +198,12 @@ try {
     const drain = rs.map((r) => r.drainPerSecond);
     return `| ${c.label} | ${c.batch} | ${ms(publishRate(rs))} | ${ratio(publishRate(rs), publishRate(base.publish))} | ${ms(perSecond(rs))} | ${ratio(perSecond(rs), perSecond(base.publish))} | ${ms(drain)} | ${ratio(drain, base.publish.map((r) => r.drainPerSecond))} | ${rs.reduce((a, r) => a + r.duplicates, 0)} |`;
   };
-  const best = Math.max(...contenders.map((c) => median(perSecond(c.delivery))));
+  const best = Math.max(...contenders.filter((c) => !c.floor).map((c) => median(perSecond(c.delivery))));
+  const floor = contenders.find((c) => c.floor === 'full');
+  const first = contenders[0];
+  const floorLine = floor
+    ? `\npostguard (${first.label}, batch ${first.batch}) ÷ the publish floor, same rounds: events published/s ${ratio(publishRate(first.publish), publishRate(floor.publish))} with ${FANOUT} subscriptions, ${ratio(publishRate(first.delivery), publishRate(floor.delivery))} with one; deliveries/s with one subscription ${ratio(perSecond(first.delivery), perSecond(floor.delivery))}. The floor (bench/publish-floor.mjs) makes one D1 read batch, one D1 write transaction and one \`sendBatch\` per publish, and omits the audit row, the group commit and the rest its header lists.\n`
+    : '';
   writeSection('webhooks', `## Webhook throughput: publish and delivery
 
 \`${BEFORE_ROOT ? 'BEFORE_ROOT=<build of the code before> ' : ''}node bench/webhooks.mjs ${EVENTS} ${ROUNDS}\` — ${new Date().toISOString().slice(0, 10)}; ${EVENTS} events per round, ${PUBLISHERS} concurrent
@@ -199,7 +224,7 @@ last delivery; drain: the consumer alone, the deliveries not yet received at the
 | build | max_batch_size | events published/s, median (spread) | ÷ last row | deliveries/s | ÷ last row | drain deliveries/s | ÷ last row | duplicate arrivals |
 |---|---|---|---|---|---|---|---|---|
 ${contenders.map(publishRow).join('\n')}
-
+${floorLine}
 The receiver alone (autocannon POSTing the same body to it, 16 connections): ${ms(direct)} req/s, the ceiling;
 the best contender's deliveries/s reach ${(best / median(direct)).toFixed(3)} of it. Signatures verified with standardwebhooks:
 ${verified} sampled, ${failedVerification} failed.

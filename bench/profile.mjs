@@ -201,7 +201,7 @@ try {
       for (const [fn, us] of last.self.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req self  ${fn.slice(0, 110)}`);
       if (process.env.INCLUSIVE && i === 0) for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req incl  ${fn.slice(0, 130)}`);
     });
-    const m1 = (xs, d = 0) => `${median(xs).toFixed(d)} (${spread(xs, d)})`;
+    const m1 = (xs, d = 0) => (xs.some(Number.isNaN) ? '—' : `${median(xs).toFixed(d)} (${spread(xs, d)})`); // — : CPU_ONLY, no profile
     console.log(`\n  ${name}: every contender, medians (spread) over ${ROUNDS} rounds; ratios to "${builds[0].label}" per round\n`);
     console.log('| build | req/s | busy µs/request | (program) µs | (program) by samples µs | workerd CPU µs/request | busiest thread µs/request | thread CPU ÷ first, per round |');
     console.log('|---|---|---|---|---|---|---|---|');

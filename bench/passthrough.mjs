@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Miniflare, convertV4MiniflareOptions, Log, LogLevel } from 'miniflare';
+import { ROOT } from '../tests/support/gateway.mjs';
 
 // Baselines postguard is measured against, run on the same Miniflare/workerd.
 //
@@ -218,6 +219,17 @@ function scriptOptions(script) {
   };
 }
 
+/**
+ * REFERENCE_ASSETS=1: every baseline behind the same static-assets router as postguard
+ * (wrangler.toml's [assets], the dashboard). Miniflare runs that router as JS workers on
+ * the gateway's own thread before the worker, about 0.9 ms of CPU per request here
+ * (ADR 0028); on Cloudflare the asset check runs before the Worker and is not billed.
+ */
+function referenceAssets() {
+  if (process.env.REFERENCE_ASSETS !== '1') return {};
+  return { assets: { directory: path.join(ROOT, 'dashboard', 'dist'), routerConfig: { has_user_worker: true }, assetConfig: {} } };
+}
+
 /** SHA-256 hex, as the reference stores its keys. */
 const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))).toString('hex');
 
@@ -229,7 +241,7 @@ const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256',
 export async function startBaseline(script, originUrl, { inspectorPort } = {}) {
   const ref = script !== PASS_THROUGH && script !== RUST_PASS_THROUGH;
   const mf = new Miniflare(convertV4MiniflareOptions({
-    host: '127.0.0.1', port: 0, ...scriptOptions(script),
+    host: '127.0.0.1', port: 0, ...scriptOptions(script), ...referenceAssets(),
     compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false, inspectorPort,
     kvNamespaces: ref ? { KEYS: 'ref-keys' } : {},
     durableObjects: ref ? { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } } : {},

@@ -10,9 +10,16 @@
 // loads the copy with names that the build keeps in target/wasm-names/ (same code).
 // Usage: node bench/profile.mjs [all|get|fresh|replay|limited] [seconds] [rounds] [top]
 // (INCLUSIVE=1 also prints the product's own functions by inclusive time.)
+// VARIANTS=label=dir,label=dir adds frozen builds (each a directory with wrangler.toml,
+// build/, migrations/) profiled in the same rounds, e.g. temporary variant builds for a
+// differential attribution. Every run also records the workerd process's own CPU time
+// (bench/proccpu.mjs: the process, and its busiest thread, which runs the isolates) per
+// request, an independent check of the profile's busy time; CPU_ONLY=1 measures that CPU
+// without the profiler attached. REFERENCE_RPC=0 leaves out the two RPC references.
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { cdp, withNames } from './inspector.mjs';
+import { cpuDelta, cpuOf, pidOfPort } from './proccpu.mjs';
 import { benchGateway, commitOf, load, median, spread, writeSection } from './results.mjs';
 import { REFERENCE, REFERENCE_RPC, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
 
@@ -21,6 +28,9 @@ const SECONDS = Number(process.argv[3] ?? 4);
 const ROUNDS = Number(process.argv[4] ?? 3);
 const TOP = Number(process.argv[5] ?? 12);
 const BEFORE_ROOT = process.env.BEFORE_ROOT;
+const VARIANTS = (process.env.VARIANTS ?? '').split(',').filter(Boolean).map((v) => v.split('='));
+const CPU_ONLY = Boolean(process.env.CPU_ONLY);
+const INTERVAL_US = 200;
 
 /** The load of each scenario against one gateway. */
 function scenariosFor({ gw, auth, tiny, body }) {
@@ -37,20 +47,27 @@ function scenariosFor({ gw, auth, tiny, body }) {
   };
 }
 
-/** Profiles one run of `opts` on the gateway whose inspector listens on `port`. */
-async function profiled(port, opts) {
+/** Profiles one run of `opts` on the gateway whose inspector listens on `port`; `pid` is its workerd process. */
+async function profiled(port, pid, opts) {
   const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
   // postguard's worker by name; the reference's is the unnamed user worker.
   const target = targets.find((t) => /postguard/.test(t.title ?? t.id ?? '')) ?? targets.find((t) => t.id === 'core:user:') ?? targets[0];
-  const c = cdp(target.webSocketDebuggerUrl);
-  await c.open;
-  await c.send('Profiler.enable');
-  await c.send('Profiler.setSamplingInterval', { interval: 200 });
-  await c.send('Profiler.start');
-  const res = await load({ ...opts, connections: 16, duration: SECONDS });
+  const c = CPU_ONLY ? null : cdp(target.webSocketDebuggerUrl);
+  if (c) {
+    await c.open;
+    await c.send('Profiler.enable');
+    await c.send('Profiler.setSamplingInterval', { interval: INTERVAL_US });
+    await c.send('Profiler.start');
+  }
+  const before = cpuOf(pid);
+  const res = await load({ ...opts, connections: Number(process.env.CONNECTIONS ?? 16), duration: SECONDS });
+  const cpu = cpuDelta(before, cpuOf(pid));
+  const requests = res.requests.total;
+  const proc = { cpuProcess: cpu.process / requests, cpuThread: cpu.thread / requests };
+  if (!c) return { res, ...proc, busy: NaN, worker: NaN, object: NaN, runtime: NaN, program: NaN, programSamples: NaN, self: [], inclusive: [] };
   const { profile } = await c.send('Profiler.stop');
   c.close();
-  return { res, ...analyse(profile, res.requests.total) };
+  return { res, ...proc, ...analyse(profile, requests) };
 }
 
 /** Busy time per request, split by side, and self / inclusive time per function. */
@@ -99,11 +116,18 @@ function analyse(profile, requests) {
   walk(profile.nodes[0].id, new Set());
   const per = (us) => us / requests;
   const busy = sides.object + sides.worker + sides.runtime;
+  // (program) by sample count × the sampling interval, beside its time: a sample's time is
+  // the gap since the previous sample, so a gap in sampling (the thread in another isolate,
+  // or off the CPU) is charged to whatever is sampled next.
+  const programIds = new Set(profile.nodes.filter((nd) => nd.callFrame.functionName === '(program)').map((nd) => nd.id));
+  const programSamples = profile.samples.filter((id) => programIds.has(id)).length;
   return {
     busy: per(busy),
     worker: per(sides.worker),
     object: per(sides.object),
     runtime: per(sides.runtime),
+    program: per(self.get('(program)') ?? 0),
+    programSamples: per(programSamples * INTERVAL_US),
     self: [...self.entries()].sort((a, b) => b[1] - a[1]).map(([k, us]) => [k, per(us)]),
     inclusive: [...inclusive.entries()].sort((a, b) => b[1] - a[1]).map(([k, us]) => [k, per(us)]),
   };
@@ -114,12 +138,20 @@ const shortName = (fn) => fn.replace(/ index\.js$/, '').replace(/^__wbg_(\w+?)_[
 const origin = await startOrigin();
 // Inspector ports PROFILE_PORT … +5 (default 9239; +3 … +5 for the Rust floor and the RPC references): another port base lets two profiles run on one machine.
 const PORT = Number(process.env.PROFILE_PORT ?? 9239);
-const builds = [{ label: 'this build', commit: commitOf(ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT, patchOptions: withNames(ROOT) }) }];
-if (BEFORE_ROOT) {
-  process.env.POSTGUARD_ROOT = BEFORE_ROOT; // the harness reads the build from here
-  builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: PORT + 1, ctx: await benchGateway(origin.url, { inspectorPort: PORT + 1, patchOptions: withNames(BEFORE_ROOT) }) });
-  delete process.env.POSTGUARD_ROOT;
+// POSTGUARD_ROOT=<frozen copy> profiles that copy as "this build" (the harness reads it too).
+const THIS_ROOT = process.env.POSTGUARD_ROOT ?? ROOT;
+const builds = [{ label: 'this build', commit: commitOf(THIS_ROOT), port: PORT, ctx: await benchGateway(origin.url, { inspectorPort: PORT, patchOptions: withNames(THIS_ROOT) }) }];
+/** A gateway of the build in `dir` (the harness reads the build from POSTGUARD_ROOT). */
+async function gatewayOf(dir, port) {
+  process.env.POSTGUARD_ROOT = dir;
+  try {
+    return await benchGateway(origin.url, { inspectorPort: port, patchOptions: withNames(dir) });
+  } finally {
+    if (THIS_ROOT === ROOT) delete process.env.POSTGUARD_ROOT;
+    else process.env.POSTGUARD_ROOT = THIS_ROOT;
+  }
 }
+if (BEFORE_ROOT) builds.push({ label: 'before', commit: commitOf(BEFORE_ROOT), port: PORT + 1, ctx: await gatewayOf(BEFORE_ROOT, PORT + 1) });
 // The minimal gateway of bench/passthrough.mjs (calling its objects by fetch), profiled in
 // the same rounds: the CPU target is postguard's busy time ÷ its busy time. Then the same
 // gateway in Rust (bench/minimal-rust, ADR 0023; REFERENCE_RUST=0 leaves it out), on port +3.
@@ -133,10 +165,17 @@ async function baseline(script, port) {
 builds.push({ label: 'reference', commit: 'JS', port: PORT + 2, reference: true, ctx: await baseline(REFERENCE, PORT + 2) });
 if (withRust()) {
   builds.push({ label: 'Rust reference', commit: 'Rust', port: PORT + 3, rust: true, ctx: await baseline(RUST_REFERENCE, PORT + 3) });
+}
+if (withRust() && process.env.REFERENCE_RPC !== '0') {
   // Both references calling their objects by JS RPC, as postguard does (ports +4, +5).
   builds.push({ label: 'reference (RPC)', commit: 'JS', port: PORT + 4, rpc: true, ctx: await baseline(REFERENCE_RPC, PORT + 4) });
   builds.push({ label: 'Rust reference (RPC)', commit: 'Rust', port: PORT + 5, rustRpc: true, ctx: await baseline(RUST_REFERENCE_RPC, PORT + 5) });
 }
+// The variants (ports +6 …), listed after this build and BEFORE_ROOT.
+const variants = [];
+for (const [i, [label, dir]] of VARIANTS.entries()) variants.push({ label, commit: commitOf(dir), port: PORT + 6 + i, ctx: await gatewayOf(dir, PORT + 6 + i) });
+builds.splice(BEFORE_ROOT ? 2 : 1, 0, ...variants);
+for (const b of builds) b.pid = pidOfPort(Number(new URL(b.ctx.gw.url).port));
 const refIndex = builds.findIndex((b) => b.reference);
 const rustIndex = builds.findIndex((b) => b.rust);
 const rpcIndex = builds.findIndex((b) => b.rpc);
@@ -151,9 +190,9 @@ try {
     const runs = builds.map(() => []);
     for (let r = 0; r < ROUNDS; r++) {
       for (let b = 0; b < builds.length; b++) {
-        const out = await profiled(builds[b].port, sets[b][name]);
+        const out = await profiled(builds[b].port, builds[b].pid, sets[b][name]);
         runs[b].push(out);
-        console.log(`${name} [${builds[b].label} ${builds[b].commit}] round ${r + 1}: ${out.res.requests.average} req/s, busy ${out.busy.toFixed(0)} µs/request (worker ${out.worker.toFixed(0)}, object ${out.object.toFixed(0)}, runtime ${out.runtime.toFixed(0)})`);
+        console.log(`${name} [${builds[b].label} ${builds[b].commit}] round ${r + 1}: ${out.res.requests.average} req/s, busy ${out.busy.toFixed(0)} µs/request (worker ${out.worker.toFixed(0)}, object ${out.object.toFixed(0)}, runtime ${out.runtime.toFixed(0)}, (program) ${out.program.toFixed(0)}, by samples ${out.programSamples.toFixed(0)}); workerd CPU ${out.cpuProcess.toFixed(0)} µs/request, its busiest thread ${out.cpuThread.toFixed(0)}`);
       }
     }
     builds.forEach((b, i) => {
@@ -161,6 +200,15 @@ try {
       console.log(`  ${name} [${b.label}], last round, largest self time:`);
       for (const [fn, us] of last.self.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req self  ${fn.slice(0, 110)}`);
       if (process.env.INCLUSIVE && i === 0) for (const [fn, us] of last.inclusive.slice(0, TOP)) console.log(`  ${us.toFixed(1).padStart(7)} µs/req incl  ${fn.slice(0, 130)}`);
+    });
+    const m1 = (xs, d = 0) => (xs.some(Number.isNaN) ? '—' : `${median(xs).toFixed(d)} (${spread(xs, d)})`); // — : CPU_ONLY, no profile
+    console.log(`\n  ${name}: every contender, medians (spread) over ${ROUNDS} rounds; ratios to "${builds[0].label}" per round\n`);
+    console.log('| build | req/s | busy µs/request | (program) µs | (program) by samples µs | workerd CPU µs/request | busiest thread µs/request | thread CPU ÷ first, per round |');
+    console.log('|---|---|---|---|---|---|---|---|');
+    builds.forEach((b, i) => {
+      const rs = runs[i];
+      const f = (k) => rs.map((o) => o[k]);
+      console.log(`| ${b.label} (${b.commit}) | ${median(rs.map((o) => o.res.requests.average)).toFixed(0)} | ${m1(f('busy'))} | ${m1(f('program'))} | ${m1(f('programSamples'))} | ${m1(f('cpuProcess'))} | ${m1(f('cpuThread'))} | ${m1(rs.map((o, j) => o.cpuThread / runs[0][j].cpuThread), 2)} |`);
     });
     const topOf = (i, n = 6) => runs[i][ROUNDS - 1].self.slice(0, n).map(([fn, us]) => `${shortName(fn)} ${us.toFixed(0)}`).join(', ');
     summary.push({ name, runs, top: topOf(0), refTop: topOf(refIndex, 8), rustTop: rustIndex < 0 ? '' : topOf(rustIndex, 8) });

@@ -9,6 +9,8 @@
 //   reference   bench/passthrough.mjs's minimal gateway (its object starting, one SQL write);
 //   Rust floor  the same minimal gateway in Rust with the plain `worker` crate
 //               (bench/minimal-rust, ADR 0023): what any Rust/wasm gateway costs here;
+//   Rust floor, no credentials   its first request answered 401 before KV and its object
+//               (the wasm's first run and the `worker` crate's own code, as "own work only");
 //   bare        the JS pass-through (the floor for any first request on this runtime);
 //   before      with BEFORE_ROOT=<checkout with its own build>, that build's proxied GET.
 // Extra .wasm files given as arguments (e.g. a wasm-opt output) are sized and compiled too.
@@ -76,7 +78,7 @@ for (const { file, bytes } of inputs) {
 
 const origin = await startOrigin();
 const series = () => ({ ready: [], first: [], second: [] });
-const trials = { postguard: series(), own: series(), reference: series(), rust: series(), bare: series(), before: series() };
+const trials = { postguard: series(), own: series(), reference: series(), rust: series(), rustOwn: series(), bare: series(), before: series() };
 // The key (KV), the audit schema (D1) and the object's state persist in one directory per
 // build, so every trial's first request is a proxied one on a freshly started process.
 const vars = { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 1000 } } }) };
@@ -136,8 +138,14 @@ try {
     await postguardTrial(trials.own, after, false);
     if (before) await postguardTrial(trials.before, before);
     // The reference looks its key up in KV as postguard does (its key is seeded at start).
-    await trial(trials.reference, () => startBaseline(REFERENCE, origin.url), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
-    if (withRust()) await trial(trials.rust, () => startBaseline(RUST_REFERENCE, origin.url), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+    // useTiny: false: no set-up request, so the measured request is the process's first
+    // (before p16size, startBaseline's request with the `tiny` key ran first and warmed the
+    // module, so the reference's "first request" was its second).
+    await trial(trials.reference, () => startBaseline(REFERENCE, origin.url, { useTiny: false }), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+    if (withRust()) {
+      await trial(trials.rust, () => startBaseline(RUST_REFERENCE, origin.url, { useTiny: false }), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+      await trial(trials.rustOwn, () => startBaseline(RUST_REFERENCE, origin.url, { useTiny: false }), (url) => timed(`${url}/bench/items`, {}, 401));
+    }
     await trial(trials.bare, () => startBaseline(PASS_THROUGH, origin.url), (url) => timed(`${url}/bench/items`));
   }
 } finally {
@@ -157,7 +165,7 @@ const contenders = [
   ['postguard, own work only (401 before KV and object)', trials.own],
   ...(BEFORE_ROOT ? [[`before (build ${commitOf(BEFORE_ROOT)}), proxied GET`, trials.before]] : []),
   ['reference (minimal gateway, its object)', trials.reference],
-  ...(withRust() ? [['Rust floor (the minimal gateway in Rust, plain `worker`)', trials.rust]] : []),
+  ...(withRust() ? [['Rust floor (the minimal gateway in Rust, plain `worker`), proxied GET', trials.rust], ['Rust floor, no credentials (401 before KV and object)', trials.rustOwn]] : []),
   ['bare pass-through', trials.bare],
 ];
 const rows = contenders.map(([name, t]) => `| ${name} | ${ms(t.ready)} | ${ms(t.first)} | ${vsBare(t.first)} | ${ms(t.second)} |`).join('\n');
@@ -174,7 +182,10 @@ within each trial. postguard's state (the key, the audit schema, the key's objec
 earlier process, so its first proxied request pays for the wasm's first run, parsing the configuration,
 the KV lookup, starting the key's object (SQLite open, schema check, first window write) and the origin
 fetch. "Own work only" is a fresh process whose first request has no credentials: it is answered 401
-before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code. "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
+before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code.
+The reference and the Rust floor get their key in KV before the process's first request, which is the
+measured one (its own object starts then); "Rust floor, no credentials" is answered 401 before KV and
+its object, as "own work only". "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
 V8 compiles wasm lazily (Liftoff, then TurboFan for hot functions): the compile column is validation
 and set-up, the rest shows up in the first request. Milliseconds, median (spread).
 

@@ -7,9 +7,16 @@
 //   postguard, own work only   a fresh process whose first request is answered 401 before
 //               any KV or object call (instantiation, configuration, the worker's own code);
 //   reference   bench/passthrough.mjs's minimal gateway (its object starting, one SQL write);
+//   Rust floor  the same minimal gateway in Rust with the plain `worker` crate
+//               (bench/minimal-rust, ADR 0023): what any Rust/wasm gateway costs here;
+//   Rust floor, no credentials   its first request answered 401 before KV and its object
+//               (the wasm's first run and the `worker` crate's own code, as "own work only");
 //   bare        the JS pass-through (the floor for any first request on this runtime);
 //   before      with BEFORE_ROOT=<checkout with its own build>, that build's proxied GET.
 // Extra .wasm files given as arguments (e.g. a wasm-opt output) are sized and compiled too.
+// The Rust floor's wasm is sized as built (names kept, for the profiles) and with its name
+// and producers sections dropped, the form postguard ships (scripts/wasm-post.sh).
+// REFERENCE_RUST=0 leaves the Rust floor out.
 // Usage: [BEFORE_ROOT=<dir>] node bench/coldstart.mjs [trials] [extra.wasm ...]
 import fs from 'node:fs';
 import os from 'node:os';
@@ -19,7 +26,8 @@ import { performance } from 'node:perf_hooks';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
 import { commitOf, median, spread, writeSection } from './results.mjs';
-import { PASS_THROUGH, REFERENCE, startBaseline } from './passthrough.mjs';
+import { PASS_THROUGH, REFERENCE, RUST_REFERENCE, buildRust, startBaseline, withRust } from './passthrough.mjs';
+import { readLeb } from '../scripts/wasm-binary.mjs';
 
 const TRIALS = Number(process.argv[2] ?? 5);
 const extra = process.argv.slice(3);
@@ -32,9 +40,32 @@ const label = (file) => {
   if (BEFORE_ROOT && file.startsWith(BEFORE_ROOT)) return `before: ${path.relative(BEFORE_ROOT, file)}`;
   return file;
 };
+/** `buf` without its `name` and `producers` custom sections (what wasm-opt --strip-debug --strip-producers drops). */
+function stripNames(buf) {
+  const kept = [buf.subarray(0, 8)];
+  for (let pos = 8; pos < buf.length; ) {
+    const start = pos;
+    const id = buf[pos++];
+    let size;
+    [size, pos] = readLeb(buf, pos);
+    const end = pos + size;
+    const [len, p] = id === 0 ? readLeb(buf, pos) : [0, pos];
+    const name = id === 0 ? buf.subarray(p, p + len).toString() : '';
+    if (name !== 'name' && name !== 'producers') kept.push(buf.subarray(start, end));
+    pos = end;
+  }
+  return Buffer.concat(kept);
+}
+
+const inputs = [...wasmFiles, ...extra].map((file) => ({ file: label(file), bytes: fs.readFileSync(file) }));
+if (withRust()) {
+  buildRust();
+  const floor = fs.readFileSync(path.join(ROOT, 'bench', 'minimal-rust', 'build', RUST_REFERENCE.rust, 'index_bg.wasm'));
+  inputs.push({ file: 'Rust floor (bench/minimal-rust gateway), as built', bytes: floor });
+  inputs.push({ file: 'Rust floor, name and producers sections dropped', bytes: stripNames(floor) });
+}
 const sizes = [];
-for (const file of [...wasmFiles, ...extra]) {
-  const bytes = fs.readFileSync(file);
+for (const { file, bytes } of inputs) {
   const compile = [];
   for (let i = 0; i < 10; i++) {
     const t = performance.now();
@@ -42,12 +73,12 @@ for (const file of [...wasmFiles, ...extra]) {
     compile.push(performance.now() - t);
   }
   const names = WebAssembly.Module.customSections(new WebAssembly.Module(bytes), 'name').reduce((n, s) => n + s.byteLength, 0);
-  sizes.push({ file: label(file), raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length, names, compile });
+  sizes.push({ file, raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length, names, compile });
 }
 
 const origin = await startOrigin();
 const series = () => ({ ready: [], first: [], second: [] });
-const trials = { postguard: series(), own: series(), reference: series(), bare: series(), before: series() };
+const trials = { postguard: series(), own: series(), reference: series(), rust: series(), rustOwn: series(), bare: series(), before: series() };
 // The key (KV), the audit schema (D1) and the object's state persist in one directory per
 // build, so every trial's first request is a proxied one on a freshly started process.
 const vars = { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 1000 } } }) };
@@ -107,7 +138,14 @@ try {
     await postguardTrial(trials.own, after, false);
     if (before) await postguardTrial(trials.before, before);
     // The reference looks its key up in KV as postguard does (its key is seeded at start).
-    await trial(trials.reference, () => startBaseline(REFERENCE, origin.url), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+    // useTiny: false: no set-up request, so the measured request is the process's first
+    // (before p16size, startBaseline's request with the `tiny` key ran first and warmed the
+    // module, so the reference's "first request" was its second).
+    await trial(trials.reference, () => startBaseline(REFERENCE, origin.url, { useTiny: false }), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+    if (withRust()) {
+      await trial(trials.rust, () => startBaseline(RUST_REFERENCE, origin.url, { useTiny: false }), (url, p) => timed(`${url}/bench/items`, { headers: { authorization: `Bearer ${p.key}` } }));
+      await trial(trials.rustOwn, () => startBaseline(RUST_REFERENCE, origin.url, { useTiny: false }), (url) => timed(`${url}/bench/items`, {}, 401));
+    }
     await trial(trials.bare, () => startBaseline(PASS_THROUGH, origin.url), (url) => timed(`${url}/bench/items`));
   }
 } finally {
@@ -127,6 +165,7 @@ const contenders = [
   ['postguard, own work only (401 before KV and object)', trials.own],
   ...(BEFORE_ROOT ? [[`before (build ${commitOf(BEFORE_ROOT)}), proxied GET`, trials.before]] : []),
   ['reference (minimal gateway, its object)', trials.reference],
+  ...(withRust() ? [['Rust floor (the minimal gateway in Rust, plain `worker`), proxied GET', trials.rust], ['Rust floor, no credentials (401 before KV and object)', trials.rustOwn]] : []),
   ['bare pass-through', trials.bare],
 ];
 const rows = contenders.map(([name, t]) => `| ${name} | ${ms(t.ready)} | ${ms(t.first)} | ${vsBare(t.first)} | ${ms(t.second)} |`).join('\n');
@@ -143,7 +182,10 @@ within each trial. postguard's state (the key, the audit schema, the key's objec
 earlier process, so its first proxied request pays for the wasm's first run, parsing the configuration,
 the KV lookup, starting the key's object (SQLite open, schema check, first window write) and the origin
 fetch. "Own work only" is a fresh process whose first request has no credentials: it is answered 401
-before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code. "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
+before any KV or object call, so it is the wasm's first run, the configuration and postguard's own code.
+The reference and the Rust floor get their key in KV before the process's first request, which is the
+measured one (its own object starts then); "Rust floor, no credentials" is answered 401 before KV and
+its object, as "own work only". "Ready" includes Miniflare starting the local KV, D1, Queues and Durable Object services.
 V8 compiles wasm lazily (Liftoff, then TurboFan for hot functions): the compile column is validation
 and set-up, the rest shows up in the first request. Milliseconds, median (spread).
 

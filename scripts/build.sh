@@ -6,6 +6,8 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 node scripts/build-dashboard.mjs
+# The API document into the assets, for the worker to serve (ADR 0030).
+node scripts/openapi-asset.mjs
 worker-build --release
 bash scripts/wasm-post.sh
 # JS RPC to KeyGuard (ADR 0018): worker-build's module moves to build/postguard.js and

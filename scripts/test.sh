@@ -2,7 +2,8 @@
 # The whole test suite: host tests of the core, then the end-to-end suite on
 # the real built worker under Miniflare (real Durable Objects and KV) against a
 # real local origin, then a deploy dry run that validates wrangler.toml and
-# the bundle. The API document is linted before the build embeds it.
+# the bundle. The API document is linted before the build writes it into the
+# static assets (ADR 0030).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"

@@ -4,8 +4,8 @@
 # `name` section (function names, ~40 % of the file) and the `producers` section.
 # They cannot go earlier: rustc's `strip` removes every custom section, including
 # the one wasm-bindgen reads, and worker-build's own wasm-opt step always keeps
-# names (`--debuginfo`). Before stripping, it runs five passes and orders the
-# functions for gzip (ADR 0022; ADR 0019 measured -Oz: smaller raw, larger gzip).
+# names (`--debuginfo`). Before stripping, it runs ten passes and orders the
+# functions for gzip (ADR 0022, ADR 0030; ADR 0019 measured -Oz: smaller raw, larger gzip).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 wasm="${1:-$ROOT/build/index_bg.wasm}"
@@ -16,8 +16,11 @@ features=(mutable-globals sign-ext nontrapping-float-to-int bulk-memory multival
 opt() { "$ROOT/node_modules/.bin/wasm-opt" "${in:-$wasm}" "${features[@]/#/--enable-}" "$@"; }
 # Passes measured one by one for their gzip (ADR 0022): these shrink it; `-Oz`/`-Os`/`-O2`
 # grow it (their reorder-functions, local-cse, simplify-locals and inlining passes undo the
-# layout gzip likes). --reorder-functions-by-name comes last: see scripts/wasm-order.mjs.
-passes=(--duplicate-function-elimination --optimize-instructions --code-folding --reorder-locals --dae-optimizing)
+# layout gzip likes). The first five were measured together on top of them (ADR 0030,
+# -2.8 KB gzip); --merge-similar-functions grows it (+2.2 KB) and is left out.
+# --reorder-functions-by-name comes last: see scripts/wasm-order.mjs.
+passes=(--rse --coalesce-locals --merge-blocks --vacuum --remove-unused-brs
+  --duplicate-function-elimination --optimize-instructions --code-folding --reorder-locals --dae-optimizing)
 # bench/profile.mjs names Rust functions: it loads this copy (the same binaryen output,
 # names kept) when the stripped file's digest matches the one recorded beside it.
 names="$ROOT/target/wasm-names"

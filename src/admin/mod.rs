@@ -58,7 +58,7 @@ pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         Route::Me => me::get(&req, env, cfg, rc).await,
         Route::PortalLinksCreate => portal::create_link(req, env, cfg, rc).await,
         Route::PortalSessionsCreate => portal::create_session(req, env, cfg, rc).await,
-        Route::OpenApiDocument => openapi::get(rc),
+        Route::OpenApiDocument => openapi::get(env, rc).await,
     }
 }
 

@@ -220,7 +220,7 @@ fn take() -> Vec<Pending> {
             .map(|p| (p.project.as_str(), p.id.as_str(), p.bytes))
             .collect();
         let mut picked = fanout::take_group(&keys);
-        picked.sort_unstable();
+        picked.sort();
         let mut group = Vec::with_capacity(picked.len());
         for i in picked.into_iter().rev() {
             if let Some(p) = q.remove(i) {
@@ -355,7 +355,7 @@ async fn read(db: &D1Database, group: &[Pending], now: u64) -> Result<Read> {
         .map(|p| (p.project.as_str(), p.id.as_str()))
         .collect();
     let mut projects: Vec<&str> = group.iter().map(|p| p.project.as_str()).collect();
-    projects.sort_unstable();
+    projects.sort();
     projects.dedup();
     let projects = to_json(&projects)?;
     let results = db

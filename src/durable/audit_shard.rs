@@ -299,7 +299,8 @@ fn namespace(env: &Env) -> Result<ObjectNamespace> {
 
 /// Calls operation `path` on `shard`'s object with a JSON body; its JSON answer.
 pub async fn call(env: &Env, shard: &Shard, path: &str, body: &[u8]) -> Result<Vec<u8>> {
-    let stub: JsValue = namespace(env)?.get_by_name(&shard.name())?.into_rpc();
+    let ns = namespace(env)?;
+    let stub: JsValue = ns.id_from_name(&shard.name())?.get_stub()?.into_rpc();
     let init = http::request_init("POST", body);
     let resp = http::raw_fetch(&stub, &format!("https://audit-shard{path}"), &init).await?;
     let bytes = http::read_body(&resp).await?;

@@ -19,7 +19,7 @@ use postguard_core::keys::KeyRecord;
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Request};
 
-use postguard_core::guard::{Admit, AdmitRequest};
+use postguard_core::guard::{Admit, AdmitRequest, AnswerLayout};
 use postguard_core::proxy::{self, Admission};
 use postguard_core::rate_limit::{self, Verdict};
 
@@ -238,6 +238,7 @@ pub async fn confirm(caller: &Caller, env: &Env, rc: &RequestCtx, cost: u32) -> 
         cost,
         quota: caller.plan.quota(),
         claim: None,
+        v: AnswerLayout::NEWEST,
     };
     let (answer, _) = call::<Admit>(env, &caller.key.record.id, &req, &[]).await?;
     let next =

@@ -7,7 +7,7 @@
 
 use postguard_core::config::Config;
 use postguard_core::guard::{
-    Admit, AdmitRequest, Claim, Complete, CompleteRequest, Release, ReleaseRequest,
+    Admit, AdmitRequest, AnswerLayout, Claim, Complete, CompleteRequest, Release, ReleaseRequest,
 };
 use postguard_core::headers::client_response_headers;
 use postguard_core::idempotency::StoredResponse;
@@ -111,6 +111,7 @@ async fn admit(
         cost: cfg.settings.cost(&incoming.method, &incoming.path),
         quota: caller.plan.quota(),
         claim: pre.claim.clone(),
+        v: AnswerLayout::NEWEST,
     };
     let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
     let next = admission(answer, pre.early.clone())

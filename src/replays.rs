@@ -3,6 +3,8 @@
 //! a stream on replay, deleted by the key's object when the record expires.
 //! Never held whole in the isolate.
 
+use std::cell::RefCell;
+
 use worker::js_sys::{self, Array, Function, Reflect};
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
@@ -10,10 +12,23 @@ use worker::{web_sys, Bucket, Data, Env, Result};
 
 use crate::bindings;
 
+thread_local! {
+    /// The `REPLAYS` binding (or its absence) as the isolate's first lookup
+    /// found it. A bucket binding is not an I/O object of the request that
+    /// read it, so later requests reuse it instead of looking it up by name
+    /// and checking its type again: every fresh POST asks (ADR 0029).
+    static BUCKET: RefCell<Option<Option<Bucket>>> = const { RefCell::new(None) };
+}
+
 /// The bucket, or `None` when the binding is absent (then large bodies are
 /// not replayable: a retry gets `IDEMPOTENT_REPLAY_UNAVAILABLE`).
 pub fn bucket(env: &Env) -> Option<Bucket> {
-    env.bucket(bindings::REPLAYS).ok()
+    if let Some(known) = BUCKET.with(|b| b.borrow().clone()) {
+        return known;
+    }
+    let found = env.bucket(bindings::REPLAYS).ok();
+    BUCKET.with(|b| *b.borrow_mut() = Some(found.clone()));
+    found
 }
 
 fn js_err(e: JsValue) -> worker::Error {

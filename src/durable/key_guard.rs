@@ -15,7 +15,10 @@
 use std::cell::Cell;
 
 use postguard_core::frame;
-use postguard_core::guard::{Admit, Complete, GuardError, Operation, Release, Reply, Revoke};
+use postguard_core::guard::{
+    self, Admit, AdmitRequest, AdmitResponse, Complete, GuardError, Operation, Release, Reply,
+    Revoke,
+};
 use postguard_core::idempotency::Record;
 use postguard_core::rate_limit::Window;
 use postguard_core::store::{self, GuardStore, LimiterState};
@@ -339,18 +342,32 @@ impl KeyGuard {
 
     /// Runs one operation: decode, the synchronous orchestration, then the
     /// alarm for what it wrote.
-    async fn admit(&self, frame_bytes: Vec<u8>) -> Sr<(<Admit as Operation>::Response, Vec<u8>)> {
-        let (req, _) = decode::<Admit>(frame_bytes)?;
+    async fn admit(&self, frame_bytes: Vec<u8>) -> Result<Vec<u8>> {
+        let (req, _) = match decode::<Admit>(frame_bytes) {
+            Ok(decoded) => decoded,
+            Err(e) => return reply::<Admit>(Err(e)),
+        };
+        let answer = self.admitted(&req).await;
+        let (head, payload) = match answer {
+            Ok((r, p)) => (Ok(r), p),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        // In the layout the caller reads (ADR 0029).
+        guard::encode_admit_reply(&head, req.v, &payload)
+            .map_err(|e| worker::Error::RustError(e.to_string()))
+    }
+
+    async fn admitted(&self, req: &AdmitRequest) -> Sr<(AdmitResponse, Vec<u8>)> {
         let now = now_ms();
         // A 429 (or a peek) with the limiter in memory writes nothing: no
         // transaction to open, no alarm to arm.
         let known = self.limiter.get();
-        if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, &req, now)) {
+        if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, req, now)) {
             return Ok((answer, Vec::new()));
         }
-        let done = match store::admit_needs_transaction(&req) {
-            true => self.atomically(|s| store::admit(s, &req, now))?,
-            false => self.directly(|s| store::admit(s, &req, now))?,
+        let done = match store::admit_needs_transaction(req) {
+            true => self.atomically(|s| store::admit(s, req, now))?,
+            false => self.directly(|s| store::admit(s, req, now))?,
         };
         self.arm(done.alarm_by).await?;
         Ok((done.answer, done.payload))
@@ -371,7 +388,7 @@ impl KeyGuard {
     /// answers the reply frame: the one dispatcher of RPC and `fetch` alike.
     async fn run(&self, op: &str, body: Vec<u8>) -> Result<Vec<u8>> {
         match op {
-            Admit::PATH => reply::<Admit>(self.admit(body).await),
+            Admit::PATH => self.admit(body).await,
             Complete::PATH => reply::<Complete>(self.complete(body).await),
             Release::PATH => {
                 reply::<Release>(decode::<Release>(body).and_then(|(r, _)| {

@@ -209,9 +209,13 @@ impl Record {
     }
 }
 
-/// The decision for a request carrying a key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+/// The decision for a request carrying a key. It travels in the admission
+/// frame externally tagged (`"execute"`, `{"in_progress":{"retry_after_s":3}}`),
+/// which serde reads without buffering; its reader also takes the layout of
+/// builds before ADR 0029 (`{"kind":"execute"}`), which an object of the
+/// previous deploy still answers ([`crate::guard::AnswerLayout`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// Claim taken: forward to the origin.
     Execute,
@@ -221,6 +225,93 @@ pub enum Decision {
     Conflict,
     /// Answer with the stored response.
     Replay,
+}
+
+/// The members a `Decision` object may have, in either layout: `kind` and
+/// `retry_after_s` (layout 1), `in_progress` (layout 2). Any other member
+/// is ignored, as serde's derived readers do.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum DecisionMember {
+    Kind,
+    RetryAfterS,
+    InProgress,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DecisionKind {
+    Execute,
+    InProgress,
+    Conflict,
+    Replay,
+}
+
+#[derive(Deserialize)]
+struct InProgressBody {
+    retry_after_s: u64,
+}
+
+struct DecisionVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DecisionVisitor {
+    type Value = Decision;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an idempotency decision (\"execute\", {\"in_progress\":{…}} or {\"kind\":…})")
+    }
+
+    /// Layout 2's unit variants.
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Decision, E> {
+        match v {
+            "execute" => Ok(Decision::Execute),
+            "conflict" => Ok(Decision::Conflict),
+            "replay" => Ok(Decision::Replay),
+            other => Err(E::unknown_variant(
+                other,
+                &["execute", "conflict", "replay"],
+            )),
+        }
+    }
+
+    /// Layout 2's `{"in_progress":{…}}`, or layout 1's flat object, read
+    /// member by member in any order (no buffering either way).
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Decision, A::Error> {
+        use serde::de::{Error, IgnoredAny};
+        let (mut kind, mut retry_after_s) = (None, None);
+        while let Some(member) = map.next_key::<DecisionMember>()? {
+            match member {
+                DecisionMember::InProgress if kind.is_none() => {
+                    let body: InProgressBody = map.next_value()?;
+                    return Ok(Decision::InProgress {
+                        retry_after_s: body.retry_after_s,
+                    });
+                }
+                DecisionMember::Kind => kind = Some(map.next_value::<DecisionKind>()?),
+                DecisionMember::RetryAfterS => retry_after_s = Some(map.next_value::<u64>()?),
+                DecisionMember::InProgress | DecisionMember::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(match kind.ok_or_else(|| A::Error::missing_field("kind"))? {
+            DecisionKind::Execute => Decision::Execute,
+            DecisionKind::Conflict => Decision::Conflict,
+            DecisionKind::Replay => Decision::Replay,
+            DecisionKind::InProgress => Decision::InProgress {
+                retry_after_s: retry_after_s
+                    .ok_or_else(|| A::Error::missing_field("retry_after_s"))?,
+            },
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Decision {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Decision, D::Error> {
+        d.deserialize_any(DecisionVisitor)
+    }
 }
 
 /// Decides what to do with a request whose fingerprint is `fp`, given the

@@ -253,7 +253,7 @@ impl GuardStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::Claim;
+    use crate::guard::{AnswerLayout, Claim};
     use crate::idempotency::StoredResponse;
     use crate::rate_limit::Quota;
 
@@ -279,6 +279,7 @@ mod tests {
                 request_id: rid.into(),
                 lease_ms: 1_000,
             }),
+            v: AnswerLayout::NEWEST,
         }
     }
 
@@ -314,6 +315,7 @@ mod tests {
             cost,
             quota: tiny,
             claim: None,
+            v: AnswerLayout::NEWEST,
         };
         let mut s = MemoryStore::default();
         assert_eq!(

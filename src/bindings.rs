@@ -1,4 +1,24 @@
-//! Binding and variable names, as declared in `wrangler.toml`.
+//! Binding and variable names, as declared in `wrangler.toml`, and the one
+//! way a binding is held for the isolate ([`per_isolate`]).
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Reads a binding once per isolate: a binding (a namespace, a bucket) is not
+/// an I/O object of the request that read it (a stub is, and is made per
+/// call), so later requests reuse it instead of looking it up by name and
+/// checking its type again (ADR 0029). Only a successful read is kept.
+pub fn per_isolate<T: Clone, E>(
+    slot: &'static LocalKey<RefCell<Option<T>>>,
+    read: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    if let Some(known) = slot.with(|s| s.borrow().clone()) {
+        return Ok(known);
+    }
+    let found = read()?;
+    slot.with(|s| *s.borrow_mut() = Some(found.clone()));
+    Ok(found)
+}
 
 /// Durable Object namespace: one `KeyGuard` per API key.
 pub const KEY_GUARD: &str = "KEY_GUARD";

@@ -13,21 +13,17 @@ use worker::{web_sys, Bucket, Data, Env, Result};
 use crate::bindings;
 
 thread_local! {
-    /// The `REPLAYS` binding (or its absence) as the isolate's first lookup
-    /// found it. A bucket binding is not an I/O object of the request that
-    /// read it, so later requests reuse it instead of looking it up by name
-    /// and checking its type again: every fresh POST asks (ADR 0029).
+    /// The `REPLAYS` binding, or its absence, held for the isolate
+    /// ([`bindings::per_isolate`]): every fresh POST asks.
     static BUCKET: RefCell<Option<Option<Bucket>>> = const { RefCell::new(None) };
 }
 
 /// The bucket, or `None` when the binding is absent (then large bodies are
 /// not replayable: a retry gets `IDEMPOTENT_REPLAY_UNAVAILABLE`).
 pub fn bucket(env: &Env) -> Option<Bucket> {
-    if let Some(known) = BUCKET.with(|b| b.borrow().clone()) {
-        return known;
-    }
-    let found = env.bucket(bindings::REPLAYS).ok();
-    BUCKET.with(|b| *b.borrow_mut() = Some(found.clone()));
+    let Ok(found) = bindings::per_isolate(&BUCKET, || {
+        Ok::<_, std::convert::Infallible>(env.bucket(bindings::REPLAYS).ok())
+    });
     found
 }
 

@@ -280,26 +280,13 @@ impl DurableObject for AuditShard {
 }
 
 thread_local! {
-    /// The `AUDIT` namespace, read from the env by the isolate's first call.
-    /// A namespace binding is not an I/O object of the request that read it
-    /// (a stub is, and is made per call), so every later flush of the
-    /// isolate reuses it instead of looking the binding up by name and
-    /// checking its type again (a string comparison and JS calls).
+    /// The `AUDIT` namespace, held for the isolate ([`bindings::per_isolate`]).
     static NAMESPACE: RefCell<Option<ObjectNamespace>> = const { RefCell::new(None) };
-}
-
-fn namespace(env: &Env) -> Result<ObjectNamespace> {
-    if let Some(ns) = NAMESPACE.with(|n| n.borrow().clone()) {
-        return Ok(ns);
-    }
-    let ns = env.durable_object(bindings::AUDIT)?;
-    NAMESPACE.with(|n| *n.borrow_mut() = Some(ns.clone()));
-    Ok(ns)
 }
 
 /// Calls operation `path` on `shard`'s object with a JSON body; its JSON answer.
 pub async fn call(env: &Env, shard: &Shard, path: &str, body: &[u8]) -> Result<Vec<u8>> {
-    let ns = namespace(env)?;
+    let ns = bindings::per_isolate(&NAMESPACE, || env.durable_object(bindings::AUDIT))?;
     let stub: JsValue = ns.id_from_name(&shard.name())?.get_stub()?.into_rpc();
     let init = http::request_init("POST", body);
     let resp = http::raw_fetch(&stub, &format!("https://audit-shard{path}"), &init).await?;

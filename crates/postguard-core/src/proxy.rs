@@ -168,7 +168,7 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
             let problem = Problem::new(
                 ErrorCode::RateLimitExceeded,
                 format!(
-                    "this API key may send {} requests per {} s; retry after the window resets",
+                    "this credential's budget is {} requests per {} s; retry after the window resets",
                     verdict.limit, verdict.window_s
                 ),
             )

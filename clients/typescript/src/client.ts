@@ -195,25 +195,27 @@ type Attempt =
 
 export class PostguardClient {
   readonly baseUrl: string;
-  private readonly opts: ClientOptions;
-  private readonly clock: Clock;
-  private readonly random: () => number;
-  private readonly fetchImpl: typeof fetch;
-  private readonly limiter: RateLimiter;
+  // ECMAScript private fields, not TypeScript `private`: the options hold the credentials, and
+  // `console.log(client)`, `util.inspect` and `JSON.stringify` never show a `#` field.
+  readonly #opts: ClientOptions;
+  readonly #clock: Clock;
+  readonly #random: () => number;
+  readonly #fetch: typeof fetch;
+  readonly #limiter: RateLimiter;
 
   constructor(options: ClientOptions) {
     if (!options?.baseUrl) throw new TypeError('PostguardClient: baseUrl is required');
-    this.opts = options;
+    this.#opts = { ...options };
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
-    this.clock = options.clock ?? systemClock;
-    this.random = options.random ?? Math.random;
-    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
-    this.limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.clock);
+    this.#clock = options.clock ?? systemClock;
+    this.#random = options.random ?? Math.random;
+    this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.#limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.#clock);
   }
 
   /** Calls of this client sent and not yet answered. */
   get inFlight(): number {
-    return this.limiter.pending;
+    return this.#limiter.pending;
   }
 
   /**
@@ -224,9 +226,9 @@ export class PostguardClient {
    */
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
-    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (await (this.opts.generateIdempotencyKey ?? uuidv4)())) : options.idempotencyKey;
+    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (await (this.#opts.generateIdempotencyKey ?? uuidv4)())) : options.idempotencyKey;
     const retrySafe = options.retrySafe ?? (key !== undefined || m === 'GET' || m === 'HEAD' || m === 'OPTIONS');
-    const maxAttempts = Math.max(1, options.maxAttempts ?? this.opts.maxAttempts ?? 5);
+    const maxAttempts = Math.max(1, options.maxAttempts ?? this.#opts.maxAttempts ?? 5);
     const url = this.url(path, options.query);
     const headers = this.headers(options, key);
     const { payload, contentType } = encodeBody(options.body);
@@ -250,7 +252,7 @@ export class PostguardClient {
       const err = this.apiError(m, path, res, body, attempt + 1, key);
       if (!this.retryable(res.status, err.code, retrySafe)) throw err;
       if (last) throw this.exhausted(m, path, attempt + 1, key, err);
-      const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.clock.now());
+      const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.#clock.now());
       await this.pause(m, path, attempt, key, res.status, err, retryAfter, options.signal);
     }
   }
@@ -263,9 +265,9 @@ export class PostguardClient {
   }
 
   private async attempt(url: string, init: RequestInit, options: RequestOptions): Promise<Attempt> {
-    await this.limiter.acquire(options.signal);
-    const sentAt = this.clock.now();
-    const timeoutMs = options.timeoutMs ?? this.opts.timeoutMs ?? 30_000;
+    await this.#limiter.acquire(options.signal);
+    const sentAt = this.#clock.now();
+    const timeoutMs = options.timeoutMs ?? this.#opts.timeoutMs ?? 30_000;
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(new NetworkError(`no answer within ${timeoutMs} ms`, { timedOut: true })), timeoutMs);
     const onAbort = () => ctl.abort(options.signal?.reason);
@@ -273,13 +275,13 @@ export class PostguardClient {
     let answered = false;
     let res: Response | undefined;
     try {
-      res = await this.fetchImpl(url, { ...init, signal: ctl.signal });
+      res = await this.#fetch(url, { ...init, signal: ctl.signal });
       answered = true;
-      const body = await readBody(res, this.opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
-      this.limiter.release(readRateLimit(res.headers), sentAt, this.clock.now(), true);
+      const body = await readBody(res, this.#opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
+      this.#limiter.release(readRateLimit(res.headers), sentAt, this.#clock.now(), true);
       return { kind: 'response', res, body };
     } catch (e) {
-      this.limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.clock.now(), answered);
+      this.#limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.#clock.now(), answered);
       if (options.signal?.aborted) throw options.signal.reason;
       if (e instanceof ResponseTooLargeError) throw e; // the same answer would come again
       const reason = ctl.signal.aborted ? ctl.signal.reason : e;
@@ -304,9 +306,9 @@ export class PostguardClient {
     retryAfterMs: number | undefined,
     signal?: AbortSignal,
   ): Promise<void> {
-    const delayMs = backoffDelay(attempt, retryAfterMs, this.random, this.opts.backoff);
-    this.opts.onRetry?.({ method, path, attempt: attempt + 1, delayMs, idempotencyKey: key, status, error });
-    await this.clock.sleep(delayMs, signal);
+    const delayMs = backoffDelay(attempt, retryAfterMs, this.#random, this.#opts.backoff);
+    this.#opts.onRetry?.({ method, path, attempt: attempt + 1, delayMs, idempotencyKey: key, status, error });
+    await this.#clock.sleep(delayMs, signal);
   }
 
   private report(method: string, path: string, attempt: number, key: string | undefined, res: Response): ResponseInfo {
@@ -320,7 +322,7 @@ export class PostguardClient {
       replayed: res.headers.get('idempotent-replayed') === 'true',
       headers: res.headers,
     };
-    this.opts.onResponse?.(info);
+    this.#opts.onResponse?.(info);
     return info;
   }
 
@@ -364,9 +366,9 @@ export class PostguardClient {
 
   private headers(options: RequestOptions, key: string | undefined): Record<string, string> {
     const h: Record<string, string> = { accept: 'application/json, application/problem+json;q=0.9, */*;q=0.5' };
-    const ua = this.opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
+    const ua = this.#opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
     if (ua !== false) h['user-agent'] = ua;
-    Object.assign(h, this.opts.headers, options.headers);
+    Object.assign(h, this.#opts.headers, options.headers);
     const token = options.token ?? this.credential(options.auth ?? 'apiKey');
     if (token !== undefined) h.authorization = `Bearer ${token}`;
     if (key !== undefined) h['idempotency-key'] = key;
@@ -375,7 +377,7 @@ export class PostguardClient {
 
   private credential(kind: Credential): string | undefined {
     if (kind === 'none') return undefined;
-    const token = kind === 'admin' ? this.opts.adminToken : kind === 'origin' ? this.opts.originToken : this.opts.apiKey;
+    const token = kind === 'admin' ? this.#opts.adminToken : kind === 'origin' ? this.#opts.originToken : this.#opts.apiKey;
     if (token === undefined) {
       const opt = kind === 'admin' ? 'adminToken' : kind === 'origin' ? 'originToken' : 'apiKey';
       throw new PostguardError(`this call needs the client option ${opt}`);

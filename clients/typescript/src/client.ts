@@ -3,6 +3,7 @@ import { systemClock, type Clock } from './clock.js';
 import { ApiError, IdempotencyKeyReuseError, NetworkError, PostguardError, RetriesExhaustedError, type Problem } from './errors.js';
 import { RateLimiter, type ThrottleOptions } from './limiter.js';
 import { readRateLimit } from './ratelimit-headers.js';
+import { MUTATING_METHODS, isRetryable, replaySafe } from './retry.js';
 import { VERSION } from './version.js';
 
 export type Credential = 'apiKey' | 'admin' | 'origin' | 'none';
@@ -46,8 +47,11 @@ export interface RequestOptions {
   body?: unknown;
   query?: Record<string, QueryValue>;
   headers?: Record<string, string>;
-  /** Your key for this operation; default: generated once per call (mutating methods only). */
-  idempotencyKey?: string;
+  /**
+   * Your key for this operation; default: generated once per call (mutating methods only).
+   * `null` sends none — then a lost answer of a mutating call is not retried (it may have run).
+   */
+  idempotencyKey?: string | null;
   /** Which configured credential to send (default `apiKey`), or `token` to give one. */
   auth?: Credential;
   token?: string;
@@ -55,9 +59,10 @@ export interface RequestOptions {
   maxAttempts?: number;
   signal?: AbortSignal;
   /**
-   * Whether a lost answer may be retried: true for GET/HEAD and for calls carrying an
-   * Idempotency-Key (the gateway answers a retry with the stored result). Set false for
-   * routes where the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
+   * Whether a lost answer (network error, timeout, 502/503/504) may be retried: by default true
+   * for GET/HEAD/OPTIONS and for calls carrying an Idempotency-Key (the gateway answers a retry
+   * with the stored result), false for a mutating call without one. Set false for routes where
+   * the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
    */
   retrySafe?: boolean;
 }
@@ -100,8 +105,6 @@ export interface RetryInfo {
 
 /** The gateway replays stored answers up to 100 MiB; allow those, and a little more. */
 const DEFAULT_MAX_RESPONSE_BYTES = 128 * 1024 * 1024;
-const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
-const RETRY_STATUSES = new Set([502, 503, 504]);
 
 /**
  * A UUIDv4 from Web Crypto (randomUUID needs a secure context in browsers; getRandomValues does
@@ -220,14 +223,15 @@ export class PostguardClient {
 
   /**
    * Any call through the gateway (the origin's own API, or a gateway endpoint). A mutating
-   * method gets one Idempotency-Key for the whole call, sent unchanged on every retry.
+   * method gets one Idempotency-Key for the whole call, sent unchanged on every retry; it is
+   * retried after a lost answer only because it carries that key (see `retry.ts`).
    * Resolves for status < 400; throws ApiError (or IdempotencyKeyReuseError) for an error that
    * is not retried, RetriesExhaustedError when every attempt failed.
    */
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
-    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (await (this.#opts.generateIdempotencyKey ?? uuidv4)())) : options.idempotencyKey;
-    const retrySafe = options.retrySafe ?? (key !== undefined || m === 'GET' || m === 'HEAD' || m === 'OPTIONS');
+    const key = await this.#key(m, options.idempotencyKey);
+    const retrySafe = replaySafe(m, key, options.retrySafe);
     const maxAttempts = Math.max(1, options.maxAttempts ?? this.#opts.maxAttempts ?? 5);
     const url = this.url(path, options.query);
     const headers = this.headers(options, key);
@@ -239,7 +243,7 @@ export class PostguardClient {
       const outcome = await this.attempt(url, init, options);
       const last = attempt + 1 >= maxAttempts;
       if (outcome.kind === 'failure') {
-        if (!retrySafe) throw outcome.error;
+        if (!isRetryable({}, retrySafe)) throw outcome.error;
         if (last) throw this.exhausted(m, path, attempt + 1, key, outcome.error);
         await this.pause(m, path, attempt, key, undefined, outcome.error, undefined, options.signal);
         continue;
@@ -250,18 +254,18 @@ export class PostguardClient {
         return { status: res.status, headers: res.headers, data: body as T, replayed: info.replayed, requestId: info.requestId, idempotencyKey: key, attempts: attempt + 1 };
       }
       const err = this.apiError(m, path, res, body, attempt + 1, key);
-      if (!this.retryable(res.status, err.code, retrySafe)) throw err;
+      if (!isRetryable({ status: res.status, code: err.code }, retrySafe)) throw err;
       if (last) throw this.exhausted(m, path, attempt + 1, key, err);
       const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.#clock.now());
       await this.pause(m, path, attempt, key, res.status, err, retryAfter, options.signal);
     }
   }
 
-  /** 429 and 409-in-progress were not executed: always safe. 502/503/504 only when a retry cannot duplicate. */
-  private retryable(status: number, code: string | undefined, retrySafe: boolean): boolean {
-    if (status === 429) return true;
-    if (status === 409) return code === 'IDEMPOTENCY_KEY_IN_PROGRESS';
-    return retrySafe && RETRY_STATUSES.has(status);
+  /** The call's Idempotency-Key: the caller's, none (`null`), or a new one for a mutating method. */
+  async #key(method: string, given: string | null | undefined): Promise<string | undefined> {
+    if (given === null) return undefined;
+    if (given !== undefined || !MUTATING_METHODS.has(method)) return given;
+    return (this.#opts.generateIdempotencyKey ?? uuidv4)();
   }
 
   private async attempt(url: string, init: RequestInit, options: RequestOptions): Promise<Attempt> {

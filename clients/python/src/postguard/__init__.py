@@ -32,6 +32,10 @@ from .errors import (
     ServerError,
     Unauthorized,
     ValidationError,
+    WebhookBodyInvalid,
+    WebhookHeadersMissing,
+    WebhookSignatureInvalid,
+    WebhookTimestampOutOfTolerance,
     WebhookVerificationError,
 )
 from .types import Page
@@ -67,7 +71,11 @@ __all__ = [
     "Throttle",
     "Unauthorized",
     "ValidationError",
+    "WebhookBodyInvalid",
     "WebhookEvent",
+    "WebhookHeadersMissing",
+    "WebhookSignatureInvalid",
+    "WebhookTimestampOutOfTolerance",
     "WebhookVerificationError",
     "__version__",
     "backoff_delay",

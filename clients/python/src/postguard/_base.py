@@ -36,7 +36,7 @@ class BaseClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         proactive: bool = True,
-        threshold: int = 5,
+        threshold: int | None = None,
         pacing: bool = False,
         user_agent: str | None = None,
         headers: Mapping[str, str] | None = None,
@@ -55,7 +55,8 @@ class BaseClient:
         :param retry: attempts and backoff (default 5 attempts, 0.5 s base, 60 s cap).
         :param proactive: wait for the window's reset when the budget runs low
             (``threshold``) instead of running into 429s.
-        :param threshold: the budget kept in reserve; 0 uses all of it.
+        :param threshold: the budget kept in reserve; 0 uses all of it. Default: a
+            tenth of the limit the gateway advertises, at least 1, at most limit − 1.
         :param pacing: also spread requests evenly over the window.
         :param on_attempt: called after every attempt with an :class:`AttemptInfo`.
         """

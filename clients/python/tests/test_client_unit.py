@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -252,3 +253,35 @@ async def test_async_audit_iterator_follows_the_cursor() -> None:
         rows = [row["request_id"] async for row in c.iter_audit(method="POST")]
     assert rows == ["a", "b"]
     assert seen[1].url.params["cursor"] == "c1" and seen[1].url.params["method"] == "POST"
+
+
+# --- secrets never print (issue 23 item 9) ------------------------------------------------
+
+SECRETS: dict[str, Any] = {
+    "api_key": "pgk_Zx81mQv0Lr5Tn2Wc7Ye4Ua9Ib3Od6Pf1Gh8Jk0Sl5M",
+    "admin_token": "adm_live_4f9c2e7a1b8d3f6e0a5c9b2d7e1f4a8c",
+    "origin_token": "org_live_9b1e5d3c7f2a8e4b6d0c1f9a3e7b5d2c",
+}
+
+
+@pytest.mark.anyio
+async def test_repr_str_and_vars_of_the_clients_show_no_secret() -> None:
+    import logging
+    import pprint
+
+    with Client("https://api.example.com", **SECRETS) as sync_client:
+        async with AsyncClient("https://api.example.com", **SECRETS) as async_client:
+            for c in (sync_client, async_client):
+                shown = [repr(c), str(c), f"{c}", f"{c!r}", pprint.pformat(vars(c)), repr(c._tokens)]
+                record = logging.LogRecord("t", logging.INFO, __file__, 1, "client %r", (c,), None)
+                shown.append(record.getMessage())
+                for text in shown:
+                    for name, secret in SECRETS.items():
+                        assert secret not in text and secret[4:20] not in text, f"{name} in {text}"
+                assert "api.example.com" in repr(c) and "api_key" in repr(c), repr(c)
+
+
+def test_the_redacted_token_is_still_sent() -> None:
+    seen, handler = scripted([httpx.Response(200, json={})])
+    Client("http://gw.test", transport=httpx.MockTransport(handler), **SECRETS).me()
+    assert seen[0].headers["authorization"] == f"Bearer {SECRETS['api_key']}"

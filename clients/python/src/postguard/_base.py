@@ -25,6 +25,28 @@ from ._http import (
 DEFAULT_TIMEOUT_S = 60.0
 
 
+class _Secret:
+    """A credential that never prints: its ``repr``/``str`` are a placeholder, so
+    ``vars(client)``, debuggers and logging of client internals show no token."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+    __str__ = __repr__
+
+
+def _secret(value: str | None) -> _Secret | None:
+    return None if value is None else _Secret(value)
+
+
 class BaseClient:
     def __init__(
         self,
@@ -61,7 +83,11 @@ class BaseClient:
         :param on_attempt: called after every attempt with an :class:`AttemptInfo`.
         """
         self.base_url = base_url.rstrip("/")
-        self._tokens = {"api_key": api_key, "admin": admin_token, "origin": origin_token}
+        self._tokens = {
+            "api_key": _secret(api_key),
+            "admin": _secret(admin_token),
+            "origin": _secret(origin_token),
+        }
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self.proactive = proactive
@@ -74,18 +100,25 @@ class BaseClient:
         self._epoch = _epoch or time.time
 
     # -- building an attempt --------------------------------------------------------
+    def __repr__(self) -> str:
+        # Which credentials are set, never their values.
+        held = [name for name, token in self._tokens.items() if token is not None]
+        return f"<postguard.{type(self).__name__} {self.base_url} credentials={held}>"
+
+    __str__ = __repr__
+
 
     def _headers(self, call: Call) -> dict[str, str]:
         h = {"user-agent": self.user_agent, "accept": "application/json", **self._extra_headers}
         h.update(call.headers)
         if call.auth != "none":
             token = self._tokens[call.auth]
-            if not token:
+            if token is None or not token.reveal():
                 raise errors.ConfigurationError(
                     f"{call.method} {call.path} needs the client's {call.auth.replace('_', ' ')}"
                     f"{'' if call.auth == 'api_key' else ' token'}"
                 )
-            h["authorization"] = f"Bearer {token}"
+            h["authorization"] = f"Bearer {token.reveal()}"
         if call.idempotency_key is not None:
             h["idempotency-key"] = call.idempotency_key
         return h

@@ -80,7 +80,8 @@ class BaseClient:
         :param threshold: the budget kept in reserve; 0 uses all of it. Default: a
             tenth of the limit the gateway advertises, at least 1, at most limit − 1.
         :param pacing: also spread requests evenly over the window.
-        :param on_attempt: called after every attempt with an :class:`AttemptInfo`.
+        :param on_attempt: called after every attempt with an :class:`AttemptInfo`
+            (its ``retry_in_s`` is the wait planned before the next attempt).
         """
         self.base_url = base_url.rstrip("/")
         self._tokens = {
@@ -99,7 +100,6 @@ class BaseClient:
         self._monotonic = _monotonic or time.monotonic
         self._epoch = _epoch or time.time
 
-    # -- building an attempt --------------------------------------------------------
     def __repr__(self) -> str:
         # Which credentials are set, never their values.
         held = [name for name, token in self._tokens.items() if token is not None]
@@ -107,6 +107,7 @@ class BaseClient:
 
     __str__ = __repr__
 
+    # -- building an attempt --------------------------------------------------------
 
     def _headers(self, call: Call) -> dict[str, str]:
         h = {"user-agent": self.user_agent, "accept": "application/json", **self._extra_headers}
@@ -145,6 +146,8 @@ class BaseClient:
     def _decide(
         self, call: Call, attempt: int, raw: httpx.Response | None, err: Exception | None
     ) -> Decision:
+        outcome = outcome_of(raw, self._epoch())
+        decision = decide(attempt, outcome, self.retry, self._random(), replay_safe=call.replay_safe)
         if self.on_attempt is not None:
             self.on_attempt(
                 AttemptInfo(
@@ -155,9 +158,10 @@ class BaseClient:
                     raw.status_code if raw is not None else None,
                     raw.headers if raw is not None else None,
                     err,
+                    decision.delay_s if decision.retry else None,
                 )
             )
-        return decide(attempt, outcome_of(raw, self._epoch()), self.retry, self._random())
+        return decision
 
     def _result(
         self, call: Call, raw: httpx.Response | None, err: Exception | None, attempts: int

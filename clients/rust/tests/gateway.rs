@@ -400,7 +400,7 @@ async fn proactive_default_threshold_receives_no_429() {
 #[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
 async fn proactive_threshold_zero_uses_the_whole_budget_without_a_429() {
     let throttle = ThrottleConfig {
-        threshold: 0,
+        threshold: Some(0),
         ..ThrottleConfig::default()
     };
     let (elapsed, rejected, client) = forty_calls(throttle, RetryPolicy::default()).await;
@@ -451,7 +451,7 @@ async fn pacing_spreads_the_calls_over_the_window() {
     let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
         .token(new_key("small").await)
         .throttle(ThrottleConfig {
-            threshold: 0,
+            threshold: Some(0),
             pacing: true,
             ..ThrottleConfig::default()
         })

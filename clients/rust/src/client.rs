@@ -160,7 +160,7 @@ pub struct Metrics {
     pub throttle_waits: u64,
 }
 
-/// Builds a [`Client`].
+/// Builds a [`Client`]. Its `Debug` shows whether a token is set, never the token.
 pub struct ClientBuilder {
     base_url: String,
     token: Option<String>,
@@ -172,6 +172,18 @@ pub struct ClientBuilder {
     hook: Option<ResponseHook>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("base_url", &self.base_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .field("throttle", &self.throttle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -295,9 +307,10 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the token.
+        // Whether a token is set, never the token (a manual impl: a derive would print it).
         f.debug_struct("Client")
             .field("base_url", &self.inner.base.as_str())
+            .field("token", &self.inner.auth.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }

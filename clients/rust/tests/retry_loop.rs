@@ -293,3 +293,27 @@ async fn a_path_cannot_send_the_token_elsewhere() {
         assert!(matches!(e, Error::Invalid(_)), "{path}: {e:?}");
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Issue 23 item 9: the client's Debug shows no secret.
+
+#[test]
+fn debug_of_the_client_and_its_builder_shows_no_token() {
+    const TOKEN: &str = "pgk_Zx81mQv0Lr5Tn2Wc7Ye4Ua9Ib3Od6Pf1Gh8Jk0Sl5M";
+    let builder = Client::builder("https://api.example.com").token(TOKEN);
+    let shown_builder = [format!("{builder:?}"), format!("{builder:#?}")];
+    let client = builder.build().unwrap();
+    let shown = [
+        format!("{client:?}"),
+        format!("{client:#?}"),
+        format!("{:?}", client.clone()),
+    ];
+    for text in shown_builder.iter().chain(&shown) {
+        assert!(!text.contains(TOKEN), "{text}");
+        assert!(!text.contains(&TOKEN[4..20]), "{text}");
+        assert!(text.contains("api.example.com"), "{text}");
+        assert!(text.contains("<redacted>"), "says a token is set: {text}");
+    }
+    let anonymous = Client::builder("https://api.example.com").build().unwrap();
+    assert!(format!("{anonymous:?}").contains("token: None"));
+}

@@ -191,6 +191,12 @@ function asProblem(body: unknown): Problem | undefined {
   return body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Problem) : undefined;
 }
 
+/** A key given as a per-call `Idempotency-Key` header (any case) rather than as `idempotencyKey`. */
+function keyHeader(headers: Record<string, string> | undefined): string | undefined {
+  const name = Object.keys(headers ?? {}).find((k) => k.toLowerCase() === 'idempotency-key');
+  return name === undefined ? undefined : headers?.[name];
+}
+
 /** One attempt's outcome: an answer, or a failure without one. */
 type Attempt =
   | { kind: 'response'; res: Response; body: unknown }
@@ -230,7 +236,7 @@ export class PostguardClient {
    */
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
-    const key = await this.#key(m, options.idempotencyKey);
+    const key = await this.#key(m, options.idempotencyKey !== undefined ? options.idempotencyKey : keyHeader(options.headers));
     const retrySafe = replaySafe(m, key, options.retrySafe);
     const maxAttempts = Math.max(1, options.maxAttempts ?? this.#opts.maxAttempts ?? 5);
     const url = this.url(path, options.query);
@@ -373,6 +379,8 @@ export class PostguardClient {
     const ua = this.#opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
     if (ua !== false) h['user-agent'] = ua;
     Object.assign(h, this.#opts.headers, options.headers);
+    // The call's key is set below, once: a key given as a header is not sent a second time.
+    for (const name of Object.keys(h)) if (name.toLowerCase() === 'idempotency-key') delete h[name];
     const token = options.token ?? this.credential(options.auth ?? 'apiKey');
     if (token !== undefined) h.authorization = `Bearer ${token}`;
     if (key !== undefined) h['idempotency-key'] = key;

@@ -99,6 +99,13 @@ test('every mutating gateway call carries one key for all its attempts and is re
   assert.equal(c, 'onboarding-p-key');
 });
 
+test('a key given as a header is the call\'s key: sent once per attempt, never beside a generated one', async () => {
+  const f = scriptedFetch([lost(), [201]]);
+  const res = await client(f).request('POST', '/orders', { body: {}, headers: { 'Idempotency-Key': 'order-42' } });
+  assert.equal(res.idempotencyKey, 'order-42');
+  assert.deepEqual(f.calls.map((c) => c.headers.get('idempotency-key')), ['order-42', 'order-42']);
+});
+
 test('publish gives the event an id once, so every attempt is the same event', async () => {
   const f = scriptedFetch([lost(), [202, { id: 'evt_x' }]]);
   await client(f).events.publish({ project: 'p', type: 't', data: { n: 1 } });

@@ -461,11 +461,15 @@ impl Client {
         body: Body,
         opts: RequestOptions,
     ) -> Result<Response, Error> {
-        let key = (is_mutating(&method) && !opts.without_idempotency_key).then(|| {
-            opts.idempotency_key
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+        // A key given as an `Idempotency-Key` header counts as the caller's own.
+        let given = opts.idempotency_key.clone().or_else(|| {
+            opts.headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
+                .map(|(_, value)| value.clone())
         });
+        let key = (is_mutating(&method) && !opts.without_idempotency_key)
+            .then(|| given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()));
         let call = Call {
             url: self.url(path)?,
             headers: self.headers(&body, key.as_deref(), &opts)?,
@@ -598,6 +602,9 @@ impl Client {
             );
         }
         for (name, value) in &opts.headers {
+            if name.eq_ignore_ascii_case("idempotency-key") {
+                continue; // the call's key, inserted above once
+            }
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::Invalid(format!("header name {name:?}")))?;
             h.append(n, HeaderValue::from_str(value).map_err(|_| invalid(name))?);

@@ -426,6 +426,35 @@ async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost
     );
 }
 
+#[tokio::test]
+async fn a_key_given_as_a_header_is_the_calls_key_and_sent_once() {
+    let (url, seen) = serve(vec![(0, vec![], String::new()), ok(201)]);
+    let clock = Arc::new(FakeClock::default());
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::POST,
+            "/orders",
+            Body::from(json!({})),
+            RequestOptions::default().header("Idempotency-Key", "order-42"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.idempotency_key.as_deref(), Some("order-42"));
+    let seen = seen.lock().unwrap();
+    for head in seen.iter() {
+        let keys: Vec<_> = head
+            .iter()
+            .filter(|l| l.starts_with("idempotency-key:"))
+            .collect();
+        assert_eq!(
+            keys,
+            ["idempotency-key: order-42"],
+            "one key header per attempt"
+        );
+    }
+    assert_eq!(seen.len(), 2);
+}
+
 // -------------------------------------------------------------------------------------------
 // Issue 23 item 9: the client's Debug shows no secret.
 

@@ -2,19 +2,19 @@
 //! cursor, one delivery with every attempt, manual retry and redirect.
 
 use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
-use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::delivery::Status;
-use postguard_core::webhooks::ops::check_redirect_url;
+use postguard_core::webhooks::ops::check_target_url;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::{num, policy, text, Job};
+use crate::admin::Ctx;
 use crate::reject::Handled;
 use crate::runtime::RequestCtx;
-use crate::{auth, bindings, http};
+use crate::{bindings, http};
 
 #[derive(Serialize, Deserialize, Clone)]
 pub struct Delivery {
@@ -71,10 +71,11 @@ struct Page {
 const COLUMNS: &str = "d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, d.attempts_made, d.next_attempt_at, d.created_at, r.request_id \
      FROM deliveries d LEFT JOIN event_requests r ON r.project = d.project AND r.event_id = d.event_id";
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (req, env, rc) = (&cx.req, cx.env, cx.rc);
+    let project = cx.project()?;
     let mut sql = format!("SELECT {COLUMNS} WHERE d.project = ?");
-    let mut args: Vec<JsValue> = vec![text(&project)];
+    let mut args: Vec<JsValue> = vec![text(project)];
     let mut limit = 50u32;
     let pairs: Vec<(String, String)> = req
         .url()?
@@ -148,9 +149,10 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>
         .await
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let Some(delivery) = load(env, &project, id).await? else {
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let Some(delivery) = load(env, project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
     let mut attempts: Vec<Attempt> = env
@@ -169,7 +171,7 @@ pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &s
     let payload: Option<Payload> = env
         .d1(bindings::DB)?
         .prepare("SELECT payload FROM events WHERE project = ? AND id = ?")
-        .bind(&[text(&project), text(&delivery.event_id)])?
+        .bind(&[text(project), text(&delivery.event_id)])?
         .first(None)
         .await?;
     let payload = payload.and_then(|p| serde_json::from_slice(p.payload.as_bytes()).ok());
@@ -211,12 +213,13 @@ async fn queue_manual(
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.
-pub async fn retry(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let Some(d) = load(env, &project, id).await? else {
+pub async fn retry(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let Some(d) = load(env, project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
-    super::usage::manual(env, cfg, &project, &d.id).await?;
+    super::usage::manual(env, cfg, project, &d.id).await?;
     queue_manual(env, rc, &d, None).await
 }
 
@@ -228,25 +231,20 @@ struct RedirectBody {
 
 /// `POST /{id}/redirect {url}`: send the event once to another URL (signed,
 /// same webhook-id); the delivery's receiver and status stay as they are.
-pub async fn redirect(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let url = match serde_json::from_slice::<RedirectBody>(&body) {
-        Ok(b) => {
-            let origin = super::inspectors::own_origin(&req)?;
-            check_redirect_url(&b.url, &origin, &policy(cfg))?
-        }
+pub async fn redirect(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let body = &cx.body;
+    // The URL rules, with the configured public URL's capture URLs exempt
+    // (never the origin a request's `Host` claims); the consumer checks again
+    // right before it sends.
+    let url = match serde_json::from_slice::<RedirectBody>(body) {
+        Ok(b) => check_target_url(&b.url, cfg.settings.public_origin(), &policy(cfg))?,
         Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),
     };
-    let Some(d) = load(env, &project, id).await? else {
+    let Some(d) = load(env, project, id).await? else {
         return Err(Problem::not_found("delivery", id).into());
     };
-    super::usage::manual(env, cfg, &project, &d.id).await?;
+    super::usage::manual(env, cfg, project, &d.id).await?;
     queue_manual(env, rc, &d, Some(url)).await
 }

@@ -2,19 +2,17 @@
 //! published, with their delivery summary, for reconciliation and for local
 //! development without a public URL. Retention as deliveries.
 
-use postguard_core::config::Config;
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::webhooks::ops::{self, Order};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request};
 
 use super::{num, text};
+use crate::admin::Ctx;
 use crate::reject::Handled;
 use crate::request::query_pairs;
-use crate::runtime::RequestCtx;
-use crate::{auth, bindings, http};
+use crate::{bindings, http};
 
 #[derive(Deserialize)]
 struct Row {
@@ -86,11 +84,12 @@ const SELECT: &str = "SELECT e.id, e.payload, e.created_at, r.request_id, \
      FROM events e LEFT JOIN event_requests r ON r.project = e.project AND r.event_id = e.id \
      WHERE e.project = ?";
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (req, env, rc) = (&cx.req, cx.env, cx.rc);
+    let project = cx.project()?;
     let q = ops::parse_feed(&query_pairs(req)?)?;
     let mut sql = SELECT.to_string();
-    let mut args: Vec<JsValue> = vec![text(&project)];
+    let mut args: Vec<JsValue> = vec![text(project)];
     if let Some(s) = q.since {
         sql.push_str(" AND e.created_at >= ?");
         args.push(num(s));

@@ -4,24 +4,28 @@
 //! /inspectors/{id}/requests` lists the captures, each with whether its
 //! `webhook-signature` verifies under one of the project's subscription
 //! secrets. `redirect` accepts the capture URL.
+//!
+//! A capture URL takes requests from anyone who holds it, so what it costs is
+//! bounded by a budget of its own (`webhooks::capture`: captures and bytes
+//! per minute and per day, over it 429 to the sender) and never charged to
+//! the project: a sender cannot spend the project's publish quota. A
+//! sender's `Authorization`, `Cookie` and `Proxy-Authorization` are stored as
+//! `[redacted]`.
 
-use postguard_core::config::Config;
+use postguard_core::webhooks::capture::{self, Usage};
 use postguard_core::webhooks::ops::{INSPECTOR_MAX_BODY, INSPECTOR_MAX_REQUESTS, INSPECTOR_TTL_MS};
 use postguard_core::webhooks::{capacity, signature};
 use postguard_core::{ErrorCode, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::{new_id, num, text};
-use crate::reject::Handled;
-use crate::runtime::{now_ms, random_bytes, RequestCtx};
-use crate::{auth, bindings, http};
-
-/// The gateway's own origin (scheme://host[:port]) as the caller sees it.
-pub fn own_origin(req: &Request) -> Result<String> {
-    Ok(req.url()?.origin().ascii_serialization())
-}
+use crate::admin::Ctx;
+use crate::ip_limit;
+use crate::reject::{Handled, Reject};
+use crate::runtime::{now_ms, random_bytes};
+use crate::{bindings, http};
 
 #[derive(Serialize)]
 struct Created {
@@ -30,25 +34,32 @@ struct Created {
     expires_at: u64,
 }
 
-/// `POST /inspectors` → 201 `{id, url, expires_at}`.
-pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+/// `POST /inspectors` → 201 `{id, url, expires_at}`. The URL is on the
+/// configured `public_url` (relative without one), never on the host a
+/// request named.
+pub async fn create(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
     let bytes =
         random_bytes::<24>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let id = new_id("insp_");
     let now = now_ms();
     let expires_at = now + INSPECTOR_TTL_MS;
-    // Inspectors and their captures count against the project's daily bytes (ADR 0017).
-    super::usage::admit(env, cfg, &project, super::usage::Storing::Bytes).await?;
+    // Creating an inspector (the project's own act) counts against its daily
+    // bytes (ADR 0017); what senders post to it does not.
+    super::usage::admit(env, cfg, project, super::usage::Storing::Bytes).await?;
     let db = env.d1(bindings::DB)?;
     db.batch(vec![
         db.prepare("INSERT INTO inspectors (id, project, token, expires_at, created_at) VALUES (?, ?, ?, ?, ?)")
-            .bind(&[text(&id), text(&project), text(&token), num(expires_at), num(now)])?,
-        super::usage::charge(&db, &project, capacity::INSPECTOR_BYTES, now)?,
+            .bind(&[text(&id), text(project), text(&token), num(expires_at), num(now)])?,
+        super::usage::charge(&db, project, capacity::INSPECTOR_BYTES, now)?,
     ])
     .await?;
-    let url = format!("{}/_postguard/inspect/{token}", own_origin(req)?);
+    let url = format!(
+        "{}/_postguard/inspect/{token}",
+        cfg.settings.public_origin()
+    );
     http::json(
         rc,
         201,
@@ -65,6 +76,25 @@ pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> 
 struct Inspector {
     id: String,
     project: String,
+    minute: Option<u64>,
+    minute_count: Option<u32>,
+    minute_bytes: Option<u64>,
+    day: Option<u64>,
+    day_count: Option<u32>,
+    day_bytes: Option<u64>,
+}
+
+impl Inspector {
+    fn usage(&self) -> Usage {
+        Usage {
+            minute: self.minute.unwrap_or(0),
+            minute_count: self.minute_count.unwrap_or(0),
+            minute_bytes: self.minute_bytes.unwrap_or(0),
+            day: self.day.unwrap_or(0),
+            day_count: self.day_count.unwrap_or(0),
+            day_bytes: self.day_bytes.unwrap_or(0),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -107,40 +137,48 @@ async fn verify(
     Ok(Some(ok))
 }
 
-/// `POST /_postguard/inspect/<token>`: records the request (bounded), 200.
-/// An unknown or expired token is 404.
-pub async fn capture(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    token: &str,
-) -> Handled {
-    let db = env.d1(bindings::DB)?;
-    let inspector: Inspector = db
-        .prepare("SELECT id, project FROM inspectors WHERE token = ? AND expires_at > ?")
+/// The inspector of a capture token, live, with its budget's usage.
+async fn live_inspector(env: &Env, token: &str) -> Result<Option<Inspector>> {
+    env.d1(bindings::DB)?
+        .prepare(
+            "SELECT i.id, i.project, u.minute, u.minute_count, u.minute_bytes, u.day, u.day_count, u.day_bytes              FROM inspectors i LEFT JOIN inspector_usage u ON u.inspector_id = i.id WHERE i.token = ? AND i.expires_at > ?",
+        )
         .bind(&[text(token), num(now_ms())])?
         .first(None)
-        .await?
-        .ok_or_else(|| {
-            Problem::new(
-                ErrorCode::NotFound,
-                "no inspector at this URL (unknown or expired)",
-            )
-        })?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let signature_valid = verify(env, &inspector.project, req.headers(), &body).await?;
+        .await
+}
+
+/// `POST /_postguard/inspect/<token>`: records the request (bounded), 200.
+/// An unknown or expired token is 404 (and counts against the sender's
+/// address, as a wrong credential does); over the inspector's budget, 429.
+pub async fn capture(cx: &Ctx<'_>, token: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let Some(inspector) = live_inspector(env, token).await? else {
+        ip_limit::charge(env, cfg, rc).await?;
+        return Err(Problem::new(
+            ErrorCode::NotFound,
+            "no inspector at this URL (unknown or expired)",
+        )
+        .into());
+    };
+    let req = &cx.req;
+    let body = &cx.body;
     let headers: serde_json::Map<String, serde_json::Value> = req
         .headers()
         .entries()
-        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .map(|(k, v)| {
+            let stored = capture::stored_value(&k, &v).to_string();
+            (k, serde_json::Value::String(stored))
+        })
         .collect();
     let kept = &body[..body.len().min(INSPECTOR_MAX_BODY)];
-    let valid = signature_valid.map_or(JsValue::NULL, |v| num(u64::from(v)));
-    super::usage::admit(env, cfg, &inspector.project, super::usage::Storing::Bytes).await?;
     let headers = serde_json::to_string(&headers)?;
     let kept = String::from_utf8_lossy(kept);
-    let charged = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
+    let size = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
+    charge_capture(env, cfg, &inspector, size).await?;
+    let signature_valid = verify(env, &inspector.project, req.headers(), body).await?;
+    let valid = signature_valid.map_or(JsValue::NULL, |v| num(u64::from(v)));
+    let db = env.d1(bindings::DB)?;
     db.batch(vec![
         db.prepare("INSERT INTO inspector_requests (inspector_id, at, method, headers, body, signature_valid) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(&[
@@ -151,13 +189,65 @@ pub async fn capture(
                 text(&kept),
                 valid,
             ])?,
-        super::usage::charge(&db, &inspector.project, charged, now_ms())?,
         // Only the newest captures are kept.
         db.prepare("DELETE FROM inspector_requests WHERE inspector_id = ? AND seq NOT IN (SELECT seq FROM inspector_requests WHERE inspector_id = ? ORDER BY seq DESC LIMIT ?)")
             .bind(&[text(&inspector.id), text(&inspector.id), num(u64::from(INSPECTOR_MAX_REQUESTS))])?,
     ])
     .await?;
     http::json(rc, 200, &serde_json::json!({ "captured": true }), &[])
+}
+
+/// Charges one capture of `size` bytes to the inspector's own budget
+/// (compare-and-set on the usage read with the inspector: a capture racing
+/// another is refused with `Retry-After: 1` rather than counted twice).
+async fn charge_capture(
+    env: &Env,
+    cfg: &postguard_core::config::Config,
+    inspector: &Inspector,
+    size: u64,
+) -> Handled<()> {
+    let used = inspector.usage();
+    let next = capture::charge(used, size, &cfg.settings.webhooks, now_ms()).map_err(|over| {
+        let window = if over.per_minute { "minute" } else { "day" };
+        Reject::from(
+            Problem::new(
+                ErrorCode::RateLimitExceeded,
+                format!("this capture URL has taken all it accepts this {window}; retry later"),
+            )
+            .with_retry_after(over.retry_after_s),
+        )
+    })?;
+    let fresh = inspector.minute.is_none();
+    let res = env
+        .d1(bindings::DB)?
+        .prepare(
+            "INSERT INTO inspector_usage (inspector_id, minute, minute_count, minute_bytes, day, day_count, day_bytes)              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (inspector_id) DO UPDATE SET              minute = ?2, minute_count = ?3, minute_bytes = ?4, day = ?5, day_count = ?6, day_bytes = ?7              WHERE ?8 = 0 AND minute = ?9 AND minute_count = ?10 AND day = ?11 AND day_count = ?12",
+        )
+        .bind(&[
+            text(&inspector.id),
+            num(next.minute),
+            num(u64::from(next.minute_count)),
+            num(next.minute_bytes),
+            num(next.day),
+            num(u64::from(next.day_count)),
+            num(next.day_bytes),
+            num(u64::from(fresh)),
+            num(used.minute),
+            num(u64::from(used.minute_count)),
+            num(used.day),
+            num(u64::from(used.day_count)),
+        ])?
+        .run()
+        .await?;
+    match res.meta()?.and_then(|m| m.changes).unwrap_or(0) {
+        0 => Err(Problem::new(
+            ErrorCode::RateLimitExceeded,
+            "this capture URL is taking another request; retry",
+        )
+        .with_retry_after(1)
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -179,18 +269,13 @@ struct Captured {
 }
 
 /// `GET /inspectors/{id}/requests` → `{data: [...]}`, oldest first (own project only).
-pub async fn requests(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn requests(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
     let db = env.d1(bindings::DB)?;
     let found: Option<Inspector> = db
         .prepare("SELECT id, project FROM inspectors WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
+        .bind(&[text(id), text(project)])?
         .first(None)
         .await?;
     found.ok_or_else(|| Problem::not_found("inspector", id))?;

@@ -1,21 +1,21 @@
 //! CONTRACT §11 operations on one subscription: the test ping and bulk
 //! recover (a background task through the queue), and `GET /tasks/{id}`.
 
-use postguard_core::config::Config;
 use postguard_core::webhooks::events::{self, excerpt};
 use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, MessageExt, Request, Result};
+use worker::{Env, MessageExt, Result};
 
 use super::consumer::{self, Msg, Outgoing, Secrets};
 use super::subscriptions::not_found;
 use super::{new_id, num, text, Job, TaskStep};
+use crate::admin::Ctx;
 use crate::reject::Handled;
-use crate::runtime::{now_ms, RequestCtx};
-use crate::{auth, bindings, http};
+use crate::runtime::now_ms;
+use crate::{bindings, http};
 
 #[derive(Deserialize)]
 struct SubSecrets {
@@ -36,12 +36,13 @@ struct Ping {
 /// `POST /webhooks/{id}/test`: one signed `postguard.ping` to the
 /// subscription's URL now, whatever its state; answers with the outcome.
 /// Not a delivery: nothing is recorded or retried.
-pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
     let sub: SubSecrets = env
         .d1(bindings::DB)?
         .prepare("SELECT url, secret, previous_secret, previous_secret_until FROM subscriptions WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
+        .bind(&[text(id), text(project)])?
         .first(None)
         .await?
         .ok_or_else(|| not_found(id))?;
@@ -105,43 +106,60 @@ const RECOVERABLE: &str = "FROM deliveries WHERE subscription_id = ? AND project
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
-pub async fn recover(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let r = ops::parse_recover(&body)?;
-    super::subscriptions::load(env, &project, id)
+pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let body = &cx.body;
+    let r = ops::parse_recover(body)?;
+    super::subscriptions::load(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     let db = env.d1(bindings::DB)?;
     let until = r.until.unwrap_or(ops::MAX_TIME_MS);
     let total: Count = db
         .prepare(format!("SELECT COUNT(*) AS n {RECOVERABLE}"))
-        .bind(&[text(id), text(&project), num(r.since), num(until)])?
+        .bind(&[text(id), text(project), num(r.since), num(until)])?
         .first(None)
         .await?
         .unwrap_or(Count { n: 0 });
     let task_id = new_id("task_");
     let now = now_ms();
-    db.prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, 'recover', 'queued', ?, ?, ?, ?, ?, ?)")
-        .bind(&[text(&task_id), text(&project), text(id), num(r.since), num(until), num(u64::from(total.n)), num(now), num(now)])?
-        .run()
-        .await?;
-    env.queue(bindings::DELIVERIES)?
-        .send(TaskStep {
+    // One task per subscription at a time, decided in the insert itself (two
+    // racing recovers cannot both pass). A task whose steps stopped moving
+    // for `TASK_STALE_MS` (its queue message lost) no longer holds the place.
+    let stale = now.saturating_sub(TASK_STALE_MS);
+    // Nothing in the range: the task is done as it is created (no queue step).
+    let state = match total.n {
+        0 => TaskState::Done,
+        _ => TaskState::Queued,
+    };
+    let inserted = db.prepare(
+        "INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) \
+         SELECT ?, ?, 'recover', ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS \
+         (SELECT 1 FROM tasks WHERE subscription_id = ? AND state IN ('queued', 'running') AND updated_at > ?)",
+    )
+    .bind(&[text(&task_id), text(project), text(state.as_str()), text(id), num(r.since), num(until), num(u64::from(total.n)), num(now), num(now), text(id), num(stale)])?
+    .run()
+    .await?;
+    if inserted.meta()?.and_then(|m| m.changes).unwrap_or(0) == 0 {
+        return Err(running_task(env, id).await?.into());
+    }
+    if state == TaskState::Queued {
+        let queue = env.queue(bindings::DELIVERIES)?;
+        let step = TaskStep {
             task_id: task_id.clone(),
-        })
-        .await?;
+        };
+        if let Err(e) = queue.send(step).await {
+            // Not left `queued` with no step to run it.
+            fail(env, &task_id).await?;
+            return Err(e.into());
+        }
+    }
     // The task as queued (its `id` is what `GET /tasks/{id}` takes).
     let task = Task {
         id: task_id,
         kind: "recover".to_string(),
-        state: TaskState::Queued,
+        state,
         subscription_id: id.to_string(),
         total: total.n,
         done: 0,
@@ -152,19 +170,35 @@ pub async fn recover(
     http::json(rc, 202, &task, &[])
 }
 
+/// A task that has not moved for this long is no longer running (ms).
+const TASK_STALE_MS: u64 = 10 * 60_000;
+
+#[derive(Deserialize)]
+struct Running {
+    id: String,
+}
+
+/// 409 `TASK_IN_PROGRESS` naming the subscription's running task.
+async fn running_task(env: &Env, subscription_id: &str) -> Handled<Problem> {
+    let found: Option<Running> = env
+        .d1(bindings::DB)?
+        .prepare("SELECT id FROM tasks WHERE subscription_id = ? AND state IN ('queued', 'running') ORDER BY created_at DESC LIMIT 1")
+        .bind(&[text(subscription_id)])?
+        .first(None)
+        .await?;
+    // It finished in between: the client may retry at once.
+    let id = found.map(|r| r.id).unwrap_or_default();
+    Ok(Problem::task_in_progress(&id).with_retry_after(1))
+}
+
 /// `GET /tasks/{id}` (own project only).
-pub async fn get_task(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
     let task: Task = env
         .d1(bindings::DB)?
         .prepare("SELECT id, kind, state, subscription_id, total, done, failed, created_at, updated_at FROM tasks WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
+        .bind(&[text(id), text(project)])?
         .first(None)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;

@@ -25,11 +25,11 @@ use postguard_core::webhooks::{events, fanout};
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use worker::d1::D1PreparedStatement;
-use worker::{D1Database, Env, Request, Result};
+use worker::{D1Database, Env, Result};
 
 use super::group::{self, Outcome};
 use super::{new_id, num, text, to_json, Job};
-use crate::auth;
+use crate::admin::Ctx;
 use crate::bindings;
 use crate::http;
 use crate::reject::{Handled, Reject};
@@ -49,10 +49,10 @@ pub struct SubRow {
     pub state: Option<SubState>,
 }
 
-pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    auth::origin(&req, env, cfg).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let input = events::parse_publish(&body)?;
+pub async fn publish(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let body = &cx.body;
+    let input = events::parse_publish(body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
     let project = input.project.clone();

@@ -45,7 +45,11 @@ pub async fn sweep(env: &Env, days: u32) -> Result<Swept> {
                 .bind(&[num(cutoff)])?,
             db.prepare("DELETE FROM inspector_requests WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
                 .bind(&[num(now)])?,
+            db.prepare("DELETE FROM inspector_usage WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
+                .bind(&[num(now)])?,
             db.prepare("DELETE FROM inspectors WHERE expires_at < ?")
+                .bind(&[num(now)])?,
+            db.prepare("DELETE FROM portal_sessions WHERE expires_at < ?")
                 .bind(&[num(now)])?,
             db.prepare("DELETE FROM webhook_usage WHERE day < ?")
                 .bind(&[num(oldest_day)])?,

@@ -3,22 +3,23 @@
 //! lifecycle: PATCH (the secret is kept), pause and resume. A subscription's
 //! state, health and throttle live in `subscription_ops` (no row = active).
 
-use postguard_core::config::Config;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
+use postguard_core::portal;
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::{new_id, num, opt_text, policy, text};
-use crate::auth;
+use crate::admin::Ctx;
+use crate::auth::Principal;
 use crate::bindings;
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_param;
-use crate::runtime::{now_ms, random_bytes, RequestCtx};
+use crate::runtime::{now_ms, random_bytes};
 
 #[derive(Deserialize)]
 struct Row {
@@ -82,11 +83,17 @@ fn new_secret() -> Result<String> {
 /// Creates a subscription owned by the calling key, within the project's
 /// `webhooks.max_subscriptions_per_project` (checked in the INSERT itself,
 /// so concurrent creates cannot pass the cap together).
-pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (project, key_id) = auth::project_and_key(&req, env, cfg, rc).await?;
-    let project = &project;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let (input, rate) = ops::parse_create(&body, &policy(cfg))?;
+pub async fn create(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    // Its owner: the calling key, or for a portal session the project itself
+    // (ending the project's sessions, or revoking its last key, pauses it).
+    let owner = match &cx.who {
+        Principal::Key(c) => c.key.record.id.clone(),
+        _ => portal::subscription_owner(project),
+    };
+    let body = &cx.body;
+    let (input, rate) = ops::parse_create(body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
@@ -98,12 +105,9 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
                   SELECT ?, ?, ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM subscriptions WHERE project = ?) < ?")
         .bind(&[text(&id), text(project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now), text(project), num(u64::from(cap))])?;
     let mut statements = vec![insert];
-    // A portal session has no key: its subscriptions have no owner to revoke.
-    if let Some(key_id) = &key_id {
-        statements.push(db
-            .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
-            .bind(&[text(&id), text(key_id), text(&id)])?);
-    }
+    statements.push(db
+        .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
+        .bind(&[text(&id), text(&owner), text(&id)])?);
     if let Some(r) = rate {
         statements.push(
             db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
@@ -137,11 +141,12 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
     http::json(rc, 201, &sub, &[])
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (req, env, rc) = (&cx.req, cx.env, cx.rc);
+    let project = cx.project()?;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let mut sql = format!("SELECT {COLUMNS} WHERE s.project = ?");
-    let mut args = vec![text(&project)];
+    let mut args = vec![text(project)];
     if let Some(c) = query_param(req, "cursor")? {
         let (t, id) = decode_cursor(&c)?;
         sql.push_str(" AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?))");
@@ -169,11 +174,10 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscript
     Ok(row.map(Subscription::from))
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
@@ -189,15 +193,16 @@ async fn write_one(env: &Env, sql: &str, binds: &[worker::wasm_bindgen::JsValue]
     Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
 }
 
-pub async fn delete(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
     // The owner row goes with it (a leftover one is harmless: nothing joins it).
     let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
-    if !write_one(env, sql, &[text(id), text(&project)]).await? {
+    if !write_one(env, sql, &[text(id), text(project)]).await? {
         return Err(not_found(id).into());
     }
     let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
-    write_one(env, sql, &[text(id), text(&project)]).await?;
+    write_one(env, sql, &[text(id), text(project)]).await?;
     http::no_content(rc)
 }
 
@@ -206,15 +211,16 @@ struct Rotated {
     secret: String,
 }
 
-pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
     let secret = new_secret()?;
     let sql = "UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?";
     let binds = [
         num(now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000),
         text(&secret),
         text(id),
-        text(&project),
+        text(project),
     ];
     if !write_one(env, sql, &binds).await? {
         return Err(not_found(id).into());
@@ -224,24 +230,17 @@ pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
 
 /// `PATCH /webhooks/{id}` `{url?, events?, description?, rate_limit_per_s?}`:
 /// the same rules as create on the merged result; the secret is kept.
-pub async fn patch(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let current = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    let p = ops::parse_patch(&body, &current.url, &current.events, &policy(cfg))?;
+pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let body = &cx.body;
+    let current = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
+    let p = ops::parse_patch(body, &current.url, &current.events, &policy(cfg))?;
     let db = env.d1(bindings::DB)?;
     let mut statements = Vec::new();
     let mut set = |col: &str, v: JsValue| -> Result<()> {
         let sql = format!("UPDATE subscriptions SET {col} = ? WHERE id = ? AND project = ?");
-        statements.push(db.prepare(sql).bind(&[v, text(id), text(&project)])?);
+        statements.push(db.prepare(sql).bind(&[v, text(id), text(project)])?);
         Ok(())
     };
     if let Some(url) = &p.url {
@@ -258,29 +257,24 @@ pub async fn patch(
         statements.push(
             db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) VALUES (?, ?, ?) \
                         ON CONFLICT (subscription_id) DO UPDATE SET rate_limit_per_s = excluded.rate_limit_per_s")
-                .bind(&[text(id), text(&project), r])?,
+                .bind(&[text(id), text(project), r])?,
         );
     }
     if !statements.is_empty() {
         db.batch(statements).await?;
     }
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
 /// `POST /webhooks/{id}/pause`: new events still create deliveries, held as
 /// `paused`; scheduled attempts already queued hold theirs when they run.
-pub async fn pause(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    set_state(env, &project, id, SubState::Paused, None).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    load(env, project, id).await?.ok_or_else(|| not_found(id))?;
+    set_state(env, project, id, SubState::Paused, None).await?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
@@ -317,17 +311,14 @@ pub async fn set_state(
 /// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
 /// every held delivery back on its schedule, due now, queued in creation
 /// order (ADR 0014).
-pub async fn resume(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn resume(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     // First active (a hold written after this fails its compare-and-set and
     // sends instead), then release what was held before.
-    set_state(env, &project, id, SubState::Active, None).await?;
+    set_state(env, project, id, SubState::Active, None).await?;
     super::consumer::release_held(env, id).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }

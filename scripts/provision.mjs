@@ -7,7 +7,8 @@
 //   node scripts/provision.mjs [--dry-run] [--config path/to/wrangler.toml]
 //
 // It plans before it acts: every resource is looked up first with read-only wrangler commands
-// (the JSON lists where wrangler has them), then the missing ones are created in order. A
+// (the JSON lists where wrangler has them; `d1 migrations list` also creates wrangler's own
+// d1_migrations table when missing, as `apply` would), then the missing ones are created in order. A
 // problem found while planning (an id in wrangler.toml the account lacks, wrangler not logged
 // in) stops it before anything is changed. --dry-run prints the plan and the exact wrangler
 // commands it would run, and changes nothing (neither the account nor wrangler.toml).

@@ -191,7 +191,11 @@ function migrationStep(db, wrangler, configDir) {
   const pending = () => {
     const out = must(wrangler, listArgs);
     if (/No migrations to apply/.test(out)) return [];
-    return [...new Set(out.match(/[\w.-]+\.sql\b/g) ?? [])];
+    // The table's rows are the pending file names; only names of files we have count.
+    const named = new Set(out.match(/[\w.-]+\.sql\b/g) ?? []);
+    const names = files.filter((f) => named.has(f));
+    if (names.length === 0) throw new Stop(`\`${wrangler.display(listArgs)}\` listed no migration this folder has:\n${out.slice(0, 400)}`);
+    return names;
   };
   const apply = (names) => {
     if (names.length === 0) return { note: 'none pending' };

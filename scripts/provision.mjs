@@ -112,10 +112,10 @@ function parseList(wrangler, args, out) {
 
 // ---- the plan: one step per resource, found with read-only commands -----------------------
 
-/**
- * A step: `label`, `status` ('exists' | 'create' | 'adopt' | 'apply' | 'nothing' | 'error'),
- * `note`, `commands` (what it would run, for the dry run) and `run()` (does it, returns a note).
- */
+// A step: `label`, `status` ('exists' | 'create' | 'adopt' | 'apply' | 'nothing' | 'error'),
+// `note`; for a change, `commands` (printed by the dry run) and either `run()` (does it, returns
+// {note, edit?, shown?}) or `edit` (an id to write into wrangler.toml, for 'adopt').
+
 function kvSteps(toml, wrangler) {
   const entries = toml.kv_namespaces ?? [];
   if (entries.length === 0) return [];
@@ -279,13 +279,14 @@ function secretSteps(toml, wrangler) {
     throw failure(wrangler, listArgs, r);
   }
   const missing = SECRETS.filter((s) => !present.has(s));
+  const kept = SECRETS.filter((s) => present.has(s));
   const label = `secrets of Worker ${toml.name}`;
   if (missing.length === 0) return [{ label, status: 'exists', note: SECRETS.join(', ') }];
   const args = ['secret', 'bulk'];
   const stdin = `{${missing.map((s) => `"${s}": <generated>`).join(', ')}}`;
   return [{
     label, status: 'create',
-    note: `${missing.join(', ')} missing${present.size ? ` (${[...present].filter((s) => SECRETS.includes(s)).join(', ')} set: left as they are)` : ''}`,
+    note: `${missing.join(', ')} missing${kept.length ? ` (${kept.join(', ')} set: left as ${kept.length > 1 ? 'they are' : 'it is'})` : ''}`,
     commands: [`${wrangler.display(args)}   # stdin: ${stdin}`],
     run() {
       // On stdin, never in argv (which other users of the machine can read).

@@ -149,6 +149,7 @@ describe('scripts/provision.sh', () => {
     assert.ok(r.out.includes(`${MIGRATIONS.length - 7} pending: ${MIGRATIONS.slice(7).join(', ')}`), r.out);
     const bulk = r.calls.find((c) => command(c) === 'secret bulk');
     assert.deepEqual(Object.keys(JSON.parse(bulk.stdin)), ['ORIGIN_TOKEN', 'ORIGIN_SIGNING_SECRET']);
+    assert.match(r.out, /ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET missing \(ADMIN_TOKEN set: left as it is\)/);
     assert.equal(acct.state().secrets.ADMIN_TOKEN, 'x'.repeat(40));
     assert.ok(!/ADMIN_TOKEN=/.test(r.out));
     assert.deepEqual(mutating(acct.provision().calls), [], 'and then nothing');

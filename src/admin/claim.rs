@@ -251,7 +251,13 @@ pub async fn record(pass: Pass, cx: &Ctx<'_>, outcome: Handled) -> Handled {
         body_len: body.len(),
     };
     let plan = record_plan(&cx.who);
-    match proxy::settle(&cx.cfg.settings, &plan, &claimed.claim, false, Some(answered)) {
+    match proxy::settle(
+        &cx.cfg.settings,
+        &plan,
+        &claimed.claim,
+        false,
+        Some(answered),
+    ) {
         Settlement::Release(_) => release(&claimed, cx).await,
         Settlement::Complete(done) => complete(&claimed, cx, done, &body).await,
     }

@@ -222,6 +222,7 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
     if (stats.requests.length > MAX_RECORDS) stats.requests.splice(0, stats.requests.length - MAX_RECORDS);
     if (log) console.log(`[origin] ${req.method} ${target} key=${idemKey ?? '-'} exec=${execution} sig=${sig.ok}`);
     res.on('close', () => {
+      record.ended_at = Date.now(); // with `at`: how long the request was in flight here
       if (!res.writableFinished) record.closed_early = true;
     });
 

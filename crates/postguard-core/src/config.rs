@@ -1030,7 +1030,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         MAX_STORED_BODY_CAP,
     )?;
     range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
-    range("idempotency.lookup_grace_s", idem.lookup_grace_s, 0, 604_800)?;
+    range(
+        "idempotency.lookup_grace_s",
+        idem.lookup_grace_s,
+        0,
+        604_800,
+    )?;
     range(
         "idempotency.max_replay_bytes",
         idem.max_replay_bytes,

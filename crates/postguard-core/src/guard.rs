@@ -136,6 +136,18 @@ impl AdmitRequest {
         }
     }
 
+    /// Whether the answer reports the slots in use without taking one: a
+    /// peek (`/me`, `GET /keys/{id}`) of a key whose plan has a concurrency
+    /// quota. The object then counts its slots, which it cannot do in memory.
+    pub fn reports_inflight(&self) -> bool {
+        self.slot.is_none()
+            && self.scope == Scope::Api
+            && self
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.concurrency.is_some())
+    }
+
     /// The limits to enforce when the object holds no fresher profile.
     fn requested_limits(&self) -> Limits {
         self.limits.clone().unwrap_or_else(|| Limits {
@@ -400,6 +412,12 @@ pub fn admit(
             limit: n,
             in_use: if no_slot { in_use } else { in_use + 1 },
             refused: no_slot,
+        });
+    } else if let (Some(n), true) = (limits.concurrency, req.reports_inflight()) {
+        verdicts.inflight = Some(Inflight {
+            limit: n,
+            in_use,
+            refused: false,
         });
     }
     let verdict = verdicts.binding_verdict();

@@ -231,8 +231,9 @@ pub fn binding(said: &[Said]) -> usize {
 }
 
 /// The rate-limit headers of CONTRACT §2 and §13: `X-RateLimit-*` of the
-/// member that binds, `RateLimit-Policy` and `RateLimit` listing every
-/// policy (the binding one first) and the concurrency quota. A one-policy
+/// member that binds, `RateLimit-Policy` listing every policy in the plan's
+/// order and `RateLimit` their state, the binding one first, with the
+/// concurrency quota. A one-policy
 /// plan's headers are those of `rate_limit::headers`.
 pub fn headers(v: &Verdicts) -> Vec<(&'static str, String)> {
     let inflight_binds = v.inflight.is_some_and(|i| i.refused);
@@ -250,11 +251,15 @@ pub fn headers(v: &Verdicts) -> Vec<(&'static str, String)> {
             .filter(|(i, _)| *i != v.binding)
             .map(|(_, s)| s),
     );
-    for s in &order {
+    // The policies in the plan's order (a stable list a client can cache);
+    // their state with the binding one first.
+    for s in &v.said {
         policy.push(format!(
             "\"{}\";q={};w={}",
             s.name, s.verdict.limit, s.verdict.window_s
         ));
+    }
+    for s in &order {
         state.push(format!(
             "\"{}\";r={};t={}",
             s.name, s.verdict.remaining, s.verdict.reset_in_s
@@ -370,6 +375,16 @@ mod tests {
             "\"burst\";r=0;t=1, \"minute\";r=20;t=60, \"day\";r=990;t=86400"
         );
         assert_eq!((h[0].1.as_str(), h[1].1.as_str()), ("10", "0"));
+    }
+
+    #[test]
+    fn the_policy_list_keeps_the_plans_order_while_the_state_leads_with_the_binder() {
+        let pols = vec![p("a", 40, 3600), p("b", 25, 3600)];
+        let c = check_all(&Vec::new(), &pols, 0, 1);
+        let h = headers(&c.verdicts);
+        assert_eq!(h[3].1, "\"a\";q=40;w=3600, \"b\";q=25;w=3600");
+        assert_eq!(h[4].1, "\"b\";r=24;t=3600, \"a\";r=39;t=3600");
+        assert_eq!((h[0].1.as_str(), h[1].1.as_str()), ("25", "24"));
     }
 
     #[test]

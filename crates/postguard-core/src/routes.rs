@@ -45,7 +45,7 @@ pub enum Budget {
     Gateway,
 }
 
-/// Every gateway operation: method and path template (`{id}` is one segment).
+/// Every gateway operation: method and path template (`{id}`, `{key}`: one segment).
 /// An inspector's capture URL (`POST /_postguard/inspect/{token}`, Route::
 /// InspectCapture) is routed but not listed: it is a sink for whatever a
 /// sender posts, not an operation of the API document.
@@ -56,7 +56,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("DELETE", "/_postguard/v1/keys/{id}"),
     ("PATCH", "/_postguard/v1/keys/{id}"),
     ("POST", "/_postguard/v1/keys/{id}/reroll"),
-    ("GET", "/_postguard/v1/idempotency/{id}"),
+    ("GET", "/_postguard/v1/idempotency/{key}"),
     ("POST", "/_postguard/v1/webhooks"),
     ("GET", "/_postguard/v1/webhooks"),
     ("GET", "/_postguard/v1/webhooks/{id}"),
@@ -216,7 +216,7 @@ impl Route {
             KeyRevoke { .. } => ("DELETE", "/_postguard/v1/keys/{id}"),
             KeyPatch { .. } => ("PATCH", "/_postguard/v1/keys/{id}"),
             KeyReroll { .. } => ("POST", "/_postguard/v1/keys/{id}/reroll"),
-            IdempotencyLookup { .. } => ("GET", "/_postguard/v1/idempotency/{id}"),
+            IdempotencyLookup { .. } => ("GET", "/_postguard/v1/idempotency/{key}"),
             WebhooksCreate => ("POST", "/_postguard/v1/webhooks"),
             WebhooksList => ("GET", "/_postguard/v1/webhooks"),
             WebhookGet { .. } => ("GET", "/_postguard/v1/webhooks/{id}"),
@@ -480,7 +480,9 @@ mod tests {
     use super::*;
 
     fn concrete(template: &str) -> String {
-        template.replace("{id}", "abc_01")
+        template
+            .replace("{id}", "abc_01")
+            .replace("{key}", "abc_01")
     }
 
     #[test]

@@ -76,9 +76,9 @@ pub fn admit<S: GuardStore>(
         Some(k) => store.record(k)?,
         None => None,
     };
-    let in_use = match req.slot {
-        Some(_) => store.slots_in_use(now_ms)?,
-        None => 0,
+    let in_use = match req.slot.is_some() || req.reports_inflight() {
+        true => store.slots_in_use(now_ms)?,
+        false => 0,
     };
     let plan = guard::admit(&state, in_use, record.as_ref(), req, now_ms);
     if let Some(w) = &plan.windows {
@@ -127,7 +127,7 @@ pub fn admit_in_memory(
     req: &AdmitRequest,
     now_ms: u64,
 ) -> Option<AdmitResponse> {
-    if req.claim.is_some() || req.lookup.is_some() || req.slot.is_some() {
+    if req.claim.is_some() || req.lookup.is_some() || req.slot.is_some() || req.reports_inflight() {
         return None;
     }
     let plan = guard::admit(state, 0, None, req, now_ms);

@@ -337,11 +337,11 @@ describe('side by side', { concurrency: true }, () => {
       const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('big', 'status') });
       const key = uniq('status/key'); // a `/` in the key: percent-encoded into the path
       assert.deepEqual(await pg.status(key), { state: 'unknown' });
-      const sent = pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: key, headers: { 'x-demo-delay-ms': '1500' } });
+      const sent = pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: key, headers: { 'x-demo-delay-ms': '3000' } });
       const running = await poll(async () => {
         const s = await pg.status(key);
         return s.state === 'in_progress' && s;
-      }, { timeout: 5000, message: 'the lookup to say in_progress while the origin runs' });
+      }, { timeout: 15000, message: 'the lookup to say in_progress while the origin runs' });
       assert.equal(typeof running.created_at, 'number');
       assert.ok(running.expires_at > running.created_at, 'in progress until its lease ends');
       const res = await sent;
@@ -379,6 +379,7 @@ describe('side by side', { concurrency: true }, () => {
       const me = await pg.me();
       assert.equal(me.plan, 'tiered');
       assert.deepEqual(me.policies.map((p) => [p.name, p.limit, p.window_s]), [['burst', 20, 1], ['minute', 200, 60]]);
+      assert.deepEqual([me.inflight.limit, me.inflight.in_use], [2, 0], 'the concurrency quota, nothing in flight');
       const detail = await op.keys.get(created.id);
       assert.deepEqual(detail.meta, { tier: 'gold' }, 'meta kept by a PATCH that did not name it');
       assert.equal(detail.policies.length, 2);
@@ -405,11 +406,13 @@ describe('side by side', { concurrency: true }, () => {
 
     it('an expiring key: works, then (polled) every call fails with ApiKeyExpiredError, not retried', async () => {
       const op = admin();
-      const created = await op.keys.create({ project: uniq('sdk-ts-expiry'), plan: 'big', expires_at: Date.now() + 3000 });
+      // Ten seconds ahead: on a loaded machine creating the key and the first call can take
+      // several seconds, and the first call must land before the expiry.
+      const created = await op.keys.create({ project: uniq('sdk-ts-expiry'), plan: 'big', expires_at: Date.now() + 10_000 });
       assert.equal(typeof created.expires_at, 'number');
       const pg = new Postguard({ baseUrl: gw.url, apiKey: created.key });
       assert.equal((await pg.request('GET', '/still-alive')).status, 200);
-      const err = await poll(async () => pg.request('GET', '/still-alive').then(() => false, (e) => e), { timeout: 20000, interval: 200, message: 'the key refused after expires_at' });
+      const err = await poll(async () => pg.request('GET', '/still-alive').then(() => false, (e) => e), { timeout: 40000, interval: 200, message: 'the key refused after expires_at' });
       assert.ok(err instanceof ApiKeyExpiredError, String(err));
       assert.equal(err.status, 401);
       assert.equal(err.code, 'API_KEY_EXPIRED');
@@ -422,7 +425,7 @@ describe('side by side', { concurrency: true }, () => {
       const retries = [];
       const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('single', 'inflight'), onRetry: (r) => retries.push(r) });
       await pg.request('GET', '/warm-up'); // the limiter learns the budget: both calls go at once
-      const slow = { 'x-demo-delay-ms': '1500' };
+      const slow = { 'x-demo-delay-ms': '3000' };
       const [a, b] = await Promise.all([0, 1].map((n) => pg.request('POST', '/one-at-a-time', { body: { n }, headers: slow })));
       assert.equal(a.status, 201);
       assert.equal(b.status, 201);

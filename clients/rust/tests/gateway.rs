@@ -1017,7 +1017,7 @@ async fn status_is_unknown_then_in_progress_then_completed_like_the_answer() {
     );
     let opts = RequestOptions::default()
         .idempotency_key(&key)
-        .header("x-demo-delay-ms", "1500");
+        .header("x-demo-delay-ms", "3000");
     let sent = tokio::spawn({
         let (c, o) = (client.clone(), opts.clone());
         async move {
@@ -1025,7 +1025,7 @@ async fn status_is_unknown_then_in_progress_then_completed_like_the_answer() {
                 .await
         }
     });
-    let running = poll("in_progress", Duration::from_secs(5), || {
+    let running = poll("in_progress", Duration::from_secs(15), || {
         let (c, k) = (client.clone(), key.clone());
         async move {
             let s = c.status(&k).await.unwrap();
@@ -1110,6 +1110,12 @@ async fn update_key_changes_the_plan_from_the_next_request() {
         .map(|p| (p.name.as_str(), p.limit, p.window_s))
         .collect();
     assert_eq!(policies, [("burst", 20, 1), ("minute", 200, 60)]);
+    let inflight = me.inflight.expect("the concurrency quota in /me");
+    assert_eq!(
+        (inflight.limit, inflight.in_use),
+        (2, 0),
+        "nothing in flight"
+    );
     let detail = admin().get_key(&created.id).await.unwrap();
     assert_eq!(
         detail.meta,
@@ -1169,7 +1175,9 @@ async fn an_expiring_key_fails_with_api_key_expired() {
             .unwrap()
             .as_millis() as u64
     };
-    let expires_at = now_ms() + 3_000;
+    // Ten seconds ahead: on a loaded machine creating the key and the first call can take
+    // several seconds, and the first call must land before the expiry.
+    let expires_at = now_ms() + 10_000;
     let created = admin()
         .create_key_from(&NewKey::new(unique_project("expiry"), "big").expires_at(expires_at))
         .await
@@ -1187,7 +1195,7 @@ async fn an_expiring_key_fails_with_api_key_expired() {
     assert_eq!(alive().await.unwrap().status, 200);
     let err = poll(
         "the key refused after expires_at",
-        Duration::from_secs(20),
+        Duration::from_secs(40),
         || async { alive().await.err() },
     )
     .await;
@@ -1224,7 +1232,7 @@ async fn a_concurrency_refusal_is_retried_after_retry_after() {
     let call = |n: u32| {
         let c = client.clone();
         async move {
-            let opts = RequestOptions::default().header("x-demo-delay-ms", "1500");
+            let opts = RequestOptions::default().header("x-demo-delay-ms", "3000");
             c.request(
                 Method::POST,
                 "/one-at-a-time",

@@ -11,6 +11,7 @@ mod d1;
 mod durable;
 mod http;
 mod ip_limit;
+mod metrics;
 mod pipeline;
 mod reject;
 mod replays;
@@ -51,9 +52,16 @@ async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response
     rc.cors = cfg.settings.cors.clone();
     let path = routes::canonical(&req.path);
     let seen = audit::Seen::of(&req, &path);
+    let route = match path.gateway {
+        true => "",
+        false => cfg.settings.route_label(&req.method, &path.path),
+    }
+    .to_string();
+    let method = req.method.clone();
     let outcome = handle(req, &path, &env, &cfg, &rc, &ctx).await;
     let outcome = count_refused(outcome, &env, &cfg, &rc).await;
     let resp = reject::render(&rc, outcome)?;
+    metrics::request(&env, &rc, path.gateway, &method, &route, resp.status_code());
     if cfg.settings.audit.enabled {
         let bucket_ms = cfg.settings.audit.bucket_ms;
         audit::record(

@@ -77,7 +77,9 @@ pub async fn proxy(
     let claim = pre.claim.as_ref();
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
+    let sent_at = now_ms();
     let outcome = forward(origin, cfg).await;
+    rc.facts.borrow_mut().origin_ms = Some(now_ms().saturating_sub(sent_at));
     // 5. Record (which frees the concurrency slot with the claim), or free
     // the slot of a request without one once the origin has answered.
     let outcome = match claim {

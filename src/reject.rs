@@ -94,6 +94,14 @@ pub fn render(rc: &RequestCtx, outcome: Handled) -> worker::Result<Response> {
             (p, Vec::new())
         }
     };
+    {
+        let mut f = rc.facts.borrow_mut();
+        f.code = Some(p.code.as_str());
+        f.policy = p
+            .ext
+            .as_ref()
+            .and_then(|e| e.violated_policies.first().cloned());
+    }
     let mut all = extra;
     all.push(("Content-Type", PROBLEM_CONTENT_TYPE.to_string()));
     all.push(("Cache-Control", "no-store".to_string()));

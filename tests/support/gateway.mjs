@@ -84,6 +84,8 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   for (const kv of toml.kv_namespaces ?? []) kvNamespaces[kv.binding] = kv.id ?? kv.binding;
   const r2Buckets = {};
   for (const b of toml.r2_buckets ?? []) r2Buckets[b.binding] = b.bucket_name ?? b.binding;
+  const analyticsEngineDatasets = {};
+  for (const a of toml.analytics_engine_datasets ?? []) analyticsEngineDatasets[a.binding] = { dataset: a.dataset ?? a.binding };
   const d1Databases = {};
   for (const db of toml.d1_databases ?? []) d1Databases[db.binding] = db.database_id ?? db.binding;
   // Queues: [[queues.producers]] → queueProducers {BINDING: {queueName, deliveryDelay}};
@@ -119,6 +121,7 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
     cf: false,
   };
   if (Object.keys(d1Databases).length) opts.d1Databases = d1Databases;
+  if (Object.keys(analyticsEngineDatasets).length) opts.analyticsEngineDatasets = analyticsEngineDatasets;
   if (Object.keys(r2Buckets).length) opts.r2Buckets = r2Buckets;
   if (Object.keys(queueProducers).length) opts.queueProducers = queueProducers;
   if (Object.keys(queueConsumers).length) opts.queueConsumers = queueConsumers;

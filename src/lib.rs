@@ -11,6 +11,7 @@ mod d1;
 mod durable;
 mod http;
 mod ip_limit;
+mod log;
 mod metrics;
 mod pipeline;
 mod reject;
@@ -23,6 +24,7 @@ mod webhooks;
 pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
 
+use postguard_core::log::Line;
 use postguard_core::{routes, Problem};
 
 use worker::{
@@ -147,7 +149,7 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
         Ok(cfg) => webhooks::consumer::handle(batch, &env, &cfg).await,
         Err(e) => {
             // Not acknowledged: the queue retries once the configuration is fixed.
-            worker::console_error!("deliveries paused: configuration invalid: {}", e);
+            log::emit(Line::error("deliveries paused: configuration invalid").err(e));
             batch.retry_all();
             Ok(())
         }
@@ -159,6 +161,6 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match runtime::config(&env) {
         Ok(cfg) => cron::run(&env, &cfg, &event.cron()).await,
-        Err(e) => worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e),
+        Err(e) => log::emit(Line::error("scheduled jobs skipped: configuration invalid").err(e)),
     }
 }

@@ -3,6 +3,8 @@
 //! fire-and-forget: it neither delays nor fails a request, and without the
 //! binding (a deployment that did not add it) nothing is written.
 
+use crate::log;
+use postguard_core::log::Line;
 use postguard_core::metrics::{self, DataPoint, Kind, RequestFacts};
 use worker::{AnalyticsEngineDataPointBuilder, Env};
 
@@ -44,6 +46,6 @@ pub fn write(env: &Env, point: &DataPoint) {
         .doubles(point.doubles.iter().copied())
         .build();
     if let Err(e) = dataset.write_data_point(&built) {
-        worker::console_error!("metrics: writing a data point failed: {}", e);
+        log::emit(Line::error("metrics: writing a data point failed").err(e));
     }
 }

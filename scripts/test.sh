@@ -20,7 +20,11 @@ echo "==> build the worker"
 bash scripts/build.sh
 
 echo "==> end-to-end (node:test + Miniflare)"
+rm -rf target/e2e-logs # what the workers log, scanned below
 npm test
+
+echo "==> no secret in any worker log line"
+node scripts/scan-logs.mjs
 
 echo "==> wrangler deploy --dry-run"
 wrangler deploy --dry-run --outdir "$ROOT/target/dry-run" >/dev/null

@@ -3,12 +3,14 @@
 //! and the retention sweep run by the cron trigger (whole buckets dropped).
 //! A failure is logged, never propagated to the client.
 
+use crate::log;
 use futures_util::future::join_all;
 use postguard_core::audit::{
     bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
     MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
 use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
+use postguard_core::log::Line;
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -126,10 +128,10 @@ async fn flush(env: Env, bucket_ms: u64, me: u64) {
     Delay::from(COALESCE).await;
     let dropped = DROPPED.with(|d| d.replace(0));
     if dropped > 0 {
-        worker::console_warn!(
-            "audit queue full ({} rows): {} rows dropped",
-            MAX_PENDING,
-            dropped
+        log::emit(
+            Line::warn("audit queue full: rows dropped")
+                .field("queue_rows", MAX_PENDING)
+                .field("dropped", dropped),
         );
     }
     for _ in 0..MAX_ROUNDS {
@@ -143,7 +145,7 @@ async fn flush(env: Env, bucket_ms: u64, me: u64) {
         }
         let n = rows.len();
         if let Err(e) = write_batch(&env, bucket_ms, rows).await {
-            worker::console_error!("audit write of {} rows failed: {}", n, e);
+            log::emit(Line::error("audit write failed").field("rows", n).err(e));
         }
     }
     // No await since the last drain: a row queued from here on starts a new
@@ -212,11 +214,11 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
                 }
             }
             Ok(_) => {}
-            Err(e) => worker::console_error!(
-                "audit write of {} rows to {} failed: {}",
-                rows.len(),
-                shard.name(),
-                e
+            Err(e) => log::emit(
+                Line::error("audit write to a shard failed")
+                    .field("rows", rows.len())
+                    .field("shard", shard.name())
+                    .err(e),
             ),
         }
     }
@@ -234,7 +236,7 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
         .map(|(all, body)| object::call(env, all, object::ADD, body));
     for res in join_all(calls).await {
         if let Err(e) = res {
-            worker::console_error!("audit roll-up write to a cross-project shard failed: {}", e);
+            log::emit(Line::error("audit roll-up write to a cross-project shard failed").err(e));
         }
     }
     Ok(())
@@ -307,7 +309,7 @@ pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
             match res {
                 Ok(_) => gone.push(shard),
                 Err(e) => {
-                    worker::console_error!("audit retention: dropping a bucket failed: {}", e)
+                    log::emit(Line::error("audit retention: dropping a bucket failed").err(e))
                 }
             }
         }
@@ -323,10 +325,10 @@ pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
             .collect::<Result<Vec<_>>>()?;
         match db.batch(deletes).await {
             Ok(_) => dropped += gone.len() as u64,
-            Err(e) => worker::console_error!(
-                "audit retention: deleting {} directory rows failed: {}",
-                gone.len(),
-                e
+            Err(e) => log::emit(
+                Line::error("audit retention: deleting directory rows failed")
+                    .field("rows", gone.len())
+                    .err(e),
             ),
         }
     }

@@ -29,6 +29,8 @@ pub const API_KEYS: &str = "API_KEYS";
 
 pub const ORIGIN_URL: &str = "ORIGIN_URL";
 pub const POSTGUARD_CONFIG: &str = "POSTGUARD_CONFIG";
+/// Workers Analytics Engine dataset of request and delivery data points.
+pub const METRICS: &str = "METRICS";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";
 pub const ORIGIN_SIGNING_SECRET: &str = "ORIGIN_SIGNING_SECRET";

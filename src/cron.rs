@@ -3,7 +3,9 @@
 //! (every minute) the publish outbox sweep.
 //! Each job logs its own failure; none stops the others.
 
+use crate::log;
 use postguard_core::config::Config;
+use postguard_core::log::Line;
 use worker::Env;
 
 use crate::{audit, webhooks};
@@ -16,35 +18,37 @@ pub const EVERY_MINUTE: &str = "* * * * *";
 pub async fn run(env: &Env, cfg: &Config, cron: &str) {
     match webhooks::publish::sweep_outbox(env, cfg.settings.webhooks.outbox_after_s).await {
         Ok(0) => {}
-        Ok(n) => worker::console_warn!("outbox: enqueued {} deliveries left unsent", n),
-        Err(e) => worker::console_error!("outbox sweep failed: {}", e),
+        Ok(n) => {
+            log::emit(Line::warn("outbox: enqueued deliveries left unsent").field("deliveries", n))
+        }
+        Err(e) => log::emit(Line::error("outbox sweep failed").err(e)),
     }
     if cron == EVERY_MINUTE {
         return;
     }
     let days = cfg.settings.retention.audit_days;
     match audit::sweep(env, days).await {
-        Ok((buckets, legacy)) => worker::console_log!(
-            "audit retention ({} days): dropped {} buckets, deleted {} legacy rows",
-            days,
-            buckets,
-            legacy
+        Ok((buckets, legacy)) => log::emit(
+            Line::info("audit retention")
+                .field("days", days)
+                .field("buckets_dropped", buckets)
+                .field("legacy_rows_deleted", legacy),
         ),
-        Err(e) => worker::console_error!("audit retention failed: {}", e),
+        Err(e) => log::emit(Line::error("audit retention failed").err(e)),
     }
     let days = cfg.settings.retention.deliveries_days;
     match webhooks::retention::sweep(env, days).await {
-        Ok(s) => worker::console_log!(
-            "delivery retention: deleted {} deliveries and {} events older than {} days",
-            s.deliveries,
-            s.events,
-            days
+        Ok(s) => log::emit(
+            Line::info("delivery retention")
+                .field("days", days)
+                .field("deliveries_deleted", s.deliveries)
+                .field("events_deleted", s.events),
         ),
-        Err(e) => worker::console_error!("delivery retention failed: {}", e),
+        Err(e) => log::emit(Line::error("delivery retention failed").err(e)),
     }
     match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
-        Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
-        Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),
+        Ok(n) => log::emit(Line::warn("re-queued overdue deliveries").field("deliveries", n)),
+        Err(e) => log::emit(Line::error("re-queueing overdue deliveries failed").err(e)),
     }
 }

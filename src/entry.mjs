@@ -44,7 +44,7 @@ function invoke(self, method, ...args) {
     return method.apply(self, args);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {
-      console.error('Critical', e);
+      console.error(JSON.stringify({ level: 'error', msg: 'critical wasm error: the instance is reinitialised', error: String(e) }));
       initState.criticalError = true;
     }
     throw e;

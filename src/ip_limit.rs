@@ -11,6 +11,8 @@
 //! that carries a valid, cached key is never held by this limit: it is
 //! about strangers, not about an office behind one address.
 
+use crate::log;
+use postguard_core::log::Line;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -115,10 +117,8 @@ pub async fn charge(
         }
         Ok(_) => Ok(()),
         Err(e) => {
-            worker::console_error!(
-                "{} unauthenticated limiter unavailable: {}",
-                rc.request_id,
-                e
+            log::emit(
+                log::of_request(Line::error("unauthenticated limiter unavailable"), rc).err(e),
             );
             Ok(())
         }

@@ -11,6 +11,8 @@ mod d1;
 mod durable;
 mod http;
 mod ip_limit;
+mod log;
+mod metrics;
 mod pipeline;
 mod reject;
 mod replays;
@@ -22,6 +24,7 @@ mod webhooks;
 pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
 
+use postguard_core::log::Line;
 use postguard_core::{routes, Problem};
 
 use worker::{
@@ -51,9 +54,16 @@ async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response
     rc.cors = cfg.settings.cors.clone();
     let path = routes::canonical(&req.path);
     let seen = audit::Seen::of(&req, &path);
+    let route = match path.gateway {
+        true => "",
+        false => cfg.settings.route_label(&req.method, &path.path),
+    }
+    .to_string();
+    let method = req.method.clone();
     let outcome = handle(req, &path, &env, &cfg, &rc, &ctx).await;
     let outcome = count_refused(outcome, &env, &cfg, &rc).await;
     let resp = reject::render(&rc, outcome)?;
+    metrics::request(&env, &rc, path.gateway, &method, &route, resp.status_code());
     if cfg.settings.audit.enabled {
         let bucket_ms = cfg.settings.audit.bucket_ms;
         audit::record(
@@ -139,7 +149,7 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
         Ok(cfg) => webhooks::consumer::handle(batch, &env, &cfg).await,
         Err(e) => {
             // Not acknowledged: the queue retries once the configuration is fixed.
-            worker::console_error!("deliveries paused: configuration invalid: {}", e);
+            log::emit(Line::error("deliveries paused: configuration invalid").err(e));
             batch.retry_all();
             Ok(())
         }
@@ -151,6 +161,6 @@ async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) 
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match runtime::config(&env) {
         Ok(cfg) => cron::run(&env, &cfg, &event.cron()).await,
-        Err(e) => worker::console_error!("scheduled jobs skipped: configuration invalid: {}", e),
+        Err(e) => log::emit(Line::error("scheduled jobs skipped: configuration invalid").err(e)),
     }
 }

@@ -5,6 +5,7 @@
 //!
 //! Every answer after authentication carries the rate-limit headers.
 
+use crate::log;
 use postguard_core::config::Config;
 use postguard_core::guard::{
     Admit, AdmitRequest, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
@@ -13,6 +14,7 @@ use postguard_core::guard::{
 use postguard_core::headers::client_response_headers;
 use postguard_core::idempotency::StoredResponse;
 use postguard_core::limits::{self, Verdicts};
+use postguard_core::log::Line;
 use postguard_core::proxy::{
     self, admission, origin_request, preflight, Admission, Answered, Failure, Identity, Incoming,
     Keep, OriginRequest, Preflight, Settlement,
@@ -77,7 +79,9 @@ pub async fn proxy(
     let claim = pre.claim.as_ref();
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
+    let sent_at = now_ms();
     let outcome = forward(origin, cfg).await;
+    rc.facts.borrow_mut().origin_ms = Some(now_ms().saturating_sub(sent_at));
     // 5. Record (which frees the concurrency slot with the claim), or free
     // the slot of a request without one once the origin has answered.
     let outcome = match claim {
@@ -101,7 +105,11 @@ fn finish_slot(guard: &Guard, caller: &Caller, rc: &RequestCtx, ctx: &Context) {
     ctx.wait_until(async move {
         let req = FinishRequest { slot };
         if let Err(e) = guard.call::<Finish>(&req, &[]).await {
-            worker::console_error!("{} freeing the concurrency slot failed: {}", req.slot, e);
+            log::emit(
+                Line::error("freeing the concurrency slot failed")
+                    .field("request_id", req.slot)
+                    .err(e),
+            );
         }
     });
 }
@@ -201,7 +209,7 @@ async fn replay(
         }
         Ok(None) => Err(unavailable()),
         Err(e) => {
-            worker::console_error!("{} replay body unreadable: {}", rc.request_id, e);
+            log::emit(log::of_request(Line::error("replay body unreadable"), rc).err(e));
             Err(unavailable())
         }
     }
@@ -384,9 +392,9 @@ async fn record(
         ) => {
             match replays::put_bytes(&b, &object, body.clone()).await {
                 Ok(()) => done.response.body_object = Some(object),
-                Err(e) => {
-                    worker::console_error!("{} storing the body in R2 failed: {}", rc.request_id, e)
-                }
+                Err(e) => log::emit(
+                    log::of_request(Line::error("storing the body in R2 failed"), rc).err(e),
+                ),
             }
             complete(guard, rc, &done, &[]).await;
             Ok(Forwarded::Buffered {
@@ -410,9 +418,11 @@ async fn record(
                 ctx.wait_until(async move {
                     match replays::put_stream(&b, &object, store, len).await {
                         Ok(()) => done.response.body_object = Some(object),
-                        Err(e) => {
-                            worker::console_error!("{} streaming the body to R2 failed: {}", rid, e)
-                        }
+                        Err(e) => log::emit(
+                            Line::error("streaming the body to R2 failed")
+                                .field("request_id", rid.as_str())
+                                .err(e),
+                        ),
                     }
                     complete_by(&guard, &rid, &done, &[]).await;
                 });
@@ -457,11 +467,11 @@ async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, bo
     for attempt in 1..=2 {
         match guard.call::<Complete>(done, payload).await {
             Ok(_) => break,
-            Err(e) => worker::console_error!(
-                "storing the response of {} failed (attempt {}): {}",
-                request_id,
-                attempt,
-                e
+            Err(e) => log::emit(
+                Line::error("storing the response failed")
+                    .field("request_id", request_id)
+                    .field("attempt", attempt)
+                    .err(e),
             ),
         }
     }
@@ -469,7 +479,11 @@ async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, bo
 
 async fn release(guard: &Guard, rel: &ReleaseRequest) {
     if let Err(e) = guard.call::<Release>(rel, &[]).await {
-        worker::console_error!("release of claim {} failed: {}", rel.request_id, e);
+        log::emit(
+            Line::error("releasing the claim failed")
+                .field("request_id", rel.request_id.as_str())
+                .err(e),
+        );
     }
 }
 
@@ -483,7 +497,10 @@ fn respond(
     match outcome {
         Err(failure) => {
             if let Failure::Unreachable(reason) = &failure {
-                worker::console_warn!("{} origin unreachable: {}", rc.request_id, reason);
+                log::emit(
+                    log::of_request(Line::warn("origin unreachable"), rc)
+                        .field("reason", reason.as_str()),
+                );
             }
             let p = failure.problem(cfg.settings.origin.timeout_ms);
             Err(Reject::from(p).with(rl))

@@ -3,6 +3,8 @@
 //! is a [`Problem`] (plus headers it carries, such as the rate-limit ones), an
 //! internal one is a `worker::Error`, logged and answered 500.
 
+use crate::log;
+use postguard_core::log::Line;
 use postguard_core::problem::PROBLEM_CONTENT_TYPE;
 use postguard_core::{ErrorCode, Problem};
 use worker::Response;
@@ -86,7 +88,7 @@ pub fn render(rc: &RequestCtx, outcome: Handled) -> worker::Result<Response> {
         Ok(resp) => return Ok(resp),
         Err(Reject::Client(p, extra)) => (p, extra),
         Err(Reject::Internal(e)) => {
-            worker::console_error!("{} internal error: {}", rc.request_id, e);
+            log::emit(log::of_request(Line::error("internal error"), rc).err(e));
             let p = Problem::new(
                 ErrorCode::Internal,
                 "the gateway failed to handle this request; it is safe to retry with the same Idempotency-Key",
@@ -94,6 +96,14 @@ pub fn render(rc: &RequestCtx, outcome: Handled) -> worker::Result<Response> {
             (p, Vec::new())
         }
     };
+    {
+        let mut f = rc.facts.borrow_mut();
+        f.code = Some(p.code.as_str());
+        f.policy = p
+            .ext
+            .as_ref()
+            .and_then(|e| e.violated_policies.first().cloned());
+    }
     let mut all = extra;
     all.push(("Content-Type", PROBLEM_CONTENT_TYPE.to_string()));
     all.push(("Cache-Control", "no-store".to_string()));

@@ -3,6 +3,8 @@
 //! a stream on replay, deleted by the key's object when the record expires.
 //! Never held whole in the isolate.
 
+use crate::log;
+use postguard_core::log::Line;
 use std::cell::RefCell;
 
 use worker::js_sys::{self, Array, Function, Reflect};
@@ -111,6 +113,6 @@ pub async fn delete(env: &Env, keys: Vec<String>) {
     }
     let Some(bucket) = bucket(env) else { return };
     if let Err(e) = bucket.delete_multiple(keys).await {
-        worker::console_error!("deleting expired replay bodies failed: {}", e);
+        log::emit(Line::error("deleting expired replay bodies failed").err(e));
     }
 }

@@ -57,7 +57,8 @@ pub fn new_ulid_parts() -> (u64, u128) {
     (now_ms(), random_u128())
 }
 
-/// What the handlers learn about a request, for its audit row.
+/// What the handlers learn about a request, for its audit row and its
+/// metrics data point.
 #[derive(Default)]
 pub struct Facts {
     pub key_prefix: Option<String>,
@@ -66,6 +67,14 @@ pub struct Facts {
     pub replayed: bool,
     pub rate_limit_remaining: Option<u32>,
     pub response_bytes: Option<u64>,
+    /// The problem's code, when postguard answered with an error itself.
+    pub code: Option<&'static str>,
+    /// On a quota 429: the policy that refused.
+    pub policy: Option<String>,
+    /// How long the origin took (set when the request was forwarded).
+    pub origin_ms: Option<u64>,
+    /// The gateway route's template (gateway endpoints).
+    pub route: Option<&'static str>,
 }
 
 /// What every request carries through the shell.

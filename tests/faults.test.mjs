@@ -145,7 +145,6 @@ describe('rate limit under simultaneous bursts', () => {
         problems.push(`trial ${t}: origin saw ${seen.length} requests ${JSON.stringify(seen)}, admitted ${admittedIds.length} ${JSON.stringify(admittedIds)}`);
       }
     }
-    assert.ok(admittedPerTrial.every((n) => n <= RL_N), `never more than ${RL_N} admitted: ${JSON.stringify(admittedPerTrial)}`);
     assert.deepEqual(admittedPerTrial, Array(TRIALS).fill(RL_N), `exactly ${RL_N} admitted per trial: ${JSON.stringify(admittedPerTrial)}`);
     assert.deepEqual(problems.slice(0, 10), [], `${problems.length} problems`);
     console.log(`# faults-ratelimit: ${JSON.stringify({ trials: TRIALS, burst: 10 * RL_N, admitted: admittedPerTrial })}`);

@@ -21,11 +21,15 @@ const DIST = path.join(ROOT, 'target', 'python-dist');
 const FAULT_SEED = 20261201;
 const CONFIG = {
   plans: {
-    big: { requests_per_window: 100000, window_s: 60 },
+    // Its gateway policy too: the tests poll the audit log and the delivery log.
+    big: { requests_per_window: 100000, window_s: 60, gateway: { requests: 100000, window_s: 60 } },
     // The issue's proactive-mode plan: 10 requests per 5 s.
     small: { requests_per_window: 10, window_s: 5 },
     // Issue 25 item 7's plan: 5 per 5 s, where a fixed reserve of 5 allowed one call per window.
     tiny: { requests_per_window: 5, window_s: 5 },
+    // Issue 25: several named policies and a concurrency quota; one request in flight at a time.
+    tiered: { policies: [{ name: 'burst', requests: 20, window_s: 1 }, { name: 'minute', requests: 200, window_s: 60 }], concurrency: 2 },
+    single: { requests_per_window: 1000, window_s: 60, concurrency: 1 },
   },
   webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 10000 },
@@ -127,6 +131,8 @@ describe('Python SDK (clients/python)', () => {
         PG_PLAN_BIG: 'big',
         PG_PLAN_SMALL: 'small',
         PG_PLAN_TINY: 'tiny',
+        PG_PLAN_TIERED: 'tiered',
+        PG_PLAN_SINGLE: 'single',
         PG_RECEIVER_URL: receiver.url,
         PG_CAPTURES_URL: captures.url,
         PG_REPORT: reportFile,

@@ -20,14 +20,21 @@ const SDK_DIR = path.join(ROOT, 'clients', 'typescript');
 const SDK_DIST = path.join(SDK_DIR, 'dist', 'index.js');
 if (!fs.existsSync(SDK_DIST)) throw new Error('clients/typescript is not built — run `bash scripts/setup-clients-ts.sh`');
 const sdk = await import(pathToFileURL(SDK_DIST).href);
-const { Postguard, ApiError, IdempotencyKeyReuseError, WebhookVerificationError, WebhookReceiver, verifyWebhook, VERSION } = sdk;
+const {
+  Postguard, ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, RateLimitError, WebhookVerificationError, WebhookReceiver,
+  verifyWebhook, VERSION,
+} = sdk;
 
 const CONFIG = {
   plans: {
-    big: { requests_per_window: 100000, window_s: 60 },
+    // Its gateway policy too: the tests poll the audit log and the delivery log.
+    big: { requests_per_window: 100000, window_s: 60, gateway: { requests: 100000, window_s: 60 } },
     small: { requests_per_window: 10, window_s: 5 },
     // Issue 25 item 7's plan: 5 per 5 s, where a fixed reserve of 5 allowed one call per window.
     tiny: { requests_per_window: 5, window_s: 5 },
+    // Issue 25: several named policies and a concurrency quota.
+    tiered: { policies: [{ name: 'burst', requests: 20, window_s: 1 }, { name: 'minute', requests: 200, window_s: 60 }], concurrency: 2 },
+    single: { requests_per_window: 1000, window_s: 60, concurrency: 1 },
   },
   webhooks: { schedule_s: [1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
 };
@@ -320,6 +327,121 @@ describe('side by side', { concurrency: true }, () => {
       await poll(async () => (await pg.me().catch((e) => e)) instanceof ApiError, { message: 'the revoked key refused' });
       const wrongKind = await pg.keys.list().catch((e) => e);
       assert.match(wrongKind.message, /adminToken/, 'a missing credential is named, nothing sent');
+    });
+  });
+
+  describe('keys & limits (issue 25)', () => {
+    const admin = () => new Postguard({ baseUrl: gw.url, adminToken: ADMIN_TOKEN });
+
+    it('status(): unknown, in progress while the origin runs, then completed with the answer\'s status and request_id; a resend replays it', async () => {
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('big', 'status') });
+      const key = uniq('status/key'); // a `/` in the key: percent-encoded into the path
+      assert.deepEqual(await pg.status(key), { state: 'unknown' });
+      const sent = pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: key, headers: { 'x-demo-delay-ms': '3000' } });
+      const running = await poll(async () => {
+        const s = await pg.status(key);
+        return s.state === 'in_progress' && s;
+      }, { timeout: 15000, message: 'the lookup to say in_progress while the origin runs' });
+      assert.equal(typeof running.created_at, 'number');
+      assert.ok(running.expires_at > running.created_at, 'in progress until its lease ends');
+      const res = await sent;
+      assert.equal(res.status, 201);
+      const done = await poll(async () => {
+        const s = await pg.status(key);
+        return s.state !== 'in_progress' && s;
+      }, { message: 'the record to be written' });
+      assert.equal(done.state, 'completed');
+      assert.equal(done.status, 201);
+      assert.equal(done.request_id, res.requestId, 'the request_id of the answer the caller got');
+      assert.ok(done.expires_at > Date.now(), 'replayed until its TTL ends');
+      // The recipe: completed → resend with the same key, the stored answer comes back.
+      const again = await pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: key });
+      assert.equal(again.replayed, true);
+      assert.deepEqual(again.data, res.data);
+      assert.equal(origin.stats.count(key), 1, 'executed once');
+      // The lookup is free: /me still shows the budget the two calls left.
+      assert.equal((await pg.me()).remaining, 100000 - 2);
+      const dots = await pg.status('..');
+      assert.equal(dots.state, 'unknown', 'a `..` key is looked up, not resolved away');
+    });
+
+    it('keys.update changes the plan: the next request\'s RateLimit-Policy shows its policies and concurrency quota', async () => {
+      const op = admin();
+      const created = await op.keys.create({ project: uniq('sdk-ts-update'), plan: 'big', meta: { tier: 'gold' } });
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: created.key });
+      const before = await pg.request('GET', '/plan-before');
+      assert.equal(before.headers.get('ratelimit-policy'), '"default";q=100000;w=60');
+      const updated = await op.keys.update(created.id, { plan: 'tiered' });
+      assert.equal(updated.plan, 'tiered');
+      assert.equal(updated.id, created.id);
+      const after = await pg.request('GET', '/plan-after');
+      assert.equal(after.headers.get('ratelimit-policy'), '"burst";q=20;w=1, "minute";q=200;w=60, "inflight";q=2;qu="concurrent-requests"');
+      const me = await pg.me();
+      assert.equal(me.plan, 'tiered');
+      assert.deepEqual(me.policies.map((p) => [p.name, p.limit, p.window_s]), [['burst', 20, 1], ['minute', 200, 60]]);
+      assert.deepEqual([me.inflight.limit, me.inflight.in_use], [2, 0], 'the concurrency quota, nothing in flight');
+      const detail = await op.keys.get(created.id);
+      assert.deepEqual(detail.meta, { tier: 'gold' }, 'meta kept by a PATCH that did not name it');
+      assert.equal(detail.policies.length, 2);
+    });
+
+    it('keys.reroll: a new secret for the same id and prefix; the old and the new one both work during the grace', async () => {
+      const op = admin();
+      const project = uniq('sdk-ts-reroll');
+      const created = await op.keys.create({ project, plan: 'big' });
+      const t0 = Date.now();
+      const rolled = await op.keys.reroll(created.id, { grace_s: 600 });
+      assert.equal(rolled.id, created.id);
+      assert.equal(rolled.prefix, created.prefix);
+      assert.notEqual(rolled.key, created.key);
+      assert.ok(rolled.previous_expires_at >= t0 + 600_000 - 2000 && rolled.previous_expires_at <= Date.now() + 600_000 + 2000, `${rolled.previous_expires_at}`);
+      for (const key of [created.key, rolled.key]) {
+        const pg = new Postguard({ baseUrl: gw.url, apiKey: key });
+        const res = await pg.request('POST', '/rerolled', { body: {} });
+        assert.equal(res.status, 201);
+        assert.equal((await pg.me()).prefix, created.prefix, 'the same key, whichever secret');
+      }
+      assert.deepEqual((await op.keys.list({ project })).data.map((k) => k.id), [created.id], 'still one key');
+    });
+
+    it('an expiring key: works, then (polled) every call fails with ApiKeyExpiredError, not retried', async () => {
+      const op = admin();
+      // Ten seconds ahead: on a loaded machine creating the key and the first call can take
+      // several seconds, and the first call must land before the expiry.
+      const created = await op.keys.create({ project: uniq('sdk-ts-expiry'), plan: 'big', expires_at: Date.now() + 10_000 });
+      assert.equal(typeof created.expires_at, 'number');
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: created.key });
+      assert.equal((await pg.request('GET', '/still-alive')).status, 200);
+      const err = await poll(async () => pg.request('GET', '/still-alive').then(() => false, (e) => e), { timeout: 40000, interval: 200, message: 'the key refused after expires_at' });
+      assert.ok(err instanceof ApiKeyExpiredError, String(err));
+      assert.equal(err.status, 401);
+      assert.equal(err.code, 'API_KEY_EXPIRED');
+      assert.equal(err.attempts, 1, 'not retried');
+      assert.ok(Date.now() >= created.expires_at, 'not before expires_at');
+      assert.ok((await pg.me().catch((e) => e)) instanceof ApiKeyExpiredError, 'the gateway endpoints too');
+    });
+
+    it('concurrency 1: a second call while the first runs is refused CONCURRENCY_LIMIT_EXCEEDED and retried after Retry-After', async () => {
+      const retries = [];
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('single', 'inflight'), onRetry: (r) => retries.push(r) });
+      await pg.request('GET', '/warm-up'); // the limiter learns the budget: both calls go at once
+      const slow = { 'x-demo-delay-ms': '3000' };
+      const [a, b] = await Promise.all([0, 1].map((n) => pg.request('POST', '/one-at-a-time', { body: { n }, headers: slow })));
+      assert.equal(a.status, 201);
+      assert.equal(b.status, 201);
+      const refusals = retries.filter((r) => r.status === 429);
+      assert.ok(refusals.length >= 1, `one call met the other in flight: ${retries.map((r) => r.status)}`);
+      assert.equal(refusals.length, retries.length, 'nothing else was retried');
+      for (const r of refusals) {
+        assert.ok(r.error instanceof RateLimitError, String(r.error));
+        assert.equal(r.error.code, 'CONCURRENCY_LIMIT_EXCEEDED');
+        assert.deepEqual(r.error.violatedPolicies, ['inflight']);
+        assert.equal(r.error.policy, 'inflight');
+        assert.equal(r.error.retryAfterMs, 1000);
+        assert.ok(r.delayMs >= 1000, `not before Retry-After (${r.delayMs} ms)`);
+      }
+      assert.equal(a.attempts + b.attempts, 2 + refusals.length);
+      figure('concurrency-1', { attempts: [a.attempts, b.attempts], refusals: refusals.length });
     });
   });
 

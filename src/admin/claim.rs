@@ -4,6 +4,7 @@
 //! The decisions are the proxy's (`proxy::preflight_in`, `admission`,
 //! `settle`) and `postguard_core::gateway`'s; this file does their I/O.
 
+use crate::log;
 use postguard_core::config::Plan;
 use postguard_core::gateway::{seal_key, stored_headers};
 use postguard_core::guard::{
@@ -11,6 +12,7 @@ use postguard_core::guard::{
 };
 use postguard_core::idempotency::{self, Mode, StoredResponse};
 use postguard_core::limits::{self, Verdicts};
+use postguard_core::log::Line;
 use postguard_core::proxy::{self, Admission, Answered, Incoming, Settlement};
 use postguard_core::routes::{Budget, Route};
 use postguard_core::{ErrorCode, Problem};
@@ -204,7 +206,7 @@ async fn replay(
         _ => match seal::open(&seal_key(&cfg.admin_token, scope, key), &sealed).await {
             Ok(body) => body,
             Err(e) => {
-                worker::console_error!("{} stored answer unreadable: {}", rc.request_id, e);
+                log::emit(log::of_request(Line::error("stored answer unreadable"), rc).err(e));
                 return Err(unavailable(&headers));
             }
         },
@@ -275,7 +277,9 @@ async fn complete(claimed: &Claimed, cx: &Ctx<'_>, done: CompleteRequest, body: 
                 Ok(s) => s,
                 Err(e) => {
                     // Not kept: a retry then runs again, as after a 5xx.
-                    worker::console_error!("{} sealing the answer failed: {}", cx.rc.request_id, e);
+                    log::emit(
+                        log::of_request(Line::error("sealing the answer failed"), cx.rc).err(e),
+                    );
                     return release(claimed, cx).await;
                 }
             }
@@ -284,11 +288,10 @@ async fn complete(claimed: &Claimed, cx: &Ctx<'_>, done: CompleteRequest, body: 
     for attempt in 1..=2 {
         match claimed.guard.call::<Complete>(&done, &sealed).await {
             Ok(_) => return,
-            Err(e) => worker::console_error!(
-                "{} storing the answer failed (attempt {}): {}",
-                cx.rc.request_id,
-                attempt,
-                e
+            Err(e) => log::emit(
+                log::of_request(Line::error("storing the answer failed"), cx.rc)
+                    .field("attempt", attempt)
+                    .err(e),
             ),
         }
     }
@@ -301,6 +304,6 @@ async fn release(claimed: &Claimed, cx: &Ctx<'_>) {
         slot: false,
     };
     if let Err(e) = claimed.guard.call::<Release>(&rel, &[]).await {
-        worker::console_error!("{} release of the claim failed: {}", cx.rc.request_id, e);
+        log::emit(log::of_request(Line::error("releasing the claim failed"), cx.rc).err(e));
     }
 }

@@ -18,6 +18,7 @@ use postguard_core::config::OnKeyRevoked;
 use postguard_core::guard::{Previous, Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
+use postguard_core::log::Line;
 use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
@@ -355,10 +356,12 @@ pub async fn revoke(cx: &Ctx<'_>, id: &str) -> Handled {
         let owner = postguard_core::portal::subscription_owner(&found.record.project);
         n += subscriptions_of_revoked(env, &owner, at, mode).await?;
         if ended > 0 {
-            worker::console_log!(
-                "{} the last live key of a project was revoked: {} portal sessions ended",
-                cx.rc.request_id,
-                ended
+            crate::log::emit(
+                crate::log::of_request(
+                    Line::info("last live key revoked: portal sessions ended"),
+                    cx.rc,
+                )
+                .field("sessions_ended", ended),
             );
         }
     }

@@ -72,6 +72,7 @@ pub async fn route(
     let method = client.method.to_ascii_uppercase();
     // 1. Resolve.
     let route = resolve(&method, path).map_err(|e| not_routed(&e, &method, path))?;
+    rc.facts.borrow_mut().route = Some(route.operation().1);
     // 2. Authenticate.
     let who =
         auth::authenticate(route.access(), client.header("Authorization"), env, cfg, rc).await?;

@@ -84,6 +84,8 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   for (const kv of toml.kv_namespaces ?? []) kvNamespaces[kv.binding] = kv.id ?? kv.binding;
   const r2Buckets = {};
   for (const b of toml.r2_buckets ?? []) r2Buckets[b.binding] = b.bucket_name ?? b.binding;
+  const analyticsEngineDatasets = {};
+  for (const a of toml.analytics_engine_datasets ?? []) analyticsEngineDatasets[a.binding] = { dataset: a.dataset ?? a.binding };
   const d1Databases = {};
   for (const db of toml.d1_databases ?? []) d1Databases[db.binding] = db.database_id ?? db.binding;
   // Queues: [[queues.producers]] → queueProducers {BINDING: {queueName, deliveryDelay}};
@@ -119,6 +121,7 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
     cf: false,
   };
   if (Object.keys(d1Databases).length) opts.d1Databases = d1Databases;
+  if (Object.keys(analyticsEngineDatasets).length) opts.analyticsEngineDatasets = analyticsEngineDatasets;
   if (Object.keys(r2Buckets).length) opts.r2Buckets = r2Buckets;
   if (Object.keys(queueProducers).length) opts.queueProducers = queueProducers;
   if (Object.keys(queueConsumers).length) opts.queueConsumers = queueConsumers;
@@ -141,8 +144,38 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
   return opts;
 }
 
+/**
+ * Where the e2e suite keeps what the workers logged and the secrets the gateway handed out
+ * (per test process), for scripts/scan-logs.mjs: after the suite it checks that no log line
+ * holds any of them (CONTRACT §15: logs never hold a secret).
+ */
+export const E2E_LOG_DIR = path.join(ROOT, 'target', 'e2e-logs');
+const SECRET_PATTERNS = [
+  /pgk_[A-Za-z0-9_-]{43}/g, // API keys
+  /pg[ls]_[A-Za-z0-9_.-]{20,}/g, // portal links and sessions
+  /whsec_[A-Za-z0-9+/=]{16,}/g, // subscription secrets
+  /\/_postguard\/inspect\/[A-Za-z0-9_-]{16,}/g, // capture URLs (their token)
+];
+const seenSecrets = new Set();
+function recordSecrets(text) {
+  const found = [];
+  for (const re of SECRET_PATTERNS) {
+    for (const m of text.matchAll(re)) {
+      if (!seenSecrets.has(m[0])) {
+        seenSecrets.add(m[0]);
+        found.push(m[0]);
+      }
+    }
+  }
+  if (found.length) {
+    fs.mkdirSync(E2E_LOG_DIR, { recursive: true });
+    fs.appendFileSync(path.join(E2E_LOG_DIR, `secrets-${process.pid}.txt`), found.map((s) => `${s}\n`).join(''));
+  }
+}
+
 async function normalise(res) {
   const body = Buffer.from(await res.arrayBuffer());
+  if (body.length < 1 << 20) recordSecrets(body.toString('utf8'));
   const headers = {};
   res.headers.forEach((v, k) => {
     headers[k] = v;
@@ -242,6 +275,14 @@ export async function startGateway({
     const v4 = miniflareOptionsFromToml(toml, { vars: vp, secrets, persistDir, modules, modulesRoot });
     v4.port = port;
     v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
+    // The worker's console goes to a file scripts/scan-logs.mjs reads (and to the
+    // terminal with POSTGUARD_TEST_VERBOSE).
+    fs.mkdirSync(E2E_LOG_DIR, { recursive: true });
+    const logFile = path.join(E2E_LOG_DIR, `worker-${process.pid}.ndjson`);
+    v4.handleStructuredLogs = ({ level, message }) => {
+      fs.appendFileSync(logFile, `${JSON.stringify({ level, message })}\n`);
+      if (verbose) console.log(`[worker ${level}] ${message}`);
+    };
     if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
     patchOptions?.(v4); // benchmarks vary one setting, e.g. the queue consumer's batch size
     mf = new Miniflare(convertV4MiniflareOptions(v4));

@@ -6,6 +6,7 @@ PG_GATEWAY_URL, PG_ORIGIN_URL            the gateway under Miniflare, the demo o
 PG_PROXY_URL, PG_PROXY_CONTROL_URL       the TCP fault proxy in front of the gateway
 PG_ADMIN_TOKEN, PG_ORIGIN_TOKEN          operator and origin credentials
 PG_PLAN_BIG, PG_PLAN_SMALL, PG_PLAN_TINY plan names: generous, 10 requests per 5 s, 5 per 5 s
+PG_PLAN_TIERED, PG_PLAN_SINGLE           several named policies with concurrency 2; concurrency 1
 PG_RECEIVER_URL, PG_CAPTURES_URL         a webhook receiver (paths under /reject/ answer 400);
                                          GET the captures URL for what it received
 PG_REPORT                                a file to write the measured figures into (JSON lines)
@@ -40,6 +41,8 @@ class Env:
     plan_big: str
     plan_small: str
     plan_tiny: str
+    plan_tiered: str
+    plan_single: str
     receiver: str
     captures: str
     report_file: str | None
@@ -62,6 +65,8 @@ def env() -> Env:
         plan_big=e["PG_PLAN_BIG"],
         plan_small=e["PG_PLAN_SMALL"],
         plan_tiny=e["PG_PLAN_TINY"],
+        plan_tiered=e["PG_PLAN_TIERED"],
+        plan_single=e["PG_PLAN_SINGLE"],
         receiver=e["PG_RECEIVER_URL"],
         captures=e["PG_CAPTURES_URL"],
         report_file=e.get("PG_REPORT"),

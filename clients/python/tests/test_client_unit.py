@@ -279,6 +279,8 @@ def test_a_mutating_call_without_a_key_is_not_retried_after_a_lost_answer() -> N
 
 GATEWAY_CALLS: list[tuple[str, Callable[[Client], object]]] = [
     ("create_key", lambda c: c.create_key("p", "trial")),
+    ("update_key", lambda c: c.update_key("key_1", {"plan": "pro"})),
+    ("reroll_key", lambda c: c.reroll_key("key_1", grace_s=60)),
     ("revoke_key", lambda c: c.revoke_key("key_1")),
     ("create_portal_link", lambda c: c.create_portal_link("p")),
     ("create_webhook", lambda c: c.create_webhook("https://r.example/h", ["*"])),
@@ -378,3 +380,165 @@ def test_the_redacted_token_is_still_sent() -> None:
     seen, handler = scripted([httpx.Response(200, json={})])
     Client("http://gw.test", transport=httpx.MockTransport(handler), **SECRETS).me()
     assert seen[0].headers["authorization"] == f"Bearer {SECRETS['api_key']}"
+
+
+# --- keys & limits (issue 25): the lookup, the key lifecycle, the new error classes ----------
+
+QUOTA = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+
+def quota(code: str, violated: list[str], headers: dict[str, str]) -> httpx.Response:
+    body = {"type": QUOTA, "status": 429, "code": code, "violated-policies": violated, "request_id": "req_q"}
+    return httpx.Response(429, json=body, headers={"content-type": "application/problem+json", **headers})
+
+
+@pytest.mark.parametrize(
+    ("key", "segment"),
+    [("order-42", "order-42"), ("a/b?c#d%e", "a%2Fb%3Fc%23d%25e"), (".", "%22.%22"), ("..", "%22..%22")],
+)
+def test_status_looks_the_key_up_percent_encoded(key: str, segment: str) -> None:
+    answer = {"state": "completed", "status": 201, "request_id": "req_1", "created_at": 1, "expires_at": 2}
+    seen, handler = scripted([httpx.Response(200, json=answer)])
+    assert client(handler, []).status(key) == answer
+    req = seen[0]
+    assert req.method == "GET"
+    assert req.url.raw_path.decode() == f"/_postguard/v1/idempotency/{segment}", "no dot segment dropped"
+    assert req.headers["authorization"] == "Bearer pgk_test"
+    assert "idempotency-key" not in req.headers, "a lookup carries no key of its own"
+
+
+def test_status_of_an_empty_key_is_refused_before_sending() -> None:
+    seen, handler = scripted([])
+    with pytest.raises(postguard.ConfigurationError):
+        client(handler, []).status("")
+    assert seen == []
+
+
+def test_key_lifecycle_bodies() -> None:
+    from datetime import datetime, timezone
+
+    answers: list[httpx.Response | Exception] = [httpx.Response(201, json={}), httpx.Response(200, json={})]
+    seen, handler = scripted(answers + [httpx.Response(201, json={})] * 2)
+    c = client(handler, [])
+    at = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    c.create_key("p", "trial", expires_at=at, meta={"tier": "gold"}, overrides={"concurrency": 2})
+    c.update_key("key_1", {"plan": "pro", "expires_at": None})
+    c.reroll_key("key_1", grace_s=60)
+    c.reroll_key("key_1")
+    create, update, reroll, reroll_default = seen
+    assert json.loads(create.content) == {
+        "project": "p",
+        "plan": "trial",
+        "expires_at": 1893456000000,
+        "meta": {"tier": "gold"},
+        "overrides": {"concurrency": 2},
+    }
+    assert (update.method, update.url.path) == ("PATCH", "/_postguard/v1/keys/key_1")
+    assert update.content == b'{"plan":"pro","expires_at":null}', "None is sent as null: it clears"
+    assert (reroll.method, reroll.url.path) == ("POST", "/_postguard/v1/keys/key_1/reroll")
+    assert json.loads(reroll.content) == {"grace_s": 60}
+    assert json.loads(reroll_default.content) == {}, "the gateway's default grace"
+    assert all(r.headers["authorization"] == "Bearer adm" for r in seen)
+    with pytest.raises(postguard.ConfigurationError):
+        c.update_key("key_1", {"colour": "red"})  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(postguard.ConfigurationError):
+        c.create_key("p", "trial", expires_at=datetime(2030, 1, 1))  # naive: which zone?
+
+
+def test_an_expired_key_is_its_own_class_and_not_retried() -> None:
+    seen, handler = scripted([problem(401, "API_KEY_EXPIRED")])
+    with pytest.raises(postguard.ApiKeyExpired) as e:
+        client(handler, []).request("POST", "/a", {"x": 1})
+    assert len(seen) == 1
+    assert (e.value.status, e.value.code) == (401, "API_KEY_EXPIRED")
+    assert not isinstance(e.value, postguard.InvalidApiKey)
+
+
+def test_a_concurrency_refusal_is_a_rate_limit_error_retried_after_its_retry_after() -> None:
+    headers = {
+        "retry-after": "1",
+        "ratelimit": '"inflight";r=0, "minute";r=30;t=60',
+        "ratelimit-policy": '"minute";q=30;w=60, "inflight";q=2;qu="concurrent-requests"',
+    }
+    answers: list[httpx.Response | Exception] = [
+        quota("CONCURRENCY_LIMIT_EXCEEDED", ["inflight"], headers),
+        httpx.Response(201, json={}),
+    ]
+    seen, handler = scripted(answers)
+    sleeps: list[float] = []
+    r = client(handler, sleeps).request("POST", "/slow", {"n": 1})
+    assert (r.status, r.attempts) == (201, 2)
+    assert sleeps == [1.0], "not before Retry-After"
+    assert seen[0].headers["idempotency-key"] == seen[1].headers["idempotency-key"]
+    # Spent attempts: the typed error, a RateLimitExceeded, naming the policy.
+    seen, handler = scripted([quota("CONCURRENCY_LIMIT_EXCEEDED", ["inflight"], headers)] * 2)
+    with pytest.raises(postguard.ConcurrencyLimitExceeded) as e:
+        client(handler, [], retry=RetryPolicy(max_attempts=2)).request("POST", "/slow", {"n": 1})
+    err = e.value
+    assert isinstance(err, postguard.RateLimitExceeded)
+    assert (err.code, err.violated_policies, err.policy, err.retry_after_s) == (
+        "CONCURRENCY_LIMIT_EXCEEDED",
+        ["inflight"],
+        "inflight",
+        1.0,
+    )
+
+
+def test_a_quota_refusal_names_its_violated_and_binding_policies() -> None:
+    headers = {"retry-after": "42", "ratelimit": '"minute";r=0;t=42, "burst";r=3;t=1'}
+    seen, handler = scripted([quota("RATE_LIMIT_EXCEEDED", ["minute"], headers)])
+    with pytest.raises(postguard.RateLimitExceeded) as e:
+        client(handler, [], retry=RetryPolicy(max_attempts=1), proactive=False).request("GET", "/x")
+    assert (e.value.violated_policies, e.value.policy) == (["minute"], "minute")
+    assert not isinstance(e.value, postguard.ConcurrencyLimitExceeded)
+    # No RateLimit field: the first violated policy.
+    seen, handler = scripted([quota("RATE_LIMIT_EXCEEDED", ["day", "minute"], {})])
+    with pytest.raises(postguard.RateLimitExceeded) as e:
+        client(handler, [], retry=RetryPolicy(max_attempts=1), proactive=False).request("GET", "/x")
+    assert (e.value.violated_policies, e.value.policy) == (["day", "minute"], "day")
+
+
+def test_gateway_endpoints_are_not_throttled_by_the_api_budget() -> None:
+    """The API budget is spent (0 left for 60 s, threshold 0); a lookup, /me and the audit
+    log are still sent at once, and the gateway policy's answer does not refill the API's."""
+    spent = {"ratelimit": '"default";r=0;t=60', "ratelimit-policy": '"default";q=10;w=60'}
+    gateway = {"ratelimit": '"gateway";r=119;t=60', "ratelimit-policy": '"gateway";q=120;w=60'}
+    answers: list[httpx.Response | Exception] = [
+        httpx.Response(201, json={}, headers=spent),
+        httpx.Response(200, json={"state": "unknown"}, headers=spent),
+        httpx.Response(200, json={"data": [], "next_cursor": None}, headers=gateway),
+    ]
+    _, handler = scripted(answers)
+    clock = [0.0]
+    c = client(handler, [], threshold=0, _monotonic=lambda: clock[0])
+    c.request("POST", "/orders", {})
+    assert c.status("k")["state"] == "unknown"
+    assert c.audit().data == []
+    assert c.throttle.remaining == 0 and c.throttle.in_flight == 0
+    assert c.throttle.next_wait(clock[0]) == pytest.approx(60.0), "a proxied call would wait for the reset"
+
+
+@pytest.mark.anyio
+async def test_async_status_and_key_lifecycle() -> None:
+    seen, handler = scripted(
+        [
+            httpx.Response(200, json={"state": "in_progress", "request_id": "req_1"}),
+            httpx.Response(200, json={"id": "key_1", "plan": "pro"}),
+            httpx.Response(201, json={"id": "key_1", "key": "pgk_new", "previous_expires_at": 9}),
+            problem(401, "API_KEY_EXPIRED"),
+        ]
+    )
+
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)
+
+    transport = httpx.MockTransport(ahandler)
+    async with AsyncClient("http://gw.test", api_key="k", admin_token="adm", transport=transport) as c:
+        assert (await c.status("a/b"))["state"] == "in_progress"
+        assert (await c.update_key("key_1", {"plan": "pro"}))["plan"] == "pro"
+        assert (await c.reroll_key("key_1", grace_s=5))["previous_expires_at"] == 9
+        with pytest.raises(postguard.ApiKeyExpired):
+            await c.me()
+    assert seen[0].url.raw_path == b"/_postguard/v1/idempotency/a%2Fb"
+    assert [r.method for r in seen] == ["GET", "PATCH", "POST", "GET"]
+    assert seen[1].headers["idempotency-key"] and seen[2].headers["idempotency-key"]

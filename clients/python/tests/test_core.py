@@ -155,6 +155,33 @@ class TestHeaders:
         h = {"x-ratelimit-limit": "10", "x-ratelimit-remaining": "3", "x-ratelimit-reset": "1700000005"}
         assert parse_rate_limit(h, 1700000000.4) == RateLimitInfo(3, 5.0, 10, None)
 
+    def test_the_concurrency_quota_is_never_a_window_budget(self) -> None:
+        # A request refused for want of a slot: `inflight` heads RateLimit and X-RateLimit-*
+        # follow it (5, 0) — neither is a window's budget.
+        refused = {
+            "ratelimit": '"inflight";r=0, "minute";r=30;t=60',
+            "ratelimit-policy": '"minute";q=30;w=60, "inflight";q=5;qu="concurrent-requests"',
+            "x-ratelimit-limit": "5",
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": "1700000060",
+        }
+        assert parse_rate_limit(refused, 1700000000) == RateLimitInfo(30, 60.0, 30, 60.0)
+        # Without the policy list, the inflight quota's X-RateLimit-Limit is not borrowed.
+        no_policy = {k: v for k, v in refused.items() if k != "ratelimit-policy"}
+        assert parse_rate_limit(no_policy, 1700000000) == RateLimitInfo(30, 60.0, None, None)
+        # Only the concurrency quota: no window budget, and no fallback to X-RateLimit-*.
+        only = {
+            "ratelimit": '"inflight";r=0',
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": "1700000001",
+        }
+        assert parse_rate_limit(only, 1700000000) is None
+        # A throttle fed the refusal keeps sending: 30 are left in the window.
+        th = Throttle(threshold=0)
+        th.on_send(0.0)
+        th.on_response(0.1, parse_rate_limit(refused, 1700000000))
+        assert th.next_wait(0.2) == 0.0
+
     def test_absent_or_garbled(self) -> None:
         assert parse_rate_limit({}, 0) is None
         assert parse_rate_limit({"x-ratelimit-remaining": "x", "x-ratelimit-reset": "1"}, 0) is None

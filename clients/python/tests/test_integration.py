@@ -494,6 +494,139 @@ def test_typed_endpoints_and_audit_pages(env: Any, new_key: Any, admin: Client) 
     assert err.status == 401 and err.code == "INVALID_API_KEY" and err.request_id and err.attempts == 1
 
 
+# --- keys & limits (issue 25): the lookup, the key lifecycle, expiry, concurrency -----------
+
+
+def test_status_unknown_in_progress_then_completed_like_the_answer(
+    env: Any, new_key: Any, origin_stats: Any
+) -> None:
+    """The "did my request run?" recipe against the real gateway: unknown before it is
+    sent, in progress while the origin runs, completed with the status and request_id of
+    the answer the caller got; a resend with the same key is a replay."""
+    k = new_key()
+    key = f"py-status/{uuid.uuid4()}"  # a "/" in the key: percent-encoded into the path
+    body = {"n": 1}
+    with Client(env.gateway, api_key=k.key) as c, ThreadPoolExecutor(1) as pool:
+        assert c.status(key) == {"state": "unknown"}
+        sent = pool.submit(
+            c.request, "POST", "/py/status", body, idempotency_key=key, headers={"x-demo-delay-ms": "3000"}
+        )
+        running = poll(
+            lambda: (s := c.status(key))["state"] == "in_progress" and s, timeout=15, what="in_progress"
+        )
+        assert running["expires_at"] > running["created_at"], "in progress until its lease ends"
+        r = sent.result(timeout=30)
+        assert r.status == 201
+        done = poll(lambda: (s := c.status(key))["state"] != "in_progress" and s, what="the record written")
+        assert done["state"] == "completed"
+        assert (done["status"], done["request_id"]) == (201, r.request_id)
+        again = c.request("POST", "/py/status", body, idempotency_key=key)
+        assert again.replayed and again.json() == r.json()
+        assert c.status("..")["state"] == "unknown", "a '..' key is looked up, not resolved away"
+    assert origin_stats()["byKey"][key] == 1
+
+
+@pytest.mark.anyio
+async def test_async_status_after_a_call(env: Any, new_key: Any) -> None:
+    k = new_key()
+    key = f"py-astatus-{uuid.uuid4()}"
+    async with AsyncClient(env.gateway, api_key=k.key) as c:
+        assert (await c.status(key))["state"] == "unknown"
+        r = await c.request("POST", "/py/astatus", {"n": 2}, idempotency_key=key)
+        deadline = time.monotonic() + 10
+        while (s := await c.status(key))["state"] == "in_progress" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    assert (s["state"], s.get("status"), s.get("request_id")) == ("completed", 201, r.request_id)
+
+
+def test_update_key_changes_the_plan_from_the_next_request(env: Any, admin: Client) -> None:
+    project = f"py-update-{uuid.uuid4().hex[:8]}"
+    created = admin.create_key(project, env.plan_big, meta={"tier": "gold"})
+    with Client(env.gateway, api_key=created["key"]) as c:
+        before = c.request("GET", "/py/plan-before")
+        assert before.headers["ratelimit-policy"] == '"default";q=100000;w=60'
+        updated = admin.update_key(created["id"], {"plan": env.plan_tiered})
+        assert (updated["id"], updated["plan"]) == (created["id"], env.plan_tiered)
+        after = c.request("GET", "/py/plan-after")
+        assert after.headers["ratelimit-policy"] == (
+            '"burst";q=20;w=1, "minute";q=200;w=60, "inflight";q=2;qu="concurrent-requests"'
+        )
+        me = c.me()
+    assert me["plan"] == env.plan_tiered
+    assert [(p["name"], p["limit"], p["window_s"]) for p in me["policies"]] == [
+        ("burst", 20, 1),
+        ("minute", 200, 60),
+    ]
+    assert (me["inflight"]["limit"], me["inflight"]["in_use"]) == (2, 0), "the quota, nothing in flight"
+    assert admin.get_key(created["id"])["meta"] == {"tier": "gold"}, "kept by a PATCH that did not name it"
+
+
+def test_reroll_key_both_secrets_work_for_the_same_id(env: Any, admin: Client) -> None:
+    project = f"py-reroll-{uuid.uuid4().hex[:8]}"
+    created = admin.create_key(project, env.plan_big)
+    t0 = time.time() * 1000
+    rolled = admin.reroll_key(created["id"], grace_s=600)
+    assert (rolled["id"], rolled["prefix"]) == (created["id"], created["prefix"])
+    assert rolled["key"] != created["key"]
+    assert abs(rolled["previous_expires_at"] - (t0 + 600_000)) < 5000
+    for secret in (created["key"], rolled["key"]):
+        with Client(env.gateway, api_key=secret) as c:
+            assert c.request("POST", "/py/rerolled", {}).status == 201
+            assert c.me()["prefix"] == created["prefix"], "the same key, whichever secret"
+    assert [k["id"] for k in admin.list_keys(project=project).data] == [created["id"]], "still one key"
+
+
+def test_an_expiring_key_raises_api_key_expired(env: Any, admin: Client) -> None:
+    # Ten seconds ahead: on a loaded machine creating the key and the first call can take
+    # several seconds, and the first call must land before the expiry.
+    expires_at = int(time.time() * 1000) + 10_000
+    created = admin.create_key(f"py-expiry-{uuid.uuid4().hex[:8]}", env.plan_big, expires_at=expires_at)
+    assert created["expires_at"] == expires_at
+    with Client(env.gateway, api_key=created["key"]) as c:
+        assert c.request("GET", "/py/still-alive").status == 200
+
+        def refused() -> postguard.PostguardError | None:
+            try:
+                c.request("GET", "/py/still-alive")
+            except postguard.PostguardError as err:
+                return err
+            return None
+
+        err = poll(refused, timeout=40, interval=0.2, what="the key refused after expires_at")
+        assert isinstance(err, postguard.ApiKeyExpired), repr(err)
+        assert (err.status, err.code, err.attempts) == (401, "API_KEY_EXPIRED", 1)
+        assert time.time() * 1000 >= expires_at, "not before expires_at"
+        with pytest.raises(postguard.ApiKeyExpired):
+            c.me()
+
+
+def test_a_concurrency_refusal_is_retried_after_retry_after(env: Any, new_key: Any, report: Any) -> None:
+    k = new_key(env.plan_single)
+    seen: list[AttemptInfo] = []
+    lock = threading.Lock()
+
+    def hook(a: AttemptInfo) -> None:
+        with lock:
+            seen.append(a)
+
+    with Client(env.gateway, api_key=k.key, on_attempt=hook) as c, ThreadPoolExecutor(2) as pool:
+        c.request("GET", "/py/warm-up")  # the limiter learns the budget: both calls go at once
+        slow = {"x-demo-delay-ms": "3000"}
+        futures = [
+            pool.submit(c.request, "POST", "/py/one-at-a-time", {"n": n}, headers=slow) for n in range(2)
+        ]
+        results = [f.result(timeout=60) for f in futures]
+    assert [r.status for r in results] == [201, 201]
+    refusals = [a for a in seen if a.status == 429]
+    assert refusals, f"one call met the other in flight: {[a.status for a in seen]}"
+    for a in refusals:
+        assert a.headers is not None and a.headers["retry-after"] == "1"
+        assert a.retry_in_s is not None and a.retry_in_s >= 1.0, "not before Retry-After"
+        assert a.headers["ratelimit"].startswith('"inflight";r=0')
+    assert sum(r.attempts for r in results) == 2 + len(refusals)
+    report("concurrency_1", attempts=[r.attempts for r in results], refusals=len(refusals))
+
+
 # --- the examples run as documented ------------------------------------------------------
 
 

@@ -35,11 +35,74 @@ pub struct Me {
     pub prefix: String,
     pub project: String,
     pub plan: String,
+    /// `limit`, `remaining`, `reset` and `window_s` are the binding policy's.
     pub limit: u64,
     pub remaining: u64,
     /// Unix seconds.
     pub reset: u64,
     pub window_s: u64,
+    /// When the key stops working (epoch ms), if it does.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    /// Every policy of the key's plan, in configuration order.
+    #[serde(default)]
+    pub policies: Vec<PolicyState>,
+    #[serde(default)]
+    pub inflight: Option<Inflight>,
+}
+
+/// One policy's state now.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PolicyState {
+    pub name: String,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Unix seconds.
+    pub reset: u64,
+    pub window_s: u64,
+}
+
+/// The concurrency quota: requests of the key in flight at the origin, of `limit`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Inflight {
+    pub limit: u32,
+    pub in_use: u32,
+    #[serde(default)]
+    pub refused: bool,
+}
+
+/// A named policy of a plan: `requests` per `window_s`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySpec {
+    pub name: String,
+    pub requests: u32,
+    pub window_s: u32,
+}
+
+/// A plan's policy for the gateway's own endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewaySpec {
+    pub requests: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<u32>,
+}
+
+/// A key's replacements of its plan's numbers (CONTRACT §13): any of a plan's fields, e.g.
+/// `requests_per_window`, or `policies` and `concurrency`. Fields left `None` keep the plan's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<PolicySpec>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewaySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_ttl_s: Option<u32>,
 }
 
 /// An API key (operator view).
@@ -54,6 +117,166 @@ pub struct ApiKey {
     pub revoked_at: Option<i64>,
     /// The full key, present once: in the answer that created it.
     pub key: Option<String>,
+    /// When the key stops working (epoch ms), if it does.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    /// The operator's metadata, forwarded signed to the origin (`None` in lists).
+    #[serde(default)]
+    pub meta: Option<Value>,
+    /// `None` in lists; [`Client::get_key`] shows them.
+    #[serde(default)]
+    pub overrides: Option<PlanOverrides>,
+    /// When the operator last changed the key (epoch ms; 0: as created).
+    #[serde(default)]
+    pub updated_at: Option<i64>,
+    /// Only from [`Client::get_key`]: each policy's state now.
+    #[serde(default)]
+    pub policies: Vec<PolicyState>,
+    #[serde(default)]
+    pub inflight: Option<Inflight>,
+}
+
+/// A new API key: `POST /keys`. `NewKey::new("acme", "trial").expires_at(ms).meta(json!({…}))`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NewKey {
+    pub project: String,
+    pub plan: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Epoch ms, in the future.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    /// A JSON object of at most 1 KiB, forwarded signed to the origin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<PlanOverrides>,
+}
+
+impl NewKey {
+    pub fn new(project: impl Into<String>, plan: impl Into<String>) -> Self {
+        NewKey {
+            project: project.into(),
+            plan: plan.into(),
+            name: None,
+            expires_at: None,
+            meta: None,
+            overrides: None,
+        }
+    }
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// When the key stops working, in epoch milliseconds.
+    pub fn expires_at(mut self, epoch_ms: u64) -> Self {
+        self.expires_at = Some(epoch_ms);
+        self
+    }
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+    pub fn overrides(mut self, overrides: PlanOverrides) -> Self {
+        self.overrides = Some(overrides);
+        self
+    }
+}
+
+/// What `PATCH /keys/{id}` changes: each member set replaces the key's, a `clear_…` sends
+/// `null` (removes it), anything not named is kept. `KeyUpdate::default().plan("pro")`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyUpdate {
+    body: serde_json::Map<String, Value>,
+}
+
+impl KeyUpdate {
+    fn set(mut self, field: &str, value: Value) -> Self {
+        self.body.insert(field.to_owned(), value);
+        self
+    }
+    pub fn name(self, name: impl Into<String>) -> Self {
+        self.set("name", Value::String(name.into()))
+    }
+    pub fn clear_name(self) -> Self {
+        self.set("name", Value::Null)
+    }
+    pub fn plan(self, plan: impl Into<String>) -> Self {
+        self.set("plan", Value::String(plan.into()))
+    }
+    pub fn meta(self, meta: Value) -> Self {
+        self.set("meta", meta)
+    }
+    pub fn clear_meta(self) -> Self {
+        self.set("meta", Value::Null)
+    }
+    pub fn overrides(self, overrides: &PlanOverrides) -> Self {
+        // Infallible for this type (plain fields, string keys).
+        let value = serde_json::to_value(overrides).unwrap_or(Value::Null);
+        self.set("overrides", value)
+    }
+    pub fn clear_overrides(self) -> Self {
+        self.set("overrides", Value::Null)
+    }
+    /// When the key stops working, in epoch milliseconds.
+    pub fn expires_at(self, epoch_ms: u64) -> Self {
+        self.set("expires_at", Value::from(epoch_ms))
+    }
+    /// The key no longer expires.
+    pub fn clear_expiry(self) -> Self {
+        self.set("expires_at", Value::Null)
+    }
+    /// The JSON body sent.
+    pub fn body(&self) -> Value {
+        Value::Object(self.body.clone())
+    }
+}
+
+/// `POST /keys/{id}/reroll`: a new secret for the same key.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RerolledKey {
+    pub id: String,
+    /// Unchanged: the audit log and dashboards see one key.
+    pub prefix: String,
+    /// The new secret, shown once.
+    pub key: String,
+    /// The old secret works until then (epoch ms).
+    pub previous_expires_at: i64,
+}
+
+/// What became of the request an API key sent under an Idempotency-Key
+/// ([`Client::status`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct IdempotencyStatus {
+    pub state: IdempotencyState,
+    /// The stored answer's status (completed, or expired after completing).
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// Epoch ms: the claim (in progress) or the completion.
+    #[serde(default)]
+    pub created_at: Option<i64>,
+    /// Epoch ms: the end of the lease (in progress) or of the TTL (completed).
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+}
+
+/// The state of an Idempotency-Key's request. A state this version does not know fails to
+/// decode ([`Error::Decode`]) rather than being read as another: `Unknown` means a resend
+/// runs the request, which must never be guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum IdempotencyState {
+    /// The request runs; a resend now gets 409 (which the client retries).
+    InProgress,
+    /// Its answer is stored: a resend with the same key gets it replayed.
+    Completed,
+    /// The record outlived its TTL (or its lease): a resend runs anew.
+    Expired,
+    /// No record: it never arrived, or its answer was not kept (5xx, timeout). A resend runs it.
+    Unknown,
 }
 
 /// A webhook subscription.
@@ -187,6 +410,32 @@ fn form_urlencoded_pairs(query: Query<'_>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// An Idempotency-Key as the lookup's path segment: percent-encoded (all but RFC 3986's
+/// unreserved characters), and `.` or `..` in the RFC 8941 string form (`".."`), which the
+/// gateway reads as the same key — URL parsers remove a `.`/`..` segment, `%2E` included.
+pub fn key_segment(key: &str) -> Result<String, Error> {
+    if key.is_empty() {
+        return Err(Error::Invalid("the Idempotency-Key is empty".into()));
+    }
+    let quoted;
+    let key = match key {
+        "." | ".." => {
+            quoted = format!("\"{key}\"");
+            quoted.as_str()
+        }
+        k => k,
+    };
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Ok(out)
+}
+
 fn segment(id: &str) -> Result<&str, Error> {
     // Ids are opaque but never contain path syntax; refuse rather than re-route.
     if id.is_empty() || id.contains(['/', '?', '#', '%']) {
@@ -256,6 +505,15 @@ impl Client {
     pub async fn me(&self) -> Result<Me, Error> {
         self.call(Method::GET, &format!("{V1}/me"), Body::Empty)
             .await
+    }
+
+    /// `GET /idempotency/{key}` (API key; free of budget): what became of the request this
+    /// key sent under `idempotency_key`. [`IdempotencyState::Completed`]: send it again with
+    /// the same key to get the stored answer; `InProgress`: wait and ask again; `Expired` or
+    /// `Unknown`: nothing is kept, sending it again runs it.
+    pub async fn status(&self, idempotency_key: &str) -> Result<IdempotencyStatus, Error> {
+        let path = format!("{V1}/idempotency/{}", key_segment(idempotency_key)?);
+        self.call(Method::GET, &path, Body::Empty).await
     }
 
     // --- webhooks (API key) ---
@@ -441,6 +699,58 @@ impl Client {
         self.call_with(Method::POST, &path, Body::from(body), opts)
             .await
     }
+    /// `POST /keys` with an expiry, metadata or overrides → the key record with the full
+    /// key (shown once).
+    pub async fn create_key_from(&self, key: &NewKey) -> Result<ApiKey, Error> {
+        self.create_key_from_with(key, RequestOptions::default())
+            .await
+    }
+    pub async fn create_key_from_with(
+        &self,
+        key: &NewKey,
+        opts: RequestOptions,
+    ) -> Result<ApiKey, Error> {
+        let path = format!("{V1}/keys");
+        self.call_with(Method::POST, &path, Body::json(key)?, opts)
+            .await
+    }
+    /// `PATCH /keys/{id}`: name, plan, meta, overrides, expiry; applies from the key's next
+    /// request.
+    pub async fn update_key(&self, id: &str, update: &KeyUpdate) -> Result<ApiKey, Error> {
+        self.update_key_with(id, update, RequestOptions::default())
+            .await
+    }
+    pub async fn update_key_with(
+        &self,
+        id: &str,
+        update: &KeyUpdate,
+        opts: RequestOptions,
+    ) -> Result<ApiKey, Error> {
+        let path = format!("{V1}/keys/{}", segment(id)?);
+        self.call_with(Method::PATCH, &path, Body::from(update.body()), opts)
+            .await
+    }
+    /// `POST /keys/{id}/reroll {grace_s?}`: a new secret for the same key (id, prefix,
+    /// counters); the old one works until `previous_expires_at` (`grace_s`, default 24 h,
+    /// at most 7 days).
+    pub async fn reroll_key(&self, id: &str, grace_s: Option<u64>) -> Result<RerolledKey, Error> {
+        self.reroll_key_with(id, grace_s, RequestOptions::default())
+            .await
+    }
+    pub async fn reroll_key_with(
+        &self,
+        id: &str,
+        grace_s: Option<u64>,
+        opts: RequestOptions,
+    ) -> Result<RerolledKey, Error> {
+        let body = match grace_s {
+            Some(g) => serde_json::json!({ "grace_s": g }),
+            None => serde_json::json!({}),
+        };
+        let path = format!("{V1}/keys/{}/reroll", segment(id)?);
+        self.call_with(Method::POST, &path, Body::from(body), opts)
+            .await
+    }
     pub async fn list_keys(
         &self,
         query: Query<'_>,
@@ -497,6 +807,82 @@ mod tests {
         assert_eq!(
             with_query("/a", &[("path", "/p/*"), ("cursor", "x")], Some("c 1")),
             "/a?path=%2Fp%2F*&cursor=c+1"
+        );
+    }
+
+    #[test]
+    fn idempotency_keys_are_percent_encoded_and_dot_segments_quoted() {
+        assert_eq!(key_segment("order-42_x.y~z").unwrap(), "order-42_x.y~z");
+        assert_eq!(key_segment("a/b?c#d%e f").unwrap(), "a%2Fb%3Fc%23d%25e%20f");
+        assert_eq!(key_segment("\"q\"").unwrap(), "%22q%22");
+        for dots in [".", ".."] {
+            let seg = key_segment(dots).unwrap();
+            assert_eq!(seg, format!("%22{dots}%22"));
+            let url = reqwest::Url::parse("http://gw.test/")
+                .unwrap()
+                .join(&format!("_postguard/v1/idempotency/{seg}"))
+                .unwrap();
+            assert_eq!(url.path(), format!("/_postguard/v1/idempotency/{seg}"));
+        }
+        assert!(key_segment("").is_err());
+    }
+
+    #[test]
+    fn the_lookup_and_key_shapes_decode() {
+        let s: IdempotencyStatus = serde_json::from_str(
+            r#"{"state":"completed","status":201,"request_id":"req_1","created_at":1,"expires_at":2}"#,
+        )
+        .unwrap();
+        assert_eq!(s.state, IdempotencyState::Completed);
+        assert_eq!(
+            (s.status, s.request_id.as_deref()),
+            (Some(201), Some("req_1"))
+        );
+        for (state, want) in [
+            ("in_progress", IdempotencyState::InProgress),
+            ("expired", IdempotencyState::Expired),
+            ("unknown", IdempotencyState::Unknown),
+        ] {
+            let s: IdempotencyStatus =
+                serde_json::from_str(&format!(r#"{{"state":"{state}"}}"#)).unwrap();
+            assert_eq!((s.state, s.status), (want, None));
+        }
+        assert!(serde_json::from_str::<IdempotencyStatus>(r#"{"state":"maybe"}"#).is_err());
+        let key: ApiKey = serde_json::from_str(
+            r#"{"id":"key_1","prefix":"pgk_abcdefgh","project":"p","plan":"trial","name":null,
+                "created_at":1,"revoked_at":null,"expires_at":5,"meta":{"tier":"gold"},
+                "overrides":{"concurrency":2},"updated_at":3,
+                "policies":[{"name":"default","limit":30,"remaining":29,"reset":9,"window_s":60}]}"#,
+        )
+        .unwrap();
+        assert_eq!(key.expires_at, Some(5));
+        assert_eq!(key.overrides.unwrap().concurrency, Some(2));
+        assert_eq!(key.policies[0].remaining, 29);
+        let rolled: RerolledKey = serde_json::from_str(
+            r#"{"id":"key_1","prefix":"pgk_abcdefgh","key":"pgk_abcdefghX","previous_expires_at":7,"plan":"trial"}"#,
+        )
+        .unwrap();
+        assert_eq!(rolled.previous_expires_at, 7);
+    }
+
+    #[test]
+    fn key_bodies_send_what_is_set_and_null_what_is_cleared() {
+        let new = NewKey::new("p", "trial")
+            .expires_at(1_893_456_000_000)
+            .meta(serde_json::json!({"tier": "gold"}))
+            .overrides(PlanOverrides {
+                concurrency: Some(2),
+                ..PlanOverrides::default()
+            });
+        assert_eq!(
+            serde_json::to_value(&new).unwrap(),
+            serde_json::json!({"project": "p", "plan": "trial", "expires_at": 1_893_456_000_000_u64,
+                "meta": {"tier": "gold"}, "overrides": {"concurrency": 2}})
+        );
+        let update = KeyUpdate::default().plan("pro").clear_expiry();
+        assert_eq!(
+            update.body().to_string(),
+            r#"{"expires_at":null,"plan":"pro"}"#
         );
     }
 

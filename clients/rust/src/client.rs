@@ -10,7 +10,7 @@ use reqwest::{Method, Url};
 use crate::clock::{Clock, FastRandom, Random, SystemClock};
 use crate::error::{Error, Problem};
 use crate::retry::{decide, replay_safe, Decision, Outcome, RetryPolicy};
-use crate::throttle::{Limiter, LimiterState, RateInfo, ThrottleConfig};
+use crate::throttle::{binding_policy, Limiter, LimiterState, RateInfo, ThrottleConfig};
 
 /// The user agent every request carries.
 pub const USER_AGENT: &str = concat!("postguard-client-rust/", env!("CARGO_PKG_VERSION"));
@@ -346,6 +346,9 @@ struct Call<'a> {
     key: Option<String>,
     /// Whether a lost answer may be retried ([`replay_safe`]).
     replay_safe: bool,
+    /// Whether the call spends the API's budget, so the limiter holds it back and learns
+    /// from its answer ([`is_gateway_path`]).
+    throttled: bool,
     timeout: Duration,
 }
 
@@ -393,6 +396,15 @@ impl Failure {
             },
         }
     }
+}
+
+/// A gateway endpoint (`/_postguard/…`): charged to the key's gateway policy, or free (`/me`,
+/// the idempotency lookup) — never to the API's budget, so the limiter neither holds it back
+/// (a lookup must not wait for the API's window) nor reads its answer (whose headers may
+/// describe that other budget).
+fn is_gateway_path(path: &str) -> bool {
+    let p = path.trim_start_matches('/');
+    p == "_postguard" || p.starts_with("_postguard/")
 }
 
 fn is_mutating(m: &Method) -> bool {
@@ -475,6 +487,7 @@ impl Client {
             headers: self.headers(&body, key.as_deref(), &opts)?,
             timeout: opts.timeout.unwrap_or(self.inner.timeout),
             replay_safe: replay_safe(&method, key.is_some()),
+            throttled: !is_gateway_path(path),
             method,
             path,
             body,
@@ -510,7 +523,13 @@ impl Client {
     /// One attempt: wait for the limiter, send, feed the answer's rate-limit headers back.
     async fn attempt(&self, call: &Call<'_>, attempt: u32) -> Attempt {
         let inner = &self.inner;
-        let (permit, waited) = inner.limiter.acquire(&*inner.clock).await;
+        let (permit, waited) = match call.throttled {
+            true => {
+                let (permit, waited) = inner.limiter.acquire(&*inner.clock).await;
+                (Some(permit), waited)
+            }
+            false => (None, false),
+        };
         inner.counters.count(waited, attempt);
         let sent = self.send_once(call).await;
         let mut event = AttemptEvent {
@@ -536,7 +555,9 @@ impl Client {
             }
         };
         let info = RateInfo::from_headers(&answer.headers, answer.status, inner.clock.unix_now());
-        permit.answered(inner.clock.now(), &info);
+        if let Some(permit) = permit {
+            permit.answered(inner.clock.now(), &info);
+        }
         if answer.status == 429 {
             inner.counters.rejected_429.fetch_add(1, Ordering::Relaxed);
         }
@@ -567,6 +588,10 @@ impl Client {
         );
         problem.retry_after = info.retry_after;
         problem.idempotency_key = call.key.clone();
+        if answer.status == 429 {
+            problem.policy = binding_policy(&answer.headers)
+                .or_else(|| problem.violated_policies.first().cloned());
+        }
         event.code = problem.code.clone();
         Attempt::Failed(Failure::Answer(Box::new(problem)), event)
     }

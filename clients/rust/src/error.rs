@@ -24,6 +24,12 @@ pub struct Problem {
     pub attempts: u32,
     /// The start of the body when it was not problem+json (at most 1 KiB).
     pub body_excerpt: Option<String>,
+    /// A 429's `violated-policies`: every policy that refused the request (`inflight` for
+    /// the concurrency quota). Empty for other answers.
+    pub violated_policies: Vec<String>,
+    /// A 429's binding policy: the first member of its `RateLimit` field (the gateway lists
+    /// the one that refused first), else the first violated policy.
+    pub policy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -32,6 +38,19 @@ struct ProblemBody {
     title: Option<String>,
     detail: Option<String>,
     request_id: Option<String>,
+    /// Read leniently: a member of another shape must not hide the rest of the problem.
+    #[serde(default, rename = "violated-policies")]
+    violated_policies: Option<serde_json::Value>,
+}
+
+fn names(value: Option<serde_json::Value>) -> Vec<String> {
+    match value {
+        Some(serde_json::Value::Array(items)) => items
+            .into_iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 const EXCERPT: usize = 1024;
@@ -55,9 +74,16 @@ impl Problem {
             let end = body.len().min(EXCERPT);
             String::from_utf8_lossy(&body[..end]).into_owned()
         };
-        let (code, title, detail, request_id, body_excerpt) = match parsed {
-            Some(p) => (p.code, p.title, p.detail, p.request_id, None),
-            None => (None, None, None, None, Some(excerpt())),
+        let (code, title, detail, request_id, violated, body_excerpt) = match parsed {
+            Some(p) => (
+                p.code,
+                p.title,
+                p.detail,
+                p.request_id,
+                names(p.violated_policies),
+                None,
+            ),
+            None => (None, None, None, None, Vec::new(), Some(excerpt())),
         };
         Problem {
             status,
@@ -69,6 +95,8 @@ impl Problem {
             idempotency_key: None,
             attempts: 1,
             body_excerpt,
+            violated_policies: violated,
+            policy: None,
         }
     }
 }
@@ -100,6 +128,16 @@ pub enum Error {
     /// different request (method, path or body). Use a new key for a new operation.
     #[error("Idempotency-Key reused for a different request: {0}")]
     IdempotencyKeyReuseConflict(Box<Problem>),
+    /// 401 `API_KEY_EXPIRED`: the API key passed its `expires_at` (or a rerolled key's old
+    /// secret its grace). Never retried.
+    #[error("API key expired: {0}")]
+    ApiKeyExpired(Box<Problem>),
+    /// 429 after the retries the rule allows: a quota refused the request —
+    /// `RATE_LIMIT_EXCEEDED` (a window policy) or `CONCURRENCY_LIMIT_EXCEEDED` (too many of
+    /// the key's requests in flight). [`Problem::violated_policies`] and
+    /// [`Problem::policy`] name the policies.
+    #[error("rate limited: {0}")]
+    RateLimited(Box<Problem>),
     /// No answer: connection refused or reset, timeout, a response cut short.
     #[error("transport error after {attempts} attempt(s): {source}")]
     Transport {
@@ -123,7 +161,10 @@ impl Error {
     /// The problem of an error answer, whatever its kind.
     pub fn problem(&self) -> Option<&Problem> {
         match self {
-            Error::Api(p) | Error::IdempotencyKeyReuseConflict(p) => Some(p),
+            Error::Api(p)
+            | Error::IdempotencyKeyReuseConflict(p)
+            | Error::ApiKeyExpired(p)
+            | Error::RateLimited(p) => Some(p),
             _ => None,
         }
     }
@@ -144,10 +185,13 @@ impl Error {
     }
 
     pub(crate) fn from_problem(p: Problem) -> Self {
-        if p.status == 422 && p.code.as_deref() == Some("IDEMPOTENCY_KEY_REUSE_CONFLICT") {
-            Error::IdempotencyKeyReuseConflict(Box::new(p))
-        } else {
-            Error::Api(Box::new(p))
+        match (p.status, p.code.as_deref()) {
+            (422, Some("IDEMPOTENCY_KEY_REUSE_CONFLICT")) => {
+                Error::IdempotencyKeyReuseConflict(Box::new(p))
+            }
+            (401, Some("API_KEY_EXPIRED")) => Error::ApiKeyExpired(Box::new(p)),
+            (429, _) => Error::RateLimited(Box::new(p)),
+            _ => Error::Api(Box::new(p)),
         }
     }
 }

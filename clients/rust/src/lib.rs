@@ -10,7 +10,9 @@ pub mod retry;
 pub mod throttle;
 pub mod webhook;
 
-pub use api::{Page, Query};
+pub use api::{
+    IdempotencyState, IdempotencyStatus, KeyUpdate, NewKey, Page, PlanOverrides, Query, RerolledKey,
+};
 pub use client::{
     AttemptEvent, Body, Client, ClientBuilder, Metrics, RequestOptions, Response, USER_AGENT,
 };

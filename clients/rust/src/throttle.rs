@@ -66,13 +66,26 @@ pub struct RateInfo {
 }
 
 impl RateInfo {
-    /// Reads `X-RateLimit-*`, the IETF `RateLimit`/`RateLimit-Policy` fields and
-    /// `Retry-After`; `unix_now` turns `X-RateLimit-Reset` into a duration when the IETF
-    /// `t` is absent. Unparseable values count as absent.
+    /// Reads the IETF `RateLimit`/`RateLimit-Policy` fields (preferred: `t` is relative),
+    /// `X-RateLimit-*` and `Retry-After`; `unix_now` turns `X-RateLimit-Reset` into a
+    /// duration when the IETF `t` is absent. Unparseable values count as absent.
+    ///
+    /// Only a window policy is a budget: a concurrency quota (`"inflight";r=0`, no `t`) is
+    /// never read as one. `X-RateLimit-*` follow the first `RateLimit` member, so they are
+    /// read only when that member is the window policy read here (or when there is no
+    /// `RateLimit` field): after a concurrency refusal they are the inflight quota's. Such
+    /// a refusal is not a window's either (`rejected` stays false): the window has budget.
     pub fn from_headers(headers: &HeaderMap, status: u16, unix_now: Duration) -> Self {
         let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let num = |name: &str| get(name).and_then(|v| v.trim().parse::<u64>().ok());
-        let ietf = get("ratelimit").map(binding).unwrap_or_default();
+        let field = get("ratelimit");
+        let ietf = field.map(binding).unwrap_or_default();
+        let first = field.and_then(|v| members(v).next());
+        let x_follows = match first {
+            None => field.is_none(),
+            Some((name, _)) => ietf.name == Some(name),
+        };
+        let x = |name: &str| num(name).filter(|_| x_follows);
         // Limit and window of the same policy as `r` and `t`, by name.
         let policy = get("ratelimit-policy")
             .and_then(|v| members(v).find(|(name, _)| Some(*name) == ietf.name))
@@ -81,16 +94,22 @@ impl RateInfo {
         // `X-RateLimit-Reset` is whole seconds and may read up to 1 s before the real end
         // (postguard sends floor(now) + t): one second more keeps the wait from ending early.
         let reset_in = ietf.t.map(Duration::from_secs).or_else(|| {
-            num("x-ratelimit-reset")
+            x("x-ratelimit-reset")
                 .map(|at| Duration::from_secs(at.saturating_add(1)).saturating_sub(unix_now))
         });
+        // A 429 spends the window when a window policy refused: the first member has a `t`
+        // (or, without the IETF field, nothing says otherwise).
+        let window_refused = first.is_none_or(|(_, p)| p.t.is_some());
         RateInfo {
-            limit: num("x-ratelimit-limit").or(policy.q).and_then(to_u32),
-            remaining: num("x-ratelimit-remaining").or(ietf.r).and_then(to_u32),
+            limit: policy.q.or_else(|| x("x-ratelimit-limit")).and_then(to_u32),
+            remaining: ietf
+                .r
+                .or_else(|| x("x-ratelimit-remaining"))
+                .and_then(to_u32),
             reset_in,
             window: policy.w.map(Duration::from_secs),
             retry_after: get("retry-after").and_then(|v| parse_retry_after(v, unix_now)),
-            rejected: status == 429,
+            rejected: status == 429 && window_refused,
         }
     }
 
@@ -159,6 +178,18 @@ fn binding(value: &str) -> Params<'_> {
         .filter(|p| p.r.is_some() && p.t.is_some())
         .min_by_key(|p| p.r)
         .unwrap_or_default()
+}
+
+/// The name of the policy that binds, as the gateway says it: the first member of the
+/// `RateLimit` field (on a 429 the one that refused — `inflight` for the concurrency quota —
+/// otherwise the one with the fewest remaining).
+pub fn binding_policy(headers: &HeaderMap) -> Option<String> {
+    let field = headers.get("ratelimit")?.to_str().ok()?;
+    members(field)
+        .next()
+        .map(|(name, _)| name)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
 }
 
 /// What a call should do now.
@@ -498,6 +529,52 @@ mod tests {
         let date = httpdate::fmt_http_date(at);
         assert_eq!(parse_retry_after(&date, S(1_000_000)), Some(S(30)));
         assert_eq!(parse_retry_after("soon", S(0)), None);
+    }
+
+    #[test]
+    fn the_concurrency_quota_is_never_a_window_budget() {
+        // A request refused for want of a slot: `inflight` heads RateLimit and X-RateLimit-*
+        // follow it (5, 0) — neither is a window's budget, and the window is not spent.
+        let mut h = HeaderMap::new();
+        h.insert(
+            "ratelimit",
+            "\"inflight\";r=0, \"minute\";r=30;t=60".parse().unwrap(),
+        );
+        h.insert(
+            "ratelimit-policy",
+            "\"minute\";q=30;w=60, \"inflight\";q=5;qu=\"concurrent-requests\""
+                .parse()
+                .unwrap(),
+        );
+        h.insert("x-ratelimit-limit", "5".parse().unwrap());
+        h.insert("x-ratelimit-remaining", "0".parse().unwrap());
+        h.insert("x-ratelimit-reset", "1000060".parse().unwrap());
+        h.insert("retry-after", "1".parse().unwrap());
+        let i = RateInfo::from_headers(&h, 429, S(1_000_000));
+        assert_eq!((i.limit, i.remaining), (Some(30), Some(30)));
+        assert_eq!((i.reset_in, i.window), (Some(S(60)), Some(S(60))));
+        assert!(
+            !i.rejected,
+            "a concurrency refusal does not spend the window"
+        );
+        assert_eq!(binding_policy(&h).as_deref(), Some("inflight"));
+        let mut s = LimiterState::default();
+        let g = s.on_send(MS(0));
+        s.on_response(MS(10), g, &i);
+        assert_eq!(s.decide(MS(20), &cfg(0)), Admit::Go);
+        // Without the policy list the inflight quota's X-RateLimit-Limit is not borrowed.
+        h.remove("ratelimit-policy");
+        assert_eq!(RateInfo::from_headers(&h, 429, S(1_000_000)).limit, None);
+        // Only the concurrency quota: no window budget at all.
+        let mut only = HeaderMap::new();
+        only.insert("ratelimit", "\"inflight\";r=0".parse().unwrap());
+        only.insert("x-ratelimit-remaining", "0".parse().unwrap());
+        let i = RateInfo::from_headers(&only, 429, S(0));
+        assert_eq!((i.remaining, i.limit, i.reset_in), (None, None, None));
+        // A window policy's refusal does spend it.
+        let mut w = HeaderMap::new();
+        w.insert("ratelimit", "\"minute\";r=0;t=42".parse().unwrap());
+        assert!(RateInfo::from_headers(&w, 429, S(0)).rejected);
     }
 
     #[test]

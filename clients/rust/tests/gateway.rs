@@ -15,8 +15,8 @@ use futures_util::TryStreamExt;
 use postguard_client::api::NewSubscription;
 use postguard_client::webhook::{self, VerifyError};
 use postguard_client::{
-    AttemptEvent, Body, Client, Error, HeaderMap, MemoryDedupe, Method, RequestOptions,
-    RetryPolicy, ThrottleConfig, Verifier,
+    AttemptEvent, Body, Client, Error, HeaderMap, IdempotencyState, KeyUpdate, MemoryDedupe,
+    Method, NewKey, RequestOptions, RetryPolicy, ThrottleConfig, Verifier,
 };
 use serde_json::{json, Value};
 
@@ -987,6 +987,283 @@ async fn errors_carry_the_problem_and_are_not_retried() {
     assert_eq!(
         revoked.me().await.unwrap_err().code(),
         Some("INVALID_API_KEY")
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// 6. Keys and limits (issue 25): the idempotency lookup, the key lifecycle, expiry, concurrency.
+
+fn key_client(token: &str) -> Client {
+    Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(token)
+        .build()
+        .unwrap()
+}
+
+fn unique_project(tag: &str) -> String {
+    format!("rs-{tag}-{}", &uuid_like()[..8])
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn status_is_unknown_then_in_progress_then_completed_like_the_answer() {
+    let client = key_client(&new_key("big").await);
+    // A `/` in the key: percent-encoded into the path.
+    let key = format!("rs-status/{}", uuid_like());
+    let unknown = client.status(&key).await.unwrap();
+    assert_eq!(
+        (unknown.state, unknown.status, unknown.request_id),
+        (IdempotencyState::Unknown, None, None)
+    );
+    let opts = RequestOptions::default()
+        .idempotency_key(&key)
+        .header("x-demo-delay-ms", "3000");
+    let sent = tokio::spawn({
+        let (c, o) = (client.clone(), opts.clone());
+        async move {
+            c.request(Method::POST, "/status", Body::from(json!({"n": 1})), o)
+                .await
+        }
+    });
+    let running = poll("in_progress", Duration::from_secs(15), || {
+        let (c, k) = (client.clone(), key.clone());
+        async move {
+            let s = c.status(&k).await.unwrap();
+            (s.state == IdempotencyState::InProgress).then_some(s)
+        }
+    })
+    .await;
+    assert!(running.expires_at.unwrap() > running.created_at.unwrap());
+    let answer = sent.await.unwrap().unwrap();
+    assert_eq!(answer.status, 201);
+    let done = poll("the record written", Duration::from_secs(10), || {
+        let (c, k) = (client.clone(), key.clone());
+        async move {
+            let s = c.status(&k).await.unwrap();
+            (s.state != IdempotencyState::InProgress).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(done.state, IdempotencyState::Completed);
+    assert_eq!(done.status, Some(201));
+    assert_eq!(done.request_id.as_deref(), answer.request_id());
+    // The recipe: completed → the same key again gets the stored answer.
+    let again = client
+        .request(
+            Method::POST,
+            "/status",
+            Body::from(json!({"n": 1})),
+            RequestOptions::default().idempotency_key(&key),
+        )
+        .await
+        .unwrap();
+    assert!(again.replayed());
+    assert_eq!(again.body, answer.body);
+    assert_eq!(origin_executions(&key).await, 1);
+    assert_eq!(
+        client.status("..").await.unwrap().state,
+        IdempotencyState::Unknown,
+        "a `..` key is looked up, not resolved away"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn update_key_changes_the_plan_from_the_next_request() {
+    let created = admin()
+        .create_key_from(
+            &NewKey::new(unique_project("update"), "big").meta(json!({"tier": "gold"})),
+        )
+        .await
+        .unwrap();
+    let client = key_client(created.key.as_deref().unwrap());
+    let policy_of = |r: &postguard_client::Response| {
+        r.header("ratelimit-policy").unwrap_or_default().to_owned()
+    };
+    let opts = RequestOptions::default;
+    let before = client
+        .request(Method::GET, "/plan-before", Body::Empty, opts())
+        .await
+        .unwrap();
+    assert_eq!(policy_of(&before), "\"default\";q=100000;w=60");
+    let updated = admin()
+        .update_key(&created.id, &KeyUpdate::default().plan("tiered"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (updated.id.as_str(), updated.plan.as_str()),
+        (created.id.as_str(), "tiered")
+    );
+    let after = client
+        .request(Method::GET, "/plan-after", Body::Empty, opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        policy_of(&after),
+        "\"burst\";q=20;w=1, \"minute\";q=200;w=60, \"inflight\";q=2;qu=\"concurrent-requests\""
+    );
+    let me = client.me().await.unwrap();
+    assert_eq!(me.plan, "tiered");
+    let policies: Vec<_> = me
+        .policies
+        .iter()
+        .map(|p| (p.name.as_str(), p.limit, p.window_s))
+        .collect();
+    assert_eq!(policies, [("burst", 20, 1), ("minute", 200, 60)]);
+    let inflight = me.inflight.expect("the concurrency quota in /me");
+    assert_eq!(
+        (inflight.limit, inflight.in_use),
+        (2, 0),
+        "nothing in flight"
+    );
+    let detail = admin().get_key(&created.id).await.unwrap();
+    assert_eq!(
+        detail.meta,
+        Some(json!({"tier": "gold"})),
+        "kept by a PATCH that did not name it"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn reroll_key_keeps_the_id_and_both_secrets_work() {
+    let project = unique_project("reroll");
+    let created = admin()
+        .create_key_from(&NewKey::new(&project, "big"))
+        .await
+        .unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let rolled = admin().reroll_key(&created.id, Some(600)).await.unwrap();
+    assert_eq!(
+        (rolled.id.as_str(), rolled.prefix.as_str()),
+        (created.id.as_str(), created.prefix.as_str())
+    );
+    let old = created.key.unwrap();
+    assert_ne!(rolled.key, old);
+    assert!((rolled.previous_expires_at - (before + 600_000)).abs() < 5_000);
+    for secret in [&old, &rolled.key] {
+        let c = key_client(secret);
+        let r = c
+            .request(
+                Method::POST,
+                "/rerolled",
+                Body::from(json!({})),
+                RequestOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 201);
+        assert_eq!(c.me().await.unwrap().prefix, created.prefix, "the same key");
+    }
+    let listed = admin()
+        .list_keys(&[("project", &project)], None)
+        .await
+        .unwrap();
+    let ids: Vec<_> = listed.data.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(ids, [created.id.as_str()], "still one key");
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn an_expiring_key_fails_with_api_key_expired() {
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // Ten seconds ahead: on a loaded machine creating the key and the first call can take
+    // several seconds, and the first call must land before the expiry.
+    let expires_at = now_ms() + 10_000;
+    let created = admin()
+        .create_key_from(&NewKey::new(unique_project("expiry"), "big").expires_at(expires_at))
+        .await
+        .unwrap();
+    assert_eq!(created.expires_at, Some(expires_at as i64));
+    let client = key_client(created.key.as_deref().unwrap());
+    let alive = || {
+        client.request(
+            Method::GET,
+            "/still-alive",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+    };
+    assert_eq!(alive().await.unwrap().status, 200);
+    let err = poll(
+        "the key refused after expires_at",
+        Duration::from_secs(40),
+        || async { alive().await.err() },
+    )
+    .await;
+    let Error::ApiKeyExpired(p) = &err else {
+        panic!("expected ApiKeyExpired, got {err:?}");
+    };
+    assert_eq!(
+        (p.status, p.code.as_deref(), p.attempts),
+        (401, Some("API_KEY_EXPIRED"), 1)
+    );
+    assert!(now_ms() >= expires_at, "not before expires_at");
+    assert!(matches!(client.me().await, Err(Error::ApiKeyExpired(_))));
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn a_concurrency_refusal_is_retried_after_retry_after() {
+    let events = Events::default();
+    let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(new_key("single").await)
+        .on_response(events.hook())
+        .build()
+        .unwrap();
+    // The limiter learns the budget: both calls then go at once.
+    client
+        .request(
+            Method::GET,
+            "/warm-up",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let call = |n: u32| {
+        let c = client.clone();
+        async move {
+            let opts = RequestOptions::default().header("x-demo-delay-ms", "3000");
+            c.request(
+                Method::POST,
+                "/one-at-a-time",
+                Body::from(json!({ "n": n })),
+                opts,
+            )
+            .await
+        }
+    };
+    let (a, b) = tokio::join!(call(0), call(1));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.status, b.status), (201, 201));
+    let refusals: Vec<_> = events
+        .all()
+        .into_iter()
+        .filter(|e| e.status == Some(429))
+        .collect();
+    assert!(!refusals.is_empty(), "one call met the other in flight");
+    for e in &refusals {
+        assert_eq!(e.code.as_deref(), Some("CONCURRENCY_LIMIT_EXCEEDED"));
+        assert!(
+            e.retry_in.unwrap() >= Duration::from_secs(1),
+            "not before Retry-After"
+        );
+    }
+    assert_eq!(a.attempts + b.attempts, 2 + refusals.len() as u32);
+    println!(
+        "FIGURE concurrency-1: attempts=[{}, {}] refusals={}",
+        a.attempts,
+        b.attempts,
+        refusals.len()
     );
 }
 

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postguard_client::clock::{Clock, Random, Sleep};
-use postguard_client::{Body, Client, Error, Method, RequestOptions, RetryPolicy};
+use postguard_client::{
+    Body, Client, Error, IdempotencyState, KeyUpdate, Method, NewKey, RequestOptions, RetryPolicy,
+};
 use serde_json::json;
 
 /// Time moves only when the client sleeps; every sleep is recorded and returns at once.
@@ -354,7 +356,8 @@ async fn a_mutating_call_without_a_key_is_not_retried_after_a_lost_answer() {
 fn any_resource() -> Reply {
     let body = json!({"id": "x_1", "prefix": "pgk_x", "project": "p", "plan": "trial", "name": null,
         "created_at": 1, "revoked_at": null, "key": "pgk_x", "url": "https://r.example/h", "events": ["*"],
-        "description": null, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "expires_at": 2});
+        "description": null, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "expires_at": 2,
+        "previous_expires_at": 3});
     (
         201,
         vec![("content-type", "application/json".to_owned())],
@@ -372,6 +375,9 @@ async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost
     };
     let names = [
         "create_key",
+        "create_key_from",
+        "update_key",
+        "reroll_key",
         "revoke_key",
         "create_portal_link",
         "create_webhook",
@@ -390,6 +396,15 @@ async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost
         let c = client(&url, &clock, 5);
         let done = match name {
             "create_key" => c.create_key("p", "trial", None).await.map(drop),
+            "create_key_from" => c
+                .create_key_from(&NewKey::new("p", "trial").expires_at(9))
+                .await
+                .map(drop),
+            "update_key" => c
+                .update_key("key_1", &KeyUpdate::default().plan("pro"))
+                .await
+                .map(drop),
+            "reroll_key" => c.reroll_key("key_1", Some(60)).await.map(drop),
             "revoke_key" => c.revoke_key("key_1").await,
             "create_portal_link" => c.create_portal_link("p", None).await.map(drop),
             "create_webhook" => c.create_webhook(&sub).await.map(drop),
@@ -477,4 +492,192 @@ fn debug_of_the_client_and_its_builder_shows_no_token() {
     }
     let anonymous = Client::builder("https://api.example.com").build().unwrap();
     assert!(format!("{anonymous:?}").contains("token: None"));
+}
+
+// --- keys & limits (issue 25) ---------------------------------------------------------------
+
+/// A 429 quota refusal as the gateway sends it: the draft's problem type, the violated
+/// policies, `Retry-After` and the rate-limit lists.
+fn quota(code: &str, violated: &[&str], retry_after: u64, ratelimit: &str) -> Reply {
+    let body = json!({"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "title": "Too many", "status": 429, "code": code, "violated-policies": violated,
+        "request_id": "req_01JD0000000000000000000000"});
+    let headers = vec![
+        ("content-type", "application/problem+json".to_owned()),
+        ("retry-after", retry_after.to_string()),
+        ("ratelimit", ratelimit.to_owned()),
+        (
+            "ratelimit-policy",
+            "\"minute\";q=30;w=60, \"inflight\";q=1;qu=\"concurrent-requests\"".to_owned(),
+        ),
+    ];
+    (429, headers, body.to_string())
+}
+
+#[tokio::test]
+async fn an_expired_key_is_its_own_variant_and_not_retried() {
+    let (url, seen) = serve(vec![problem(401, "API_KEY_EXPIRED", None), ok(200)]);
+    let clock = Arc::new(FakeClock::default());
+    let e = client(&url, &clock, 5)
+        .request(Method::POST, "/x", Body::Empty, RequestOptions::default())
+        .await
+        .unwrap_err();
+    let Error::ApiKeyExpired(p) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!((p.status, p.attempts), (401, 1));
+    assert_eq!(e.code(), Some("API_KEY_EXPIRED"));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_concurrency_refusal_is_rate_limited_and_retried_after_retry_after() {
+    let refused = || {
+        quota(
+            "CONCURRENCY_LIMIT_EXCEEDED",
+            &["inflight"],
+            1,
+            "\"inflight\";r=0, \"minute\";r=30;t=60",
+        )
+    };
+    let (url, seen) = serve(vec![refused(), ok(201)]);
+    let clock = Arc::new(FakeClock::default());
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::POST,
+            "/slow",
+            Body::from(json!({"n": 1})),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((res.status, res.attempts), (201, 2));
+    assert_eq!(*clock.sleeps.lock().unwrap(), [Duration::from_secs(1)]);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            header(&seen[0], "idempotency-key"),
+            header(&seen[1], "idempotency-key")
+        );
+    }
+    // Every attempt refused: the typed error names the policies.
+    let (url, _) = serve(vec![refused(), refused()]);
+    let e = client(&url, &Arc::new(FakeClock::default()), 2)
+        .request(
+            Method::POST,
+            "/slow",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    let Error::RateLimited(p) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(p.code.as_deref(), Some("CONCURRENCY_LIMIT_EXCEEDED"));
+    assert_eq!(p.violated_policies, ["inflight"]);
+    assert_eq!(p.policy.as_deref(), Some("inflight"));
+    assert_eq!(
+        (p.attempts, p.retry_after),
+        (2, Some(Duration::from_secs(1)))
+    );
+}
+
+#[tokio::test]
+async fn a_window_refusal_names_the_binding_policy_and_the_limiter_waits_for_it() {
+    let (url, _) = serve(vec![quota(
+        "RATE_LIMIT_EXCEEDED",
+        &["minute"],
+        42,
+        "\"minute\";r=0;t=42, \"burst\";r=3;t=1",
+    )]);
+    let clock = Arc::new(FakeClock::default());
+    let c = client(&url, &clock, 1);
+    let e = c
+        .request(Method::GET, "/x", Body::Empty, RequestOptions::default())
+        .await
+        .unwrap_err();
+    let p = e.problem().unwrap();
+    assert!(matches!(e, Error::RateLimited(_)));
+    assert_eq!(
+        (p.violated_policies.as_slice(), p.policy.as_deref()),
+        (&["minute".to_owned()][..], Some("minute"))
+    );
+    assert_eq!(
+        c.limiter_state().available(),
+        Some(0),
+        "the window is spent"
+    );
+}
+
+#[tokio::test]
+async fn the_lookup_is_a_get_of_the_encoded_key_and_no_call_to_the_gateway_waits_for_the_api_budget(
+) {
+    let spent = || {
+        (
+            201,
+            vec![
+                ("content-type", "application/json".to_owned()),
+                ("ratelimit", "\"default\";r=0;t=60".to_owned()),
+                ("ratelimit-policy", "\"default\";q=10;w=60".to_owned()),
+            ],
+            "{}".to_owned(),
+        )
+    };
+    let lookup = (
+        200,
+        vec![
+            ("content-type", "application/json".to_owned()),
+            ("ratelimit", "\"gateway\";r=119;t=60".to_owned()),
+            ("ratelimit-policy", "\"gateway\";q=120;w=60".to_owned()),
+        ],
+        r#"{"state":"completed","status":201,"request_id":"req_1","created_at":1,"expires_at":2}"#
+            .to_owned(),
+    );
+    let (url, seen) = serve(vec![spent(), lookup, spent()]);
+    let clock = Arc::new(FakeClock::default());
+    let c = Client::builder(&url)
+        .token("pgk_test")
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .throttle(postguard_client::ThrottleConfig {
+            threshold: Some(0),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    c.request(
+        Method::POST,
+        "/orders",
+        Body::Empty,
+        RequestOptions::default(),
+    )
+    .await
+    .unwrap();
+    let status = c.status("a/b").await.unwrap();
+    assert_eq!(status.state, IdempotencyState::Completed);
+    assert_eq!(status.request_id.as_deref(), Some("req_1"));
+    assert!(
+        clock.sleeps.lock().unwrap().is_empty(),
+        "the lookup did not wait for the API window"
+    );
+    {
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen[1][0].starts_with("get /_postguard/v1/idempotency/a%2fb "),
+            "{:?}",
+            seen[1][0]
+        );
+        assert!(header(&seen[1], "idempotency-key").is_none());
+    }
+    // The gateway policy's 119 did not refill the API budget: a proxied call waits.
+    c.request(
+        Method::POST,
+        "/orders",
+        Body::Empty,
+        RequestOptions::default(),
+    )
+    .await
+    .unwrap();
+    let waited: Duration = clock.sleeps.lock().unwrap().iter().sum();
+    assert!(waited >= Duration::from_secs(59), "{waited:?}");
 }

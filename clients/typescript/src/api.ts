@@ -1,8 +1,10 @@
 import { PostguardClient, uuidv4, type ClientOptions, type QueryValue, type RequestOptions } from './client.js';
+import { PostguardError } from './errors.js';
 import type {
-  ApiKey, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, Delivery, DeliveryDetail, DeliveryQuery,
-  EventQuery, EventRow, Inspector, InspectedRequest, Me, Page, PageQuery, PortalLink, PublishInput, Stats,
-  Subscription, SubscriptionInput, Task, TestResult,
+  ApiKey, ApiKeyDetail, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, CreateKeyInput, Delivery,
+  DeliveryDetail, DeliveryQuery, EventQuery, EventRow, IdempotencyStatus, Inspector, InspectedRequest, Me, Page,
+  PageQuery, PortalLink, PublishInput, RerolledApiKey, Stats, Subscription, SubscriptionInput, Task, TestResult,
+  UpdateKeyInput,
 } from './types.js';
 
 /** Per-call options of the typed methods. */
@@ -11,6 +13,16 @@ export type CallOptions = Pick<RequestOptions, 'signal' | 'timeoutMs' | 'maxAtte
 const V1 = '/_postguard/v1';
 const seg = (id: string) => encodeURIComponent(id);
 const q = (o: object | undefined) => o as Record<string, QueryValue> | undefined;
+
+/**
+ * An Idempotency-Key as the lookup's path segment: percent-encoded (a `/` included), and `.` or
+ * `..` in the RFC 8941 string form (`".."`), which the gateway reads as the same key — URL
+ * parsers remove a `.`/`..` segment, `%2E` spellings included, before it is sent.
+ */
+export function idempotencyKeySegment(key: string): string {
+  if (typeof key !== 'string' || key.length === 0) throw new PostguardError('status(): the Idempotency-Key is empty');
+  return encodeURIComponent(/^\.{1,2}$/.test(key) ? `"${key}"` : key);
+}
 
 /**
  * The gateway's own endpoints, typed, on top of `request()`. Every mutating call carries one
@@ -31,6 +43,16 @@ export class Postguard extends PostguardClient {
   /** `GET /me`: the key's prefix, project, plan and current limit state (costs no budget). */
   me(o?: CallOptions): Promise<Me> {
     return this.call('GET', `${V1}/me`, o);
+  }
+
+  /**
+   * `GET /idempotency/{key}`: did the request this API key sent under `idempotencyKey` run?
+   * Costs no budget. `completed` → send it again with the same key to get the stored answer
+   * (a replay); `in_progress` → wait and ask again; `unknown` or `expired` → nothing is kept for
+   * the key: sending it again runs it (see the README's recipe).
+   */
+  status(idempotencyKey: string, o?: CallOptions): Promise<IdempotencyStatus> {
+    return this.call('GET', `${V1}/idempotency/${idempotencyKeySegment(idempotencyKey)}`, o);
   }
 
   /** `GET /stats?days=`: per-day requests and errors, top paths, error share, latency. */
@@ -117,10 +139,22 @@ export class Postguard extends PostguardClient {
 
   /** Operator endpoints (`adminToken`). */
   readonly keys = {
-    create: (input: { project: string; plan?: string; name?: string }, o?: CallOptions): Promise<CreatedApiKey> =>
+    /** A new key (`key` shown once), optionally with `expires_at`, `meta` and `overrides`. */
+    create: (input: CreateKeyInput, o?: CallOptions): Promise<CreatedApiKey> =>
       this.call('POST', `${V1}/keys`, { ...o, auth: 'admin', body: input }),
     list: (query: { project?: string } & PageQuery = {}, o?: CallOptions): Promise<Page<ApiKey>> =>
       this.call('GET', `${V1}/keys`, { ...o, auth: 'admin', query: q(query) }),
+    /** One key with its metadata, overrides and the state of each of its policies. */
+    get: (id: string, o?: CallOptions): Promise<ApiKeyDetail> => this.call('GET', `${V1}/keys/${seg(id)}`, { ...o, auth: 'admin' }),
+    /** `PATCH`: name, plan, meta, overrides, expiry (`null` clears one); applies from the key's next request. */
+    update: (id: string, patch: UpdateKeyInput, o?: CallOptions): Promise<ApiKey> =>
+      this.call('PATCH', `${V1}/keys/${seg(id)}`, { ...o, auth: 'admin', body: patch }),
+    /**
+     * A new secret for the same key (id, prefix, counters); the old secret keeps working for
+     * `grace_s` (default 24 h, at most 7 days), until `previous_expires_at`.
+     */
+    reroll: (id: string, input: { grace_s?: number } = {}, o?: CallOptions): Promise<RerolledApiKey> =>
+      this.call('POST', `${V1}/keys/${seg(id)}/reroll`, { ...o, auth: 'admin', body: input }),
     revoke: async (id: string, o?: CallOptions): Promise<void> => {
       await this.call('DELETE', `${V1}/keys/${seg(id)}`, { ...o, auth: 'admin' });
     },

@@ -1,8 +1,11 @@
 import { backoffDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
 import { systemClock, type Clock } from './clock.js';
-import { ApiError, IdempotencyKeyReuseError, NetworkError, PostguardError, RetriesExhaustedError, type Problem } from './errors.js';
+import {
+  ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, NetworkError, PostguardError, RateLimitError, RetriesExhaustedError,
+  type Problem,
+} from './errors.js';
 import { RateLimiter, type ThrottleOptions } from './limiter.js';
-import { readRateLimit } from './ratelimit-headers.js';
+import { bindingPolicy, readRateLimit } from './ratelimit-headers.js';
 import { MUTATING_METHODS, isRetryable, replaySafe } from './retry.js';
 import { VERSION } from './version.js';
 
@@ -25,7 +28,11 @@ export interface ClientOptions {
   /** Attempts per logical call, the first included (default 5). */
   maxAttempts?: number;
   backoff?: BackoffOptions;
-  /** Proactive throttling from the rate-limit headers (default on, threshold 5); `false` turns it off. */
+  /**
+   * Proactive throttling of calls through the API from its rate-limit headers (default on,
+   * keeping a tenth of the limit in reserve); `false` turns it off. The gateway's own endpoints
+   * have a budget of their own and are not throttled.
+   */
   throttle?: ThrottleOptions | false;
   /** Sent as User-Agent (default `postguard-client-typescript/<version>`); `false` sends none. */
   userAgent?: string | false;
@@ -197,6 +204,15 @@ function keyHeader(headers: Record<string, string> | undefined): string | undefi
   return name === undefined ? undefined : headers?.[name];
 }
 
+/**
+ * A gateway endpoint (`/_postguard/…`): charged to the key's gateway policy, or free (`/me`, the
+ * idempotency lookup) — never to the API's budget, so the limiter neither holds it back nor
+ * reads its answer (whose headers may describe that other budget).
+ */
+function isGatewayPath(path: string): boolean {
+  return /^\/?_postguard(\/|$)/.test(path);
+}
+
 /** One attempt's outcome: an answer, or a failure without one. */
 type Attempt =
   | { kind: 'response'; res: Response; body: unknown }
@@ -222,7 +238,7 @@ export class PostguardClient {
     this.#limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.#clock);
   }
 
-  /** Calls of this client sent and not yet answered. */
+  /** Calls of this client through the API (not the gateway's own endpoints) sent and not yet answered. */
   get inFlight(): number {
     return this.#limiter.pending;
   }
@@ -245,8 +261,9 @@ export class PostguardClient {
     if (contentType && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = contentType;
     const init: RequestInit = { method: m, headers, body: payload };
 
+    const throttled = !isGatewayPath(path);
     for (let attempt = 0; ; attempt++) {
-      const outcome = await this.attempt(url, init, options);
+      const outcome = await this.attempt(url, init, options, throttled);
       const last = attempt + 1 >= maxAttempts;
       if (outcome.kind === 'failure') {
         if (!isRetryable({}, retrySafe)) throw outcome.error;
@@ -274,8 +291,9 @@ export class PostguardClient {
     return (this.#opts.generateIdempotencyKey ?? uuidv4)();
   }
 
-  private async attempt(url: string, init: RequestInit, options: RequestOptions): Promise<Attempt> {
-    await this.#limiter.acquire(options.signal);
+  private async attempt(url: string, init: RequestInit, options: RequestOptions, throttled: boolean): Promise<Attempt> {
+    const limiter = throttled ? this.#limiter : undefined;
+    await limiter?.acquire(options.signal);
     const sentAt = this.#clock.now();
     const timeoutMs = options.timeoutMs ?? this.#opts.timeoutMs ?? 30_000;
     const ctl = new AbortController();
@@ -288,10 +306,10 @@ export class PostguardClient {
       res = await this.#fetch(url, { ...init, signal: ctl.signal });
       answered = true;
       const body = await readBody(res, this.#opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
-      this.#limiter.release(readRateLimit(res.headers), sentAt, this.#clock.now(), true);
+      limiter?.release(readRateLimit(res.headers), sentAt, this.#clock.now(), true);
       return { kind: 'response', res, body };
     } catch (e) {
-      this.#limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.#clock.now(), answered);
+      limiter?.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.#clock.now(), answered);
       if (options.signal?.aborted) throw options.signal.reason;
       if (e instanceof ResponseTooLargeError) throw e; // the same answer would come again
       const reason = ctl.signal.aborted ? ctl.signal.reason : e;
@@ -350,6 +368,16 @@ export class PostguardClient {
       body,
     };
     const msg = `${method} ${path} → ${res.status}${fields.code ? ` ${fields.code}` : ''}${fields.detail ? `: ${fields.detail}` : ''}`;
+    if (res.status === 429) {
+      const violated = p?.['violated-policies'];
+      return new RateLimitError(msg, {
+        ...fields,
+        violatedPolicies: Array.isArray(violated) ? violated.filter((v): v is string => typeof v === 'string') : [],
+        policy: bindingPolicy(res.headers),
+        retryAfterMs: parseRetryAfter(res.headers.get('retry-after'), this.#clock.now()),
+      });
+    }
+    if (fields.code === 'API_KEY_EXPIRED') return new ApiKeyExpiredError(msg, fields);
     return fields.code === 'IDEMPOTENCY_KEY_REUSE_CONFLICT' ? new IdempotencyKeyReuseError(msg, fields) : new ApiError(msg, fields);
   }
 

@@ -61,7 +61,37 @@ export class ApiError extends PostguardError {
 /** 422 `IDEMPOTENCY_KEY_REUSE_CONFLICT`: this key was used with another request. A bug, never retried. */
 export class IdempotencyKeyReuseError extends ApiError {}
 
-/** The call failed on every attempt (network errors, timeouts, 429, 409 in progress, 502/503/504). */
+/** 401 `API_KEY_EXPIRED`: the key passed its `expires_at` (or a rerolled key its grace). Never retried. */
+export class ApiKeyExpiredError extends ApiError {}
+
+/**
+ * 429: a quota refused the request — `RATE_LIMIT_EXCEEDED` (a window policy) or
+ * `CONCURRENCY_LIMIT_EXCEEDED` (too many requests of the key in flight). Retried after its
+ * `Retry-After`; once the attempts are spent it is the `cause` of the `RetriesExhaustedError`.
+ */
+export class RateLimitError extends ApiError {
+  /** The problem's `violated-policies`: every policy that refused (`inflight` for the concurrency quota). */
+  readonly violatedPolicies: string[];
+  /** The policy that binds: the first member of `RateLimit` (the gateway lists it first), else the first violated one. */
+  readonly policy?: string;
+  /** `Retry-After` in ms, when the answer had one. */
+  readonly retryAfterMs?: number;
+
+  constructor(
+    message: string,
+    fields: ErrorFields & { headers?: Headers; body?: unknown; violatedPolicies?: string[]; policy?: string; retryAfterMs?: number },
+  ) {
+    super(message, fields);
+    this.violatedPolicies = fields.violatedPolicies ?? [];
+    this.policy = fields.policy ?? this.violatedPolicies[0];
+    this.retryAfterMs = fields.retryAfterMs;
+  }
+}
+
+/**
+ * The call failed on every attempt (network errors, timeouts, 429, 409 in progress, 502/503/504);
+ * `cause` is the last attempt's error (a `RateLimitError` after 429s).
+ */
 export class RetriesExhaustedError extends PostguardError {}
 
 /** No response: connection refused or reset, DNS, or the per-attempt timeout (`timedOut`). */

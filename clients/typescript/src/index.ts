@@ -1,4 +1,4 @@
-export { Postguard, type CallOptions } from './api.js';
+export { Postguard, idempotencyKeySegment, type CallOptions } from './api.js';
 export {
   PostguardClient, uuidv4,
   type ClientOptions, type RequestOptions, type PostguardResponse, type ResponseInfo, type RetryInfo, type Credential, type QueryValue,
@@ -6,10 +6,11 @@ export {
 export { backoffDelay, parseRetryAfter, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.js';
 export { isRetryable, replaySafe, MUTATING_METHODS, type FailedAttempt } from './retry.js';
 export { RateLimiter, reserveFor, type ThrottleOptions } from './limiter.js';
-export { readRateLimit, type RateLimitInfo } from './ratelimit-headers.js';
+export { readRateLimit, bindingPolicy, type RateLimitInfo } from './ratelimit-headers.js';
 export { systemClock, type Clock } from './clock.js';
 export {
-  PostguardError, ApiError, IdempotencyKeyReuseError, RetriesExhaustedError, NetworkError, WebhookVerificationError,
+  PostguardError, ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, RateLimitError, RetriesExhaustedError, NetworkError,
+  WebhookVerificationError,
   type Problem, type ErrorFields,
 } from './errors.js';
 export {

@@ -45,18 +45,37 @@ function binding(field: string | null): { name: string; r: number; t: number } |
   return best;
 }
 
-/** Undefined when the response carries no budget (e.g. a 401 before authentication). */
+/**
+ * The name of the policy that binds, as the gateway says it: the first member of `RateLimit`
+ * (on a 429 the one that refused — `inflight` for the concurrency quota — otherwise the one with
+ * the fewest remaining). Undefined without the field.
+ */
+export function bindingPolicy(headers: HeaderSource): string | undefined {
+  const first = members(headers.get('ratelimit'))[0]?.name;
+  return first ? first : undefined;
+}
+
+/**
+ * The budget of the binding window policy. A concurrency quota (`"inflight";r=…`, no `t`) is
+ * not a window budget and never read as one, whichever member heads the list.
+ * Undefined when the response carries no budget (e.g. a 401 before authentication).
+ */
 export function readRateLimit(headers: HeaderSource): RateLimitInfo | undefined {
-  const bind = binding(headers.get('ratelimit'));
+  const field = headers.get('ratelimit');
+  const bind = binding(field);
+  // `X-RateLimit-*` follow the first member of `RateLimit`: read them only when that member is
+  // the window policy read here (or when there is no `RateLimit` at all) — when the concurrency
+  // quota refused, they are its numbers, not a window's.
+  const xFollows = field === null || (bind !== undefined && members(field)[0]?.name === bind.name);
   // Limit and window of the same policy, by name (the policy list is in configuration order).
   const policy = members(headers.get('ratelimit-policy')).find((p) => p.name === bind?.name)?.params;
-  const remaining = bind?.r ?? int(headers.get('x-ratelimit-remaining'));
+  const remaining = bind?.r ?? (field === null ? int(headers.get('x-ratelimit-remaining')) : undefined);
   if (remaining === undefined) return undefined;
   return {
     remaining,
-    limit: policy?.get('q') ?? int(headers.get('x-ratelimit-limit')),
+    limit: policy?.get('q') ?? (xFollows ? int(headers.get('x-ratelimit-limit')) : undefined),
     resetInS: bind?.t,
-    resetEpochS: int(headers.get('x-ratelimit-reset')),
+    resetEpochS: xFollows ? int(headers.get('x-ratelimit-reset')) : undefined,
     windowS: policy?.get('w'),
   };
 }

@@ -1,4 +1,4 @@
-// Resource shapes of the gateway's own API (postguard CONTRACT §10, §11, §12). Timestamps are
+// Resource shapes of the gateway's own API (postguard CONTRACT §10, §11, §12, §13). Timestamps are
 // epoch milliseconds unless said otherwise.
 
 export interface Page<T> {
@@ -11,15 +11,58 @@ export interface PageQuery {
   cursor?: string;
 }
 
+/** One policy's state now (`/me`, `GET /keys/{id}`); `reset` in epoch seconds. */
+export interface PolicyState {
+  name: string;
+  limit: number;
+  remaining: number;
+  reset: number;
+  window_s: number;
+}
+
+/** The concurrency quota: requests of the key in flight at the origin, of `limit`. */
+export interface Inflight {
+  limit: number;
+  in_use: number;
+  refused?: boolean;
+}
+
 export interface Me {
   prefix: string;
   project: string;
   plan: string;
+  /** `limit`, `remaining`, `reset` (epoch seconds) and `window_s` are the binding policy's. */
   limit: number;
   remaining: number;
   /** Epoch seconds. */
   reset: number;
   window_s: number;
+  /** When the key stops working (epoch ms), or null. */
+  expires_at?: number | null;
+  /** Every policy of the key's plan. */
+  policies?: PolicyState[];
+  /** Present when the plan has a concurrency quota. */
+  inflight?: Inflight;
+}
+
+/** A named policy of a plan: `requests` per `window_s`. */
+export interface PolicySpec {
+  name: string;
+  requests: number;
+  window_s: number;
+}
+
+/**
+ * A key's replacements of its plan's numbers (CONTRACT §13): any of a plan's fields, e.g.
+ * `{ requests_per_window: 7 }` or `{ policies: [...], concurrency: 2 }`.
+ */
+export interface PlanOverrides {
+  requests_per_window?: number;
+  window_s?: number;
+  policies?: PolicySpec[];
+  concurrency?: number;
+  gateway?: { requests: number; window_s?: number };
+  idempotency_ttl_s?: number;
 }
 
 export interface ApiKey {
@@ -30,11 +73,76 @@ export interface ApiKey {
   name: string | null;
   created_at: number;
   revoked_at: number | null;
+  /** Epoch ms, or null: never. */
+  expires_at?: number | null;
+  /** The operator's metadata, forwarded signed to the origin (`X-Postguard-Key-Meta`); null in lists. */
+  meta?: Record<string, unknown> | null;
+  /** Null in lists (`keys.get` shows them). */
+  overrides?: PlanOverrides | null;
+  /** When the operator last changed the key (epoch ms; 0: as created). */
+  updated_at?: number;
+}
+
+/** `GET /keys/{id}`: the key with the state of each of its policies now. */
+export interface ApiKeyDetail extends ApiKey {
+  policies: PolicyState[];
+  inflight?: Inflight;
 }
 
 /** Returned once, on creation: `key` is never shown again. */
 export interface CreatedApiKey extends ApiKey {
   key: string;
+}
+
+/** `expires_at`: epoch ms, or an RFC 3339 string; it must lie in the future. */
+export interface CreateKeyInput {
+  project: string;
+  plan: string;
+  name?: string;
+  expires_at?: number | string;
+  /** A JSON object of at most 1 KiB. */
+  meta?: Record<string, unknown>;
+  overrides?: PlanOverrides;
+}
+
+/**
+ * `PATCH /keys/{id}`: each member given replaces the key's; `null` clears `name`, `meta`,
+ * `overrides` or `expires_at`; a member left out is kept. Applies from the key's next request.
+ */
+export interface UpdateKeyInput {
+  name?: string | null;
+  plan?: string;
+  meta?: Record<string, unknown> | null;
+  overrides?: PlanOverrides | null;
+  expires_at?: number | string | null;
+}
+
+/** `POST /keys/{id}/reroll`: a new secret for the same id; the old one works until `previous_expires_at`. */
+export interface RerolledApiKey extends ApiKey {
+  key: string;
+  /** Epoch ms. */
+  previous_expires_at: number;
+}
+
+export type IdempotencyState = 'in_progress' | 'completed' | 'expired' | 'unknown';
+
+/**
+ * `GET /idempotency/{key}`: what became of the request this API key sent under that
+ * Idempotency-Key. `in_progress`: it runs (`expires_at` is the end of its lease);
+ * `completed`: its answer is stored (`status`, `request_id`) and a resend with the same key
+ * replays it until `expires_at`; `expired`: the record outlived its TTL or lease (a resend runs
+ * anew); `unknown`: the gateway has no record of it (never arrived, or its answer was not kept
+ * — a 5xx or a timeout is not stored).
+ */
+export interface IdempotencyStatus {
+  state: IdempotencyState;
+  /** The stored answer's status (completed, or expired after completing). */
+  status?: number;
+  request_id?: string;
+  /** Epoch ms: the claim (in progress) or the completion. */
+  created_at?: number;
+  /** Epoch ms: the end of the lease (in progress) or of the TTL (completed). */
+  expires_at?: number;
 }
 
 export interface Subscription {

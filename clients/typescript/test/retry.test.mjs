@@ -66,6 +66,8 @@ test('every mutating gateway call carries one key for all its attempts and is re
   const calls = {
     'keys.create': (pg) => pg.keys.create({ project: 'p', plan: 'trial' }),
     'keys.revoke': (pg) => pg.keys.revoke('key_1'),
+    'keys.update': (pg) => pg.keys.update('key_1', { plan: 'pro' }),
+    'keys.reroll': (pg) => pg.keys.reroll('key_1', { grace_s: 60 }),
     'portalLinks.create': (pg) => pg.portalLinks.create({ project: 'p' }),
     'webhooks.create': (pg) => pg.webhooks.create({ url: 'https://r.example/h', events: ['*'] }),
     'webhooks.update': (pg) => pg.webhooks.update('sub_1', { description: 'd' }),

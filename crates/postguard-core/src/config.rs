@@ -1195,6 +1195,19 @@ impl Settings {
             .find(|r| (r.method == "*" || r.method == method) && pattern::matches(&r.path, path))
             .map_or(1, |r| r.cost)
     }
+
+    /// A proxied request's route as metrics name it: the pattern of the
+    /// first configured rule it matches (`idempotency.routes`, then
+    /// `rate_limit.costs`), or `*` — never the raw path, whose ids would make
+    /// every request a group of its own.
+    pub fn route_label(&self, method: &str, path: &str) -> &str {
+        let matches = |m: &str, p: &str| (m == "*" || m == method) && pattern::matches(p, path);
+        let idem = self.idempotency.routes.iter().map(|r| (&r.method, &r.path));
+        let costs = self.rate_limit.costs.iter().map(|r| (&r.method, &r.path));
+        idem.chain(costs)
+            .find(|(m, p)| matches(m, p))
+            .map_or("*", |(_, p)| p.as_str())
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub mod idempotency;
 pub mod ids;
 pub mod keys;
 pub mod limits;
+pub mod log;
+pub mod metrics;
 pub mod page;
 pub mod pattern;
 pub mod portal;

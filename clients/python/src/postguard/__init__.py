@@ -24,6 +24,8 @@ from .async_client import AsyncClient
 from .client import Client
 from .errors import (
     ApiError,
+    ApiKeyExpired,
+    ConcurrencyLimitExceeded,
     ConfigInvalid,
     ConfigurationError,
     Forbidden,
@@ -53,9 +55,11 @@ from .webhooks import DedupeHook, MemoryDedupe, WebhookEvent, verify
 
 __all__ = [
     "ApiError",
+    "ApiKeyExpired",
     "AsyncClient",
     "AttemptInfo",
     "Client",
+    "ConcurrencyLimitExceeded",
     "ConfigInvalid",
     "ConfigurationError",
     "DedupeHook",

@@ -25,6 +25,11 @@ from ._http import (
 DEFAULT_TIMEOUT_S = 60.0
 
 
+def is_gateway_path(path: str) -> bool:
+    """A gateway endpoint (``/_postguard/…``), not a call through the API."""
+    return path == "/_postguard" or path.startswith("/_postguard/")
+
+
 class _Secret:
     """A credential that never prints: its ``repr``/``str`` are a placeholder, so
     ``vars(client)``, debuggers and logging of client internals show no token."""
@@ -135,8 +140,10 @@ class BaseClient:
         )
 
     def _throttled(self, call: Call) -> bool:
-        # The budget belongs to the API key: operator and origin calls do not count.
-        return self.proactive and call.auth == "api_key"
+        # The budget belongs to the API key: operator and origin calls do not count, nor
+        # do the gateway's own endpoints — charged to the key's gateway policy, or free
+        # (`/me`, the idempotency lookup, which must not wait for the API's window).
+        return self.proactive and call.auth == "api_key" and not is_gateway_path(call.path)
 
     def _rate_info(self, raw: httpx.Response | None) -> RateLimitInfo | None:
         return None if raw is None else parse_rate_limit(raw.headers, self._epoch())

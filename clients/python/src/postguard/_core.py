@@ -160,15 +160,16 @@ def _int(value: str | None) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _from_ietf(headers: Mapping[str, str]) -> RateLimitInfo | None:
-    raw = headers.get("ratelimit")
-    if raw is None:
-        return None
+def _from_ietf(headers: Mapping[str, str], raw: str) -> RateLimitInfo | None:
+    """The binding window policy of a ``RateLimit`` field: of the members with ``r`` and
+    ``t`` (time windows — a concurrency quota such as ``"inflight";r=0`` has no ``t`` and is
+    never a window budget), the one with the fewest remaining; postguard lists it first."""
+    members = _sf_items(raw)
     best: tuple[str, int, int] | None = None
-    for name, params in _sf_items(raw):
+    for name, params in members:
         r, t = _int(params.get("r")), _int(params.get("t"))
         if r is not None and t is not None and (best is None or r < best[1]):
-            best = (name, r, t)  # several policies: the most restrictive one governs
+            best = (name, r, t)
     if best is None:
         return None
     name, remaining, reset_in = best
@@ -178,6 +179,10 @@ def _from_ietf(headers: Mapping[str, str]) -> RateLimitInfo | None:
             limit = _int(params.get("q"))
             w = _int(params.get("w"))
             window = float(w) if w is not None else None
+    # X-RateLimit-* follow the first member: they are this policy's only when it heads the
+    # list (after a concurrency refusal they are the inflight quota's).
+    if limit is None and members[0][0] == name:
+        limit = _int(headers.get("x-ratelimit-limit"))
     return RateLimitInfo(remaining, float(reset_in), limit, window)
 
 
@@ -195,11 +200,12 @@ def _from_x_headers(headers: Mapping[str, str], now_epoch_s: float) -> RateLimit
 def parse_rate_limit(headers: Mapping[str, str], now_epoch_s: float) -> RateLimitInfo | None:
     """The IETF ``RateLimit``/``RateLimit-Policy`` fields when present (relative
     times, immune to clock skew), else ``X-RateLimit-*``. Header names are expected
-    in lower case (httpx's ``Headers`` matches case-insensitively anyway)."""
-    info = _from_ietf(headers)
-    if info is not None and info.limit is None:
-        info = RateLimitInfo(info.remaining, info.reset_in_s, _int(headers.get("x-ratelimit-limit")), None)
-    return info or _from_x_headers(headers, now_epoch_s)
+    in lower case (httpx's ``Headers`` matches case-insensitively anyway). A
+    ``RateLimit`` field without a window policy tells no window budget (``None``)."""
+    raw = headers.get("ratelimit")
+    if raw is not None:
+        return _from_ietf(headers, raw)
+    return _from_x_headers(headers, now_epoch_s)
 
 
 #: The default reserve's share of the plan's limit.

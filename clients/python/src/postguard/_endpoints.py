@@ -9,10 +9,13 @@ Publishing is keyed by its event id, generated here when the caller gives none."
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from . import errors
 from ._http import Call, IdempotencyKey, Params, make_call
+from .types import KeyChanges, PlanOverrides
 
 V1 = "/_postguard/v1"
 
@@ -28,6 +31,21 @@ def _body(**fields: Any) -> dict[str, Any]:
 
 def me() -> Call:
     return make_call("GET", f"{V1}/me")
+
+
+def key_segment(idempotency_key: str) -> str:
+    """An Idempotency-Key as the lookup's path segment: percent-encoded (a "/" included),
+    and ``.`` or ``..`` in the RFC 8941 string form (``".."``), which the gateway reads as
+    the same key — URL parsers drop a ``.``/``..`` segment before it is sent."""
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise errors.ConfigurationError("status(): the Idempotency-Key is empty")
+    if idempotency_key in (".", ".."):
+        idempotency_key = f'"{idempotency_key}"'
+    return quote(idempotency_key, safe="")
+
+
+def idempotency_status(idempotency_key: str) -> Call:
+    return make_call("GET", f"{V1}/idempotency/{key_segment(idempotency_key)}")
 
 
 # --- webhook subscriptions -------------------------------------------------------
@@ -121,9 +139,50 @@ def stats(days: int | None) -> Call:
 # --- operator ---------------------------------------------------------------------------
 
 
-def create_key(project: str, plan: str, name: str | None, key: IdempotencyKey = None) -> Call:
-    body = _body(project=project, plan=plan, name=name)
+def expiry(value: int | str | datetime | None) -> int | str | None:
+    """``expires_at`` as the gateway takes it: epoch ms or RFC 3339; an aware datetime is
+    turned into epoch ms (a naive one is refused: its time zone would be a guess)."""
+    if not isinstance(value, datetime):
+        return value
+    if value.tzinfo is None:
+        raise errors.ConfigurationError("expires_at: give an aware datetime (with tzinfo)")
+    return int(value.timestamp() * 1000)
+
+
+def create_key(
+    project: str,
+    plan: str,
+    name: str | None,
+    key: IdempotencyKey = None,
+    *,
+    expires_at: int | str | datetime | None = None,
+    meta: dict[str, Any] | None = None,
+    overrides: PlanOverrides | None = None,
+) -> Call:
+    body = _body(
+        project=project, plan=plan, name=name, expires_at=expiry(expires_at), meta=meta, overrides=overrides
+    )
     return make_call("POST", f"{V1}/keys", auth="admin", json=body, idempotency_key=key)
+
+
+_KEY_CHANGES = frozenset({"name", "plan", "meta", "overrides", "expires_at"})
+
+
+def update_key(key_id: str, changes: KeyChanges, key: IdempotencyKey = None) -> Call:
+    """PATCH: each member given replaces the key's; ``None`` clears (it is sent as
+    ``null``); a member left out is kept."""
+    unknown = set(changes) - _KEY_CHANGES
+    if unknown:
+        raise errors.ConfigurationError(f"update_key: unknown fields {sorted(unknown)}")
+    body: dict[str, Any] = dict(changes)
+    if "expires_at" in body:
+        body["expires_at"] = expiry(body["expires_at"])
+    return make_call("PATCH", f"{V1}/keys/{_id(key_id)}", auth="admin", json=body, idempotency_key=key)
+
+
+def reroll_key(key_id: str, grace_s: int | None, key: IdempotencyKey = None) -> Call:
+    path = f"{V1}/keys/{_id(key_id)}/reroll"
+    return make_call("POST", path, auth="admin", json=_body(grace_s=grace_s), idempotency_key=key)
 
 
 def list_keys(project: str | None) -> Call:

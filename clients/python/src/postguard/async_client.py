@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any, cast
 
 import httpx
@@ -27,8 +28,11 @@ from .types import (
     AuditRow,
     Delivery,
     Event,
+    IdempotencyStatus,
+    KeyChanges,
     Me,
     Page,
+    PlanOverrides,
     PortalLink,
     PublishedEvent,
     SecretRotation,
@@ -152,6 +156,13 @@ class AsyncClient(BaseClient):
     async def me(self) -> Me:
         return cast(Me, await self._json(ep.me()))
 
+    async def status(self, idempotency_key: str) -> IdempotencyStatus:
+        """What became of the request this API key sent under ``idempotency_key``
+        (``GET /idempotency/{key}``, free of budget): ``state`` is ``completed`` (send it
+        again with the same key: the stored answer is replayed), ``in_progress`` (wait and
+        ask again), ``expired`` or ``unknown`` (nothing is kept: sending it again runs it)."""
+        return cast(IdempotencyStatus, await self._json(ep.idempotency_status(idempotency_key)))
+
     async def create_webhook(
         self,
         url: str,
@@ -274,9 +285,39 @@ class AsyncClient(BaseClient):
     # -- the operator ----------------------------------------------------------------------------
 
     async def create_key(
-        self, project: str, plan: str, *, name: str | None = None, idempotency_key: IdempotencyKey = None
+        self,
+        project: str,
+        plan: str,
+        *,
+        name: str | None = None,
+        expires_at: int | str | datetime | None = None,
+        meta: dict[str, Any] | None = None,
+        overrides: PlanOverrides | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> ApiKey:
-        return cast(ApiKey, await self._json(ep.create_key(project, plan, name, idempotency_key)))
+        """A new API key (``key`` is shown once). ``expires_at``: epoch ms, RFC 3339 or an
+        aware datetime; ``meta``: a JSON object (≤ 1 KiB) forwarded signed to the origin;
+        ``overrides``: replacements of the plan's numbers for this key."""
+        call = ep.create_key(
+            project, plan, name, idempotency_key, expires_at=expires_at, meta=meta, overrides=overrides
+        )
+        return cast(ApiKey, await self._json(call))
+
+    async def update_key(
+        self, key_id: str, changes: KeyChanges, *, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        """PATCH ``name``, ``plan``, ``meta``, ``overrides`` or ``expires_at``: a member
+        given replaces the key's, ``None`` clears it, one left out is kept. Applies from
+        the key's next request."""
+        return cast(ApiKey, await self._json(ep.update_key(key_id, changes, idempotency_key)))
+
+    async def reroll_key(
+        self, key_id: str, *, grace_s: int | None = None, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        """A new secret for the same key (id, prefix, counters): ``key`` (shown once) and
+        ``previous_expires_at`` — the old secret works until then (``grace_s``, default
+        24 h, at most 7 days)."""
+        return cast(ApiKey, await self._json(ep.reroll_key(key_id, grace_s, idempotency_key)))
 
     async def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
         return await self._page(ep.list_keys(project))

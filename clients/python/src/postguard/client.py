@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from typing import Any, cast
 
 import httpx
@@ -26,8 +27,11 @@ from .types import (
     AuditRow,
     Delivery,
     Event,
+    IdempotencyStatus,
+    KeyChanges,
     Me,
     Page,
+    PlanOverrides,
     PortalLink,
     PublishedEvent,
     SecretRotation,
@@ -153,6 +157,13 @@ class Client(BaseClient):
     def me(self) -> Me:
         return cast(Me, self._json(ep.me()))
 
+    def status(self, idempotency_key: str) -> IdempotencyStatus:
+        """What became of the request this API key sent under ``idempotency_key``
+        (``GET /idempotency/{key}``, free of budget): ``state`` is ``completed`` (send it
+        again with the same key: the stored answer is replayed), ``in_progress`` (wait and
+        ask again), ``expired`` or ``unknown`` (nothing is kept: sending it again runs it)."""
+        return cast(IdempotencyStatus, self._json(ep.idempotency_status(idempotency_key)))
+
     def create_webhook(
         self,
         url: str,
@@ -267,9 +278,39 @@ class Client(BaseClient):
     # -- the operator ----------------------------------------------------------------------------
 
     def create_key(
-        self, project: str, plan: str, *, name: str | None = None, idempotency_key: IdempotencyKey = None
+        self,
+        project: str,
+        plan: str,
+        *,
+        name: str | None = None,
+        expires_at: int | str | datetime | None = None,
+        meta: dict[str, Any] | None = None,
+        overrides: PlanOverrides | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> ApiKey:
-        return cast(ApiKey, self._json(ep.create_key(project, plan, name, idempotency_key)))
+        """A new API key (``key`` is shown once). ``expires_at``: epoch ms, RFC 3339 or an
+        aware datetime; ``meta``: a JSON object (≤ 1 KiB) forwarded signed to the origin;
+        ``overrides``: replacements of the plan's numbers for this key."""
+        call = ep.create_key(
+            project, plan, name, idempotency_key, expires_at=expires_at, meta=meta, overrides=overrides
+        )
+        return cast(ApiKey, self._json(call))
+
+    def update_key(
+        self, key_id: str, changes: KeyChanges, *, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        """PATCH ``name``, ``plan``, ``meta``, ``overrides`` or ``expires_at``: a member
+        given replaces the key's, ``None`` clears it, one left out is kept. Applies from
+        the key's next request."""
+        return cast(ApiKey, self._json(ep.update_key(key_id, changes, idempotency_key)))
+
+    def reroll_key(
+        self, key_id: str, *, grace_s: int | None = None, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        """A new secret for the same key (id, prefix, counters): ``key`` (shown once) and
+        ``previous_expires_at`` — the old secret works until then (``grace_s``, default
+        24 h, at most 7 days)."""
+        return cast(ApiKey, self._json(ep.reroll_key(key_id, grace_s, idempotency_key)))
 
     def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
         return self._page(ep.list_keys(project))

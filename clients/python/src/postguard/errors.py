@@ -80,6 +80,13 @@ class InvalidApiKey(ApiError):
     default_code = "INVALID_API_KEY"
 
 
+class ApiKeyExpired(ApiError):
+    """401: the API key passed its ``expires_at`` (or a rerolled key's old secret its
+    grace). Never retried: ask the operator for a new key."""
+
+    default_code = "API_KEY_EXPIRED"
+
+
 class Unauthorized(ApiError):
     default_code = "UNAUTHORIZED"
 
@@ -122,7 +129,8 @@ class IdempotencyKeyReuseConflict(ApiError):
 
 
 class RateLimitExceeded(ApiError):
-    """Still 429 after every retry (each waited at least ``Retry-After``)."""
+    """Still 429 after every retry (each waited at least ``Retry-After``): a quota of
+    the key refused the request."""
 
     default_code = "RATE_LIMIT_EXCEEDED"
 
@@ -132,6 +140,31 @@ class RateLimitExceeded(ApiError):
             return None
         value = self.response.headers.get("retry-after")
         return float(value) if value is not None and value.isdigit() else None
+
+    @property
+    def violated_policies(self) -> list[str]:
+        """The problem's ``violated-policies``: every policy that refused the request
+        (``inflight`` for the concurrency quota); empty when the answer named none."""
+        names = (self.problem or {}).get("violated-policies")
+        return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+    @property
+    def policy(self) -> str | None:
+        """The policy that binds: the first member of the ``RateLimit`` field (the
+        gateway lists the one that refused first), else the first violated policy."""
+        field = self.response.headers.get("ratelimit") if self.response is not None else None
+        first = field.split(",", 1)[0].split(";", 1)[0].strip().strip('"') if field else ""
+        if first:
+            return first
+        violated = self.violated_policies
+        return violated[0] if violated else None
+
+
+class ConcurrencyLimitExceeded(RateLimitExceeded):
+    """429: the key had as many requests in flight at the origin as its plan allows
+    (its ``concurrency``). Retried after ``Retry-After`` (1 s) like any 429."""
+
+    default_code = "CONCURRENCY_LIMIT_EXCEEDED"
 
 
 class ServerError(ApiError):
@@ -190,6 +223,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
     cls.default_code: cls
     for cls in (
         InvalidApiKey,
+        ApiKeyExpired,
         Unauthorized,
         Forbidden,
         NotFound,
@@ -200,6 +234,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         IdempotencyKeyInProgress,
         IdempotencyKeyReuseConflict,
         RateLimitExceeded,
+        ConcurrencyLimitExceeded,
         OriginUnreachable,
         OriginTimeout,
         ConfigInvalid,

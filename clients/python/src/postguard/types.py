@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypedDict, TypeVar
+from datetime import datetime
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 T = TypeVar("T")
 
@@ -16,14 +17,65 @@ class Page(Generic[T]):
     next_cursor: str | None = None
 
 
-class Me(TypedDict):
-    prefix: str
-    project: str
-    plan: str
+class PolicyState(TypedDict):
+    """One policy's state now (``reset`` in epoch seconds)."""
+
+    name: str
     limit: int
     remaining: int
     reset: int
     window_s: int
+
+
+class Inflight(TypedDict, total=False):
+    """The concurrency quota: requests of the key in flight at the origin, of ``limit``."""
+
+    limit: int
+    in_use: int
+    refused: bool
+
+
+class _MeFields(TypedDict):
+    prefix: str
+    project: str
+    plan: str
+    #: ``limit``, ``remaining``, ``reset`` (epoch seconds) and ``window_s`` are the
+    #: binding policy's.
+    limit: int
+    remaining: int
+    reset: int
+    window_s: int
+
+
+class Me(_MeFields, total=False):
+    #: When the key stops working (epoch ms), or ``None``.
+    expires_at: int | None
+    #: Every policy of the key's plan.
+    policies: list[PolicyState]
+    inflight: Inflight
+
+
+class PolicySpec(TypedDict):
+    name: str
+    requests: int
+    window_s: int
+
+
+class GatewaySpec(TypedDict, total=False):
+    requests: int
+    window_s: int
+
+
+class PlanOverrides(TypedDict, total=False):
+    """A key's replacements of its plan's numbers (CONTRACT §13), e.g.
+    ``{"requests_per_window": 7}`` or ``{"policies": [...], "concurrency": 2}``."""
+
+    requests_per_window: int
+    window_s: int
+    policies: list[PolicySpec]
+    concurrency: int
+    gateway: GatewaySpec
+    idempotency_ttl_s: int
 
 
 class ApiKey(TypedDict, total=False):
@@ -34,8 +86,57 @@ class ApiKey(TypedDict, total=False):
     name: str | None
     created_at: int
     revoked_at: int | None
-    #: Only in the answer to :meth:`Client.create_key`: shown once.
+    #: Epoch ms, or ``None``: never.
+    expires_at: int | None
+    #: The operator's metadata, forwarded signed to the origin; ``None`` in lists.
+    meta: dict[str, Any] | None
+    #: ``None`` in lists (:meth:`Client.get_key` shows them).
+    overrides: PlanOverrides | None
+    #: When the operator last changed the key (epoch ms; 0: as created).
+    updated_at: int
+    #: Only in the answers to :meth:`Client.create_key` and :meth:`Client.reroll_key`:
+    #: shown once.
     key: str
+    #: Only from :meth:`Client.reroll_key`: the old secret works until then (epoch ms).
+    previous_expires_at: int
+    #: Only from :meth:`Client.get_key`: each policy's state now.
+    policies: list[PolicyState]
+    inflight: Inflight
+
+
+class KeyChanges(TypedDict, total=False):
+    """What :meth:`Client.update_key` changes: each member given replaces the key's;
+    ``None`` clears ``name``, ``meta``, ``overrides`` or ``expires_at``; a member left out
+    is kept. ``expires_at`` is epoch ms, RFC 3339 or an aware datetime."""
+
+    name: str | None
+    plan: str
+    meta: dict[str, Any] | None
+    overrides: PlanOverrides | None
+    expires_at: int | str | datetime | None
+
+
+IdempotencyState = Literal["in_progress", "completed", "expired", "unknown"]
+
+
+class _IdempotencyStatusFields(TypedDict):
+    state: IdempotencyState
+
+
+class IdempotencyStatus(_IdempotencyStatusFields, total=False):
+    """What became of the request this API key sent under an Idempotency-Key
+    (:meth:`Client.status`). ``in_progress``: it runs (``expires_at`` ends its lease);
+    ``completed``: its answer is stored (``status``, ``request_id``) and a resend with the
+    same key replays it until ``expires_at``; ``expired``: the record outlived its TTL or
+    lease (a resend runs anew); ``unknown``: no record (it never arrived, or its answer
+    was not kept — a 5xx or a timeout is not stored)."""
+
+    status: int
+    request_id: str
+    #: Epoch ms: the claim (in progress) or the completion.
+    created_at: int
+    #: Epoch ms: the end of the lease (in progress) or of the TTL (completed).
+    expires_at: int
 
 
 class Subscription(TypedDict, total=False):

@@ -123,7 +123,9 @@ describe('rate limit under simultaneous bursts', () => {
       const k = await gw.createKey({ project: 'faults-rl', plan: 'rl10' });
       const reqs = Array.from({ length: 10 * RL_N }, (_, i) => ({ path: `/faults/rl?t=${t}&i=${i}`, headers: bearer(k.key) }));
       const res = await burst(gw.url, reqs);
-      const ok = res.filter((r) => r.status >= 200 && r.status < 300);
+      // Admitted = not refused: a request the origin was too slow for on a loaded machine
+      // (504 ORIGIN_TIMEOUT) was admitted and forwarded all the same.
+      const ok = res.filter((r) => (r.status >= 200 && r.status < 300) || (r.status === 504 && r.json?.code === 'ORIGIN_TIMEOUT'));
       const limited = res.filter((r) => r.status === 429);
       admittedPerTrial.push(ok.length);
       const other = res.filter((r) => !ok.includes(r) && !limited.includes(r));

@@ -274,6 +274,9 @@ export interface KeyRecord {
   overrides?: Record<string, unknown> | null;
   updated_at?: number;
   key?: string;
+  /** The listing's: whether the key has metadata / overrides. */
+  has_meta?: boolean;
+  has_overrides?: boolean;
 }
 
 /** `GET /keys/{id}`: the key with its meta, overrides and each policy's state. */

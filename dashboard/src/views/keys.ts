@@ -28,8 +28,6 @@ import { inflightLine, policyTable } from '../limits';
 
 /** Keys per page; each listed key's detail is fetched (the listing has no meta). */
 const PAGE = 25;
-/** Detail requests in flight at once while the list fills in its Meta column. */
-const LOOKUPS_AT_ONCE = 3;
 /** The gateway's cap on `meta` (CONTRACT §13), checked here first so nothing invalid is sent. */
 const MAX_META_BYTES = 1024;
 /** A reroll's grace choices (`grace_s`); the gateway's default, 24 h, is preselected. */
@@ -357,7 +355,6 @@ export async function keys(main: HTMLElement): Promise<void> {
   });
 
   /** Bumped by every load, so an older page's lookups stop. */
-  let generation = 0;
   /** Bumped by every Details click: only the latest one fills the panel. */
   let opening = 0;
   let rows: Row[] = [];
@@ -366,7 +363,7 @@ export async function keys(main: HTMLElement): Promise<void> {
     const planCell = td();
     const nameCell = td();
     const expiresCell = h('td', { class: 'expires' });
-    const metaCell = h('td', { class: 'meta' }, '…');
+    const metaCell = h('td', { class: 'meta' }, k.has_meta ? 'yes' : 'no');
     const stateCell = td();
     const actions = h('td', { class: 'actions' });
     const show = (r: api.KeyRecord): void => {
@@ -427,25 +424,7 @@ export async function keys(main: HTMLElement): Promise<void> {
     return row;
   };
 
-  /** The listing has no meta (CONTRACT §13): each key's own answer says whether it has any. */
-  const fillMeta = async (gen: number, page: Row[], records: api.KeyRecord[]): Promise<void> => {
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (gen === generation && next < records.length) {
-        const i = next++;
-        try {
-          const full = await api.call<api.KeyDetail>('GET', `/keys/${encodeURIComponent(records[i].id)}`);
-          if (gen === generation) page[i].showMeta(full.meta ? 'yes' : 'no');
-        } catch {
-          if (gen === generation) page[i].showMeta('unknown');
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: LOOKUPS_AT_ONCE }, worker));
-  };
-
   const load = async (cursor?: string): Promise<void> => {
-    const gen = ++generation;
     const page = await api.call<api.Page<api.KeyRecord>>('GET', '/keys', { query: { limit: PAGE, cursor } });
     replace(plans, ...[...new Set(page.data.map((k) => k.plan))].sort().map((p) => h('option', { value: p })));
     panel.hidden = true;
@@ -468,7 +447,6 @@ export async function keys(main: HTMLElement): Promise<void> {
         table('API keys', ['Prefix', 'Project', 'Plan', 'Name', 'Expires (UTC)', 'Meta', 'Created (UTC)', 'State', 'Actions'], rows.map((r) => r.tr)),
       ),
     );
-    void fillMeta(gen, rows, page.data);
   };
 
   main.append(create, portal, plans, msg, once, h('h2', null, 'API keys'), list, pager, panel);

@@ -19,6 +19,8 @@ pub mod delivery;
 pub mod events;
 pub mod fanout;
 pub mod ops;
+pub mod records;
 pub mod retry;
+pub mod shard;
 pub mod signature;
 pub mod url_guard;

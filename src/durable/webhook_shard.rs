@@ -90,6 +90,9 @@ pub mod op {
 
 #[derive(Serialize, Deserialize)]
 pub struct PublishReq {
+    /// Delivery ids sent to the queue since this isolate's last call (their
+    /// outbox marks ride in this transaction).
+    pub sent: Vec<String>,
     pub events: Vec<NewEvent>,
     pub limits: Limits,
     pub now: u64,
@@ -502,7 +505,10 @@ impl WebhookShard {
         match path {
             op::PUBLISH => {
                 let r: PublishReq = parse(body)?;
-                json(&self.atomically(|s| records::publish(s, &r.events, &r.limits, r.now))?)
+                json(&self.atomically(|s| {
+                    records::mark_sent(s, &r.sent, r.now)?;
+                    records::publish(s, &r.events, &r.limits, r.now)
+                })?)
             }
             op::MARK_SENT => {
                 let r: IdsReq = parse(body)?;

@@ -277,8 +277,24 @@ pub struct NewDelivery {
     pub held: bool,
 }
 
-/// A first attempt to queue: `(delivery id, next_attempt_at)`.
-pub type FirstJob = (String, u64);
+/// A scheduled attempt to queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstJob {
+    pub delivery_id: String,
+    pub subscription_id: String,
+    /// Its planned time (`next_attempt_at`).
+    pub at: u64,
+}
+
+impl FirstJob {
+    fn of(d: &DeliveryRecord, at: u64) -> FirstJob {
+        FirstJob {
+            delivery_id: d.id.clone(),
+            subscription_id: d.subscription_id.clone(),
+            at,
+        }
+    }
+}
 
 /// What storing one event came to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -331,7 +347,7 @@ pub fn publish<S: WebhookStore>(
             } else {
                 (Status::Pending, Some(ev.event.created_at))
             };
-            s.put_delivery(&DeliveryRecord {
+            let record = DeliveryRecord {
                 id: d.id.clone(),
                 event_id: ev.event.id.clone(),
                 event_type: ev.event.event_type.clone(),
@@ -344,9 +360,10 @@ pub fn publish<S: WebhookStore>(
                 updated_at: ev.event.created_at,
                 queued_at: None,
                 manual: 0,
-            })?;
+            };
+            s.put_delivery(&record)?;
             if let Some(at) = next {
-                jobs.push((d.id.clone(), at));
+                jobs.push(FirstJob::of(&record, at));
             }
         }
         let n = ev.deliveries.len() as u64;
@@ -394,7 +411,7 @@ fn unsent_of<S: WebhookStore>(s: &mut S, event_id: &str) -> Result<Vec<FirstJob>
     Ok(s.deliveries_of(event_id)?
         .into_iter()
         .filter(|d| d.queued_at.is_none())
-        .filter_map(|d| d.next_attempt_at.map(|at| (d.id, at)))
+        .filter_map(|d| d.next_attempt_at.map(|at| FirstJob::of(&d, at)))
         .collect())
 }
 
@@ -420,10 +437,7 @@ pub fn unsent<S: WebhookStore>(
 ) -> Result<Vec<FirstJob>, S::Error> {
     Ok(s.unsent(before, limit)?
         .into_iter()
-        .map(|d| {
-            let at = d.next_attempt_at.unwrap_or(d.created_at);
-            (d.id, at)
-        })
+        .map(|d| FirstJob::of(&d, d.next_attempt_at.unwrap_or(d.created_at)))
         .collect())
 }
 
@@ -490,6 +504,8 @@ pub enum Claimed {
     Held,
     /// Nothing to do (superseded, finished, gone).
     Dropped,
+    /// No such delivery in this shard (it may be a legacy row not moved yet).
+    Missing,
 }
 
 /// Plans each job ([`delivery::plan`]) and applies the claim or the hold at
@@ -509,7 +525,7 @@ pub fn claim<S: WebhookStore>(
 
 fn claim_one<S: WebhookStore>(s: &mut S, j: &ClaimJob, now: u64) -> Result<Claimed, S::Error> {
     let Some(mut d) = s.delivery(&j.delivery_id)? else {
-        return Ok(Claimed::Dropped);
+        return Ok(Claimed::Missing);
     };
     let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now) {
         Plan::Send(c) => (c, None),
@@ -580,13 +596,13 @@ pub fn settle<S: WebhookStore>(
 
 /// Resume: up to `limit` of the subscription's `paused` deliveries back to
 /// `pending`, due at `now` ([`delivery::release`]), in creation order; the
-/// ids released (to queue, in order).
+/// jobs released (to queue, in order).
 pub fn release<S: WebhookStore>(
     s: &mut S,
     subscription_id: &str,
     limit: usize,
     now: u64,
-) -> Result<Vec<String>, S::Error> {
+) -> Result<Vec<FirstJob>, S::Error> {
     let mut out = Vec::new();
     for mut d in s.held(subscription_id, limit)? {
         let view = SubView {
@@ -596,7 +612,7 @@ pub fn release<S: WebhookStore>(
         if let Some(w) = delivery::release(&d.snapshot(view), now) {
             if d.apply(&w, now) {
                 s.put_delivery(&d)?;
-                out.push(d.id);
+                out.push(FirstJob::of(&d, now));
             }
         }
     }
@@ -649,7 +665,7 @@ pub struct RecoverStep {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recovered {
     /// Manual attempts claimed: queue one job each.
-    pub queued: Vec<String>,
+    pub queued: Vec<FirstJob>,
     /// Past their manual bound: counted as failed.
     pub skipped: u32,
     /// The cursor after the last delivery handled; `None`: none was.
@@ -674,7 +690,7 @@ pub fn recover<S: WebhookStore>(
     for d in chunk {
         out.last = Some((d.created_at, d.id.clone()));
         match manual(s, &d.id, r.max_manual, now)? {
-            Manual::Queued { .. } => out.queued.push(d.id),
+            Manual::Queued { .. } => out.queued.push(FirstJob::of(&d, now)),
             _ => out.skipped += 1,
         }
     }
@@ -711,7 +727,7 @@ pub fn requeue<S: WebhookStore>(
         d.next_attempt_at = Some(now);
         d.updated_at = now;
         s.put_delivery(&d)?;
-        out.push((d.id, now));
+        out.push(FirstJob::of(&d, now));
     }
     Ok(out)
 }

@@ -35,14 +35,15 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
     let days = cfg.settings.retention.deliveries_days;
     match webhooks::retention::sweep(env, days).await {
         Ok(s) => worker::console_log!(
-            "delivery retention: deleted {} deliveries and {} events older than {} days",
+            "delivery retention: dropped {} shards, deleted {} legacy deliveries and {} events older than {} days",
+            s.shards,
             s.deliveries,
             s.events,
             days
         ),
         Err(e) => worker::console_error!("delivery retention failed: {}", e),
     }
-    match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
+    match webhooks::consumer::requeue_stuck(env, cfg, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
         Ok(n) => worker::console_warn!("re-queued {} overdue deliveries", n),
         Err(e) => worker::console_error!("re-queueing overdue deliveries failed: {}", e),

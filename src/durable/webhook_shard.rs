@@ -64,6 +64,11 @@ CREATE TABLE IF NOT EXISTS usage (day INTEGER PRIMARY KEY, events INTEGER NOT NU
 const DELIVERY_COLUMNS: &str = "id, event_id, event_type, subscription_id, url, status, attempts_made, \
 next_attempt_at, created_at, updated_at, queued_at, manual";
 
+/// A delivery with its event's `request_id` (the log's trace).
+const LIST_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, \
+d.attempts_made, d.next_attempt_at, d.created_at, d.updated_at, d.queued_at, d.manual, e.request_id \
+FROM deliveries d LEFT JOIN events e ON e.id = d.event_id";
+
 const EVENT_COLUMNS: &str = "id, event_type, payload, created_at, request_id";
 
 /// The operations (each one `POST https://webhook-shard/<op>` with a JSON
@@ -351,28 +356,28 @@ impl WebhookStore for Sql<'_> {
         let mut filter = String::from("WHERE 1");
         let mut binds = Vec::new();
         if let Some(s) = q.status {
-            filter.push_str(" AND status = ?");
+            filter.push_str(" AND d.status = ?");
             binds.push(text(s.as_str()));
         }
         if let Some(t) = &q.event_type {
-            filter.push_str(" AND event_type = ?");
+            filter.push_str(" AND d.event_type = ?");
             binds.push(text(t));
         }
         if let Some(s) = q.since {
-            filter.push_str(" AND created_at >= ?");
+            filter.push_str(" AND d.created_at >= ?");
             binds.push(int(s));
         }
         if let Some(u) = q.until {
-            filter.push_str(" AND created_at <= ?");
+            filter.push_str(" AND d.created_at <= ?");
             binds.push(int(u));
         }
         if let Some((t, id)) = &q.before {
-            filter.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            filter.push_str(" AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))");
             binds.extend([int(*t), int(*t), text(id)]);
         }
-        filter.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+        filter.push_str(" ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
         binds.push(int(limit as u64));
-        self.deliveries(&filter, binds)
+        self.rows(&format!("{LIST_COLUMNS} {filter}"), binds)
     }
 
     fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>> {

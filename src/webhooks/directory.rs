@@ -17,7 +17,8 @@ use postguard_core::webhooks::records::{
 use postguard_core::webhooks::shard::ShardKey;
 use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
-use worker::{D1Database, Env, Result};
+use postguard_core::webhooks::capacity::SWEEP_CHUNK;
+use worker::{D1Database, D1Result, Env, Result};
 
 use super::{num, text, to_json};
 use crate::bindings;
@@ -155,7 +156,6 @@ pub async fn receivers(env: &Env, projects: &[&str]) -> Result<HashMap<String, V
 #[derive(Deserialize, Clone)]
 pub struct Target {
     pub id: String,
-    pub project: String,
     pub url: String,
     pub secret: String,
     pub previous_secret: Option<String>,
@@ -180,7 +180,7 @@ pub async fn targets(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
     }
     db(env)?
         .prepare(
-            "SELECT s.id, s.project, s.url, s.secret, s.previous_secret, s.previous_secret_until, o.state, o.failing_since, \
+            "SELECT s.id, s.url, s.secret, s.previous_secret, s.previous_secret_until, o.state, o.failing_since, \
              o.rate_limit_per_s, w.key_revoked_at FROM subscriptions s \
              LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
              LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
@@ -195,8 +195,9 @@ pub async fn targets(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
 // The legacy rows (migrations 0002-0007), read as the oldest source.
 
 const LEGACY_DELIVERY: &str = "SELECT d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, d.attempts_made, \
-     d.next_attempt_at, d.created_at, d.updated_at, o.enqueued_at AS queued_at, COALESCE(m.queued, 0) AS manual \
-     FROM deliveries d LEFT JOIN outbox o ON o.delivery_id = d.id LEFT JOIN manual_attempts m ON m.delivery_id = d.id";
+     d.next_attempt_at, d.created_at, d.updated_at, o.enqueued_at AS queued_at, COALESCE(m.queued, 0) AS manual, r.request_id \
+     FROM deliveries d LEFT JOIN outbox o ON o.delivery_id = d.id LEFT JOIN manual_attempts m ON m.delivery_id = d.id \
+     LEFT JOIN event_requests r ON r.project = d.project AND r.event_id = d.event_id";
 
 /// A legacy delivery row's project and event, found by id alone (a queue
 /// message of the deployment before the shards names no project).
@@ -204,11 +205,13 @@ const LEGACY_DELIVERY: &str = "SELECT d.id, d.event_id, d.event_type, d.subscrip
 pub struct LegacyRef {
     pub project: String,
     pub event_id: String,
+    #[serde(default)]
+    pub subscription_id: Option<String>,
 }
 
 pub async fn legacy_ref(env: &Env, delivery_id: &str) -> Result<Option<LegacyRef>> {
     db(env)?
-        .prepare("SELECT project, event_id FROM deliveries WHERE id = ?")
+        .prepare("SELECT project, event_id, subscription_id FROM deliveries WHERE id = ?")
         .bind(&[text(delivery_id)])?
         .first(None)
         .await
@@ -413,4 +416,153 @@ pub async fn legacy_recoverable(env: &Env, subscription_id: &str, since: u64, un
         ],
     )
     .await
+}
+
+/// Reserves one throttle slot per `(subscription, rate)`: the later of the
+/// subscription's next free slot and `now`, which moves on by one interval
+/// (`ops::interval_ms`). One D1 `batch()`; each statement is atomic.
+pub async fn reserve(env: &Env, wanted: &[(String, u32)], now: u64) -> Result<Vec<Option<u64>>> {
+    #[derive(Deserialize)]
+    struct Slot {
+        slot: u64,
+    }
+    let d = db(env)?;
+    let statements = wanted
+        .iter()
+        .map(|(sub, rate)| {
+            let interval = postguard_core::webhooks::ops::interval_ms(*rate);
+            d.prepare(
+                "UPDATE subscription_ops SET next_send_at = MAX(COALESCE(next_send_at, 0), ?) + ? \
+                 WHERE subscription_id = ? RETURNING next_send_at - ? AS slot",
+            )
+            .bind(&[num(now), num(interval), text(sub), num(interval)])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let results = d.batch(statements).await?;
+    results
+        .iter()
+        .map(|r| Ok(r.results::<Slot>()?.first().map(|s| s.slot)))
+        .collect()
+}
+
+/// Writes each subscription's health change (`ops::health`): the failure
+/// clock reset or started, or the subscription disabled (only while it is
+/// active). One D1 `batch()`; for each, whether it changed a row.
+pub async fn health(env: &Env, changes: &[(&str, &str, postguard_core::webhooks::ops::Health)], now: u64) -> Result<Vec<bool>> {
+    use postguard_core::webhooks::ops::Health;
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let d = db(env)?;
+    let mut statements = Vec::with_capacity(changes.len());
+    for (sub, project, h) in changes {
+        statements.push(match h {
+            Health::Healthy => d
+                .prepare("UPDATE subscription_ops SET failing_since = NULL WHERE subscription_id = ?")
+                .bind(&[text(sub)])?,
+            Health::Failing { since } => d
+                .prepare("INSERT INTO subscription_ops (subscription_id, project, failing_since) VALUES (?, ?, ?) \
+                          ON CONFLICT (subscription_id) DO UPDATE SET failing_since = COALESCE(failing_since, excluded.failing_since)")
+                .bind(&[text(sub), text(project), num(*since)])?,
+            Health::Disable { reason, since } => d
+                .prepare("INSERT INTO subscription_ops (subscription_id, project, state, disabled_reason, disabled_at, failing_since) VALUES (?, ?, ?, ?, ?, ?) \
+                          ON CONFLICT (subscription_id) DO UPDATE SET state = excluded.state, disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at, \
+                          failing_since = COALESCE(subscription_ops.failing_since, excluded.failing_since) WHERE subscription_ops.state = ?")
+                .bind(&[
+                    text(sub),
+                    text(project),
+                    text(SubState::Disabled.as_str()),
+                    text(reason.as_str()),
+                    num(now),
+                    num(*since),
+                    text(SubState::Active.as_str()),
+                ])?,
+        });
+    }
+    d.batch(statements)
+        .await?
+        .iter()
+        .map(|r| Ok(r.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0))
+        .collect()
+}
+
+/// The oldest `SWEEP_CHUNK` deliveries past the cutoff and what hangs off
+/// them; the same ordered subquery in each statement of one transaction
+/// selects the same rows. Returns the deliveries deleted.
+pub async fn legacy_deliveries_round(env: &Env, cutoff: u64) -> Result<u64> {
+    const OLDEST: &str =
+        "SELECT id FROM deliveries WHERE created_at < ?1 ORDER BY created_at LIMIT ?2";
+    let args = [num(cutoff), num(SWEEP_CHUNK)];
+    let db = db(env)?;
+    let results = db
+        .batch(vec![
+            db.prepare(format!(
+                "DELETE FROM attempts WHERE delivery_id IN ({OLDEST})"
+            ))
+            .bind(&args)?,
+            db.prepare(format!(
+                "DELETE FROM outbox WHERE delivery_id IN ({OLDEST})"
+            ))
+            .bind(&args)?,
+            db.prepare(format!(
+                "DELETE FROM manual_attempts WHERE delivery_id IN ({OLDEST})"
+            ))
+            .bind(&args)?,
+            db.prepare(format!("DELETE FROM deliveries WHERE id IN ({OLDEST})"))
+                .bind(&args)?,
+        ])
+        .await?;
+    Ok(changes(results.last()))
+}
+
+/// The oldest `SWEEP_CHUNK` events past the cutoff with no delivery left,
+/// and their publish request ids. Returns the events deleted.
+pub async fn legacy_events_round(env: &Env, cutoff: u64) -> Result<u64> {
+    const GONE: &str = "SELECT rowid FROM events e WHERE created_at < ?1 \
+         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.project = e.project AND d.event_id = e.id) \
+         ORDER BY created_at LIMIT ?2";
+    let args = [num(cutoff), num(SWEEP_CHUNK)];
+    let db = db(env)?;
+    let results = db
+        .batch(vec![
+            db.prepare(format!(
+                "DELETE FROM event_requests WHERE (project, event_id) IN (SELECT project, id FROM events WHERE rowid IN ({GONE}))"
+            ))
+            .bind(&args)?,
+            db.prepare(format!("DELETE FROM events WHERE rowid IN ({GONE})"))
+                .bind(&args)?,
+        ])
+        .await?;
+    Ok(changes(results.last()))
+}
+
+fn changes(r: Option<&D1Result>) -> u64 {
+    r.and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .map_or(0, |n| n as u64)
+}
+
+/// The rest of the daily sweep: old tasks, expired inspectors and their
+/// captures, old legacy counters and outbox rows.
+pub async fn sweep_rest(env: &Env, cutoff: u64, now: u64, oldest_day: u64) -> Result<()> {
+    let db = db(env)?;
+    let results = db
+        .batch(vec![
+            db.prepare("DELETE FROM tasks WHERE updated_at < ?")
+                .bind(&[num(cutoff)])?,
+            db.prepare("DELETE FROM inspector_requests WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
+                .bind(&[num(now)])?,
+            db.prepare("DELETE FROM inspectors WHERE expires_at < ?")
+                .bind(&[num(now)])?,
+            db.prepare("DELETE FROM webhook_usage WHERE day < ?")
+                .bind(&[num(oldest_day)])?,
+            // Outbox rows of deliveries swept before outbox rows were (one chunk a day).
+            db.prepare("DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox WHERE created_at < ? LIMIT ?)")
+                .bind(&[num(cutoff), num(SWEEP_CHUNK)])?,
+        ])
+        .await?;
+    if let Some(r) = results.last() {
+        super::usage::observe(r);
+    }
+    Ok(())
 }

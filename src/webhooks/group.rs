@@ -24,7 +24,7 @@
 //! when it ends).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use postguard_core::config::Config;

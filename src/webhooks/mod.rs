@@ -16,9 +16,11 @@ pub mod inspectors;
 pub mod ops;
 pub mod publish;
 pub mod retention;
+pub mod sender;
 pub mod shards;
 pub mod subscriptions;
 pub mod usage;
+pub mod write;
 
 use postguard_core::config::Config;
 use postguard_core::ids;

@@ -10,9 +10,15 @@ use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageExt, Request, Result};
 
-use super::consumer::{self, Msg, Outgoing, Secrets};
+use postguard_core::webhooks::records::{Recovered, RecoverStep};
+use postguard_core::webhooks::shard::ShardKey;
+
+use super::consumer::{self, Msg};
+use super::sender::{self, Outgoing, Secrets};
+use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
-use super::{new_id, num, text, Job, TaskStep};
+use super::{directory, new_id, num, text, Job, TaskStep};
+use crate::durable::webhook_shard::{CountReq, RecoverReq};
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 use crate::{auth, bindings, http};
@@ -67,7 +73,7 @@ pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &
         },
     };
     let (result, error, response_excerpt) =
-        consumer::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
+        sender::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
     let status_code = match result {
         AttemptResult::Status { code, .. } => Some(code),
         _ => None,
@@ -94,13 +100,19 @@ struct Task {
     updated_at: u64,
 }
 
-#[derive(Deserialize)]
-struct Count {
-    n: u32,
+/// The project's shards that may hold deliveries created in `[since, until]`,
+/// oldest first.
+async fn shards_in(env: &Env, project: &str, since: u64, until: u64) -> Result<Vec<ShardKey>> {
+    let all = directory::shards_of(env, project).await?;
+    let visit = postguard_core::webhooks::shard::visit_order(all, Some(since), Some(until), false);
+    Ok(visit
+        .into_iter()
+        .map(|(start_ms, _)| ShardKey {
+            project: project.to_string(),
+            start_ms,
+        })
+        .collect())
 }
-
-/// The deliveries a recover re-sends: failed or dead-lettered, in range.
-const RECOVERABLE: &str = "FROM deliveries WHERE subscription_id = ? AND project = ? AND status IN ('failed', 'dead_letter') AND created_at >= ? AND created_at <= ?";
 
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
@@ -118,18 +130,33 @@ pub async fn recover(
     super::subscriptions::load(env, &project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
-    let db = env.d1(bindings::DB)?;
     let until = r.until.unwrap_or(ops::MAX_TIME_MS);
-    let total: Count = db
-        .prepare(format!("SELECT COUNT(*) AS n {RECOVERABLE}"))
-        .bind(&[text(id), text(&project), num(r.since), num(until)])?
-        .first(None)
-        .await?
-        .unwrap_or(Count { n: 0 });
-    let task_id = new_id("task_");
     let now = now_ms();
-    db.prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, 'recover', 'queued', ?, ?, ?, ?, ?, ?)")
-        .bind(&[text(&task_id), text(&project), text(id), num(r.since), num(until), num(u64::from(total.n)), num(now), num(now)])?
+    // Legacy rows in range go into their shards first: the task runs there.
+    loop {
+        let legacy = directory::legacy_recoverable(env, id, r.since, until, 50).await?;
+        if legacy.is_empty() {
+            break;
+        }
+        for l in legacy {
+            shards::adopt(env, cfg, &l.project, &l.event_id, now).await?;
+        }
+    }
+    let mut total = 0u64;
+    for key in shards_in(env, &project, r.since, until).await? {
+        let req = CountReq {
+            subscription_id: id.to_string(),
+            since: r.since,
+            until,
+        };
+        let n: u64 = shards::call(env, &key, op::COUNT_RECOVERABLE, &req).await?;
+        total += n;
+    }
+    let total = u32::try_from(total).unwrap_or(u32::MAX);
+    let db = env.d1(bindings::DB)?;
+    let task_id = new_id("task_");
+    db.prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, 'recover', ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&[text(&task_id), text(&project), text(TaskState::Queued.as_str()), text(id), num(r.since), num(until), num(u64::from(total)), num(now), num(now)])?
         .run()
         .await?;
     env.queue(bindings::DELIVERIES)?
@@ -143,7 +170,7 @@ pub async fn recover(
         kind: "recover".to_string(),
         state: TaskState::Queued,
         subscription_id: id.to_string(),
-        total: total.n,
+        total,
         done: 0,
         failed: 0,
         created_at: now,
@@ -182,17 +209,13 @@ struct TaskRow {
     cursor_id: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct Recoverable {
-    id: String,
-    created_at: u64,
-}
-
-/// One step of a task: the next chunk after its cursor re-queued, the
-/// cursor and counts moved on, and the next step queued while more remain.
-/// A crash re-runs the step from the stored cursor (at least once; a manual
-/// attempt on an already delivered delivery sends nothing).
-async fn step(env: &Env, task_id: &str) -> Result<()> {
+/// One step of a task: the next chunk after its cursor re-sent (a manual
+/// attempt claimed in its shard for each, within the bound: a delivery past
+/// it is counted as failed), the cursor and counts moved on, and the next
+/// step queued while more remain. A crash re-runs the step from the stored
+/// cursor (at least once; a manual attempt on an already delivered delivery
+/// sends nothing).
+async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
     let db = env.d1(bindings::DB)?;
     let Some(t) = db
         .prepare("SELECT project, state, subscription_id, since, until, cursor_at, cursor_id FROM tasks WHERE id = ?")
@@ -205,49 +228,51 @@ async fn step(env: &Env, task_id: &str) -> Result<()> {
     if matches!(t.state, TaskState::Done | TaskState::Failed) {
         return Ok(());
     }
-    let (at, after) = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
-    let chunk: Vec<Recoverable> = db
-        .prepare(format!(
-            "SELECT id, created_at {RECOVERABLE} AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?"
-        ))
-        .bind(&[
-            text(&t.subscription_id),
-            text(&t.project),
-            num(t.since),
-            num(t.until),
-            num(at),
-            num(at),
-            text(&after),
-            num(u64::from(RECOVER_CHUNK)),
-        ])?
-        .all()
-        .await?
-        .results()?;
-    let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-    let last = chunk.last().map(|r| (r.created_at, r.id.clone()));
-    // Each re-send is a manual attempt, held to the same bound as a retry
-    // (ADR 0017): a delivery past it is skipped, counted as failed.
-    let cfg = crate::runtime::config(env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let ids: Vec<&str> = chunk.iter().map(|r| r.id.as_str()).collect();
-    let claimed = super::usage::claim_manual(&db, &cfg, &t.project, &ids).await?;
-    let skipped = claimed.iter().filter(|c| !**c).count() as u64;
-    let jobs: Vec<Job> = chunk
-        .into_iter()
-        .zip(claimed)
-        .filter(|(_, c)| *c)
-        .map(|(r, _)| Job::manual(r.id, None))
-        .collect();
-    if !jobs.is_empty() {
-        env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    let mut after = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
+    let from = t.since.max(after.0);
+    let mut left = RECOVER_CHUNK;
+    let (mut done, mut skipped) = (0u64, 0u64);
+    let now = now_ms();
+    for key in shards_in(env, &t.project, from, t.until).await? {
+        let step = RecoverStep {
+            subscription_id: t.subscription_id.clone(),
+            since: t.since,
+            until: t.until,
+            after: after.clone(),
+            limit: left,
+            max_manual: cfg.settings.webhooks.manual_attempts_per_delivery,
+        };
+        let got: Recovered = shards::call(env, &key, op::RECOVER, &RecoverReq { step, now }).await?;
+        let jobs: Vec<Job> = got
+            .queued
+            .iter()
+            .map(|j| Job {
+                project: Some(key.project.clone()),
+                subscription_id: Some(j.subscription_id.clone()),
+                ..Job::manual(j.delivery_id.clone(), None)
+            })
+            .collect();
+        super::enqueue(env, jobs).await?;
+        let n = got.queued.len() as u32 + got.skipped;
+        done += got.queued.len() as u64;
+        skipped += u64::from(got.skipped);
+        if let Some(last) = got.last {
+            after = last;
+        }
+        left -= n.min(left);
+        if left == 0 {
+            break;
+        }
     }
-    let more = n == RECOVER_CHUNK;
-    let state = if more { "running" } else { "done" };
-    let (cursor_at, cursor_id) = match last {
-        Some((a, i)) => (num(a), text(&i)),
-        None => (JsValue::NULL, JsValue::NULL),
+    let more = left == 0;
+    let state = if more { TaskState::Running } else { TaskState::Done };
+    let (cursor_at, cursor_id) = if after.1.is_empty() {
+        (JsValue::NULL, JsValue::NULL)
+    } else {
+        (num(after.0), text(&after.1))
     };
     db.prepare("UPDATE tasks SET state = ?, done = done + ?, failed = failed + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
-        .bind(&[text(state), num(u64::from(n) - skipped), num(skipped), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
+        .bind(&[text(state.as_str()), num(done), num(skipped), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
         .run()
         .await?;
     if more {
@@ -262,7 +287,7 @@ async fn step(env: &Env, task_id: &str) -> Result<()> {
 
 /// Runs one task message: acknowledged when its step is done; retried by
 /// the queue when it fails; from the dead-letter queue, the task is `failed`.
-pub async fn run_task_message(env: &Env, m: &Msg, from_dlq: bool) {
+pub async fn run_task_message(env: &Env, cfg: &Config, m: &Msg, from_dlq: bool) {
     let Some(t) = consumer::task_step(m) else {
         m.ack();
         return;
@@ -270,7 +295,7 @@ pub async fn run_task_message(env: &Env, m: &Msg, from_dlq: bool) {
     let outcome = if from_dlq {
         fail(env, &t.task_id).await
     } else {
-        step(env, &t.task_id).await
+        step(env, cfg, &t.task_id).await
     };
     match outcome {
         Ok(()) => m.ack(),
@@ -283,8 +308,14 @@ pub async fn run_task_message(env: &Env, m: &Msg, from_dlq: bool) {
 
 async fn fail(env: &Env, task_id: &str) -> Result<()> {
     env.d1(bindings::DB)?
-        .prepare("UPDATE tasks SET state = 'failed', updated_at = ? WHERE id = ? AND state IN ('queued', 'running')")
-        .bind(&[num(now_ms()), text(task_id)])?
+        .prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ? AND state IN (?, ?)")
+        .bind(&[
+            text(TaskState::Failed.as_str()),
+            num(now_ms()),
+            text(task_id),
+            text(TaskState::Queued.as_str()),
+            text(TaskState::Running.as_str()),
+        ])?
         .run()
         .await?;
     Ok(())

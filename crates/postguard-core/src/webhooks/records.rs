@@ -48,6 +48,10 @@ pub struct DeliveryRecord {
     pub queued_at: Option<u64>,
     /// Manual attempts (retries, redirects, recover re-sends) queued.
     pub manual: u32,
+    /// The X-Request-Id of the publish (its event's), filled in by a list;
+    /// not a column of the delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl DeliveryRecord {
@@ -211,7 +215,7 @@ pub trait WebhookStore {
         after: &(u64, String),
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, Self::Error>;
-    /// Newest first.
+    /// Newest first, each with its event's `request_id`.
     fn list(&mut self, q: &DeliveryQuery, limit: usize)
         -> Result<Vec<DeliveryRecord>, Self::Error>;
     fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>, Self::Error>;
@@ -360,6 +364,7 @@ pub fn publish<S: WebhookStore>(
                 updated_at: ev.event.created_at,
                 queued_at: None,
                 manual: 0,
+                request_id: None,
             };
             s.put_delivery(&record)?;
             if let Some(at) = next {

@@ -14,8 +14,8 @@ use std::cell::{Cell, RefCell};
 use postguard_core::webhooks::capacity::Usage;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::records::{
-    self, AttemptRecord, ClaimJob, DeliveryQuery, DeliveryRecord, EventQuery, EventRecord,
-    FeedRow, Imported, Limits, NewEvent, RecoverStep, Settle, Summary, WebhookStore,
+    self, AttemptRecord, ClaimJob, DeliveryQuery, DeliveryRecord, EventQuery, EventRecord, FeedRow,
+    Imported, Limits, NewEvent, RecoverStep, Settle, Summary, WebhookStore,
 };
 use postguard_core::webhooks::shard::ShardKey;
 use serde::{Deserialize, Serialize};
@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS usage (day INTEGER PRIMARY KEY, events INTEGER NOT NU
   bytes INTEGER NOT NULL);
 ";
 
-const DELIVERY_COLUMNS: &str = "id, event_id, event_type, subscription_id, url, status, attempts_made, \
+const DELIVERY_COLUMNS: &str =
+    "id, event_id, event_type, subscription_id, url, status, attempts_made, \
 next_attempt_at, created_at, updated_at, queued_at, manual";
 
 /// A delivery with its event's `request_id` (the log's trace).
@@ -88,6 +89,7 @@ pub mod op {
     pub const LIST: &str = "/list";
     pub const FEED: &str = "/feed";
     pub const IMPORT: &str = "/import";
+    pub const RESTORE: &str = "/restore";
     pub const DUMP: &str = "/dump";
     pub const DROP: &str = "/drop";
     pub const SIZE: &str = "/size";
@@ -114,6 +116,9 @@ pub struct BeforeReq {
     pub before: u64,
     pub limit: u32,
     pub now: u64,
+    /// `/requeue`: day counters before this UTC day go (retention).
+    #[serde(default)]
+    pub oldest_day: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -207,7 +212,9 @@ fn opt_int(v: Option<u64>) -> SqlStorageValue {
 }
 
 fn opt_text(v: Option<&str>) -> SqlStorageValue {
-    v.map_or(SqlStorageValue::Null, |s| SqlStorageValue::String(s.to_string()))
+    v.map_or(SqlStorageValue::Null, |s| {
+        SqlStorageValue::String(s.to_string())
+    })
 }
 
 fn text(v: &str) -> SqlStorageValue {
@@ -222,7 +229,11 @@ fn err(e: impl std::fmt::Display) -> worker::Error {
 struct Sql<'a>(&'a SqlStorage);
 
 impl Sql<'_> {
-    fn rows<T: serde::de::DeserializeOwned>(&self, q: &str, binds: Vec<SqlStorageValue>) -> Result<Vec<T>> {
+    fn rows<T: serde::de::DeserializeOwned>(
+        &self,
+        q: &str,
+        binds: Vec<SqlStorageValue>,
+    ) -> Result<Vec<T>> {
         self.0.exec(q, Some(binds))?.to_array()
     }
 
@@ -232,13 +243,19 @@ impl Sql<'_> {
     }
 
     fn deliveries(&self, filter: &str, binds: Vec<SqlStorageValue>) -> Result<Vec<DeliveryRecord>> {
-        self.rows(&format!("SELECT {DELIVERY_COLUMNS} FROM deliveries {filter}"), binds)
+        self.rows(
+            &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries {filter}"),
+            binds,
+        )
     }
 }
 
 /// `?`s for `values`, and the values as binds.
 fn set_of(values: &[&str]) -> (String, Vec<SqlStorageValue>) {
-    (vec!["?"; values.len()].join(", "), values.iter().map(|v| text(v)).collect())
+    (
+        vec!["?"; values.len()].join(", "),
+        values.iter().map(|v| text(v)).collect(),
+    )
 }
 
 impl WebhookStore for Sql<'_> {
@@ -257,7 +274,10 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn delivery(&mut self, id: &str) -> Result<Option<DeliveryRecord>> {
-        Ok(self.deliveries("WHERE id = ?", vec![text(id)])?.into_iter().next())
+        Ok(self
+            .deliveries("WHERE id = ?", vec![text(id)])?
+            .into_iter()
+            .next())
     }
 
     fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<()> {
@@ -321,7 +341,11 @@ impl WebhookStore for Sql<'_> {
     fn held(&mut self, subscription_id: &str, limit: usize) -> Result<Vec<DeliveryRecord>> {
         self.deliveries(
             "WHERE subscription_id = ? AND status = ? ORDER BY created_at, id LIMIT ?",
-            vec![text(subscription_id), text(Status::Paused.as_str()), int(limit as u64)],
+            vec![
+                text(subscription_id),
+                text(Status::Paused.as_str()),
+                int(limit as u64),
+            ],
         )
     }
 
@@ -343,8 +367,16 @@ impl WebhookStore for Sql<'_> {
     ) -> Result<Vec<DeliveryRecord>> {
         let (set, mut binds) = set_of(&[Status::Failed.as_str(), Status::DeadLetter.as_str()]);
         binds.splice(0..0, [text(subscription_id)]);
-        binds.extend([int(since), int(until), int(after.0), int(after.0), text(&after.1)]);
-        binds.push(int(u64::try_from(limit).unwrap_or(u64::MAX).min(i64::MAX as u64)));
+        binds.extend([
+            int(since),
+            int(until),
+            int(after.0),
+            int(after.0),
+            text(&after.1),
+        ]);
+        binds.push(int(u64::try_from(limit)
+            .unwrap_or(u64::MAX)
+            .min(i64::MAX as u64)));
         self.deliveries(
             &format!("WHERE subscription_id = ? AND status IN ({set}) AND created_at >= ? AND created_at <= ? \
                       AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?"),
@@ -397,12 +429,17 @@ impl WebhookStore for Sql<'_> {
         }
         let (cmp, dir) = if q.desc { ("<", "DESC") } else { (">", "ASC") };
         if let Some((t, id)) = &q.after {
-            filter.push_str(&format!(" AND (created_at {cmp} ? OR (created_at = ? AND id {cmp} ?))"));
+            filter.push_str(&format!(
+                " AND (created_at {cmp} ? OR (created_at = ? AND id {cmp} ?))"
+            ));
             binds.extend([int(*t), int(*t), text(id)]);
         }
         filter.push_str(&format!(" ORDER BY created_at {dir}, id {dir} LIMIT ?"));
         binds.push(int(limit as u64));
-        let events: Vec<EventRecord> = self.rows(&format!("SELECT {EVENT_COLUMNS} FROM events {filter}"), binds)?;
+        let events: Vec<EventRecord> = self.rows(
+            &format!("SELECT {EVENT_COLUMNS} FROM events {filter}"),
+            binds,
+        )?;
         #[derive(Deserialize)]
         struct Count {
             event_id: String,
@@ -434,8 +471,10 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn usage(&mut self, day: u64) -> Result<Usage> {
-        let rows: Vec<Usage> =
-            self.rows("SELECT events, deliveries, bytes FROM usage WHERE day = ?", vec![int(day)])?;
+        let rows: Vec<Usage> = self.rows(
+            "SELECT events, deliveries, bytes FROM usage WHERE day = ?",
+            vec![int(day)],
+        )?;
         Ok(rows.into_iter().next().unwrap_or_default())
     }
 
@@ -444,6 +483,10 @@ impl WebhookStore for Sql<'_> {
             "INSERT OR REPLACE INTO usage (day, events, deliveries, bytes) VALUES (?, ?, ?, ?)",
             vec![int(day), int(u.events), int(u.deliveries), int(u.bytes)],
         )
+    }
+
+    fn drop_usage_before(&mut self, day: u64) -> Result<()> {
+        self.run("DELETE FROM usage WHERE day < ?", vec![int(day)])
     }
 
     fn size(&mut self) -> Result<u64> {
@@ -522,7 +565,11 @@ impl WebhookShard {
             }
             op::UNSENT => {
                 let r: BeforeReq = parse(body)?;
-                json(&records::unsent(&mut self.store()?, r.before, r.limit as usize)?)
+                json(&records::unsent(
+                    &mut self.store()?,
+                    r.before,
+                    r.limit as usize,
+                )?)
             }
             op::CLAIM => {
                 let r: ClaimReq = parse(body)?;
@@ -539,7 +586,9 @@ impl WebhookShard {
             }
             op::RELEASE => {
                 let r: ReleaseReq = parse(body)?;
-                json(&self.atomically(|s| records::release(s, &r.subscription_id, r.limit as usize, r.now))?)
+                json(&self.atomically(|s| {
+                    records::release(s, &r.subscription_id, r.limit as usize, r.now)
+                })?)
             }
             op::MANUAL => {
                 let r: ManualReq = parse(body)?;
@@ -551,11 +600,18 @@ impl WebhookShard {
             }
             op::COUNT_RECOVERABLE => {
                 let r: CountReq = parse(body)?;
-                json(&records::count_recoverable(&mut self.store()?, &r.subscription_id, r.since, r.until)?)
+                json(&records::count_recoverable(
+                    &mut self.store()?,
+                    &r.subscription_id,
+                    r.since,
+                    r.until,
+                )?)
             }
             op::REQUEUE => {
                 let r: BeforeReq = parse(body)?;
-                json(&self.atomically(|s| records::requeue(s, r.before, r.limit as usize, r.now))?)
+                json(&self.atomically(|s| {
+                    records::requeue(s, r.before, r.limit as usize, r.now, r.oldest_day)
+                })?)
             }
             op::DETAIL => {
                 let r: DetailReq = parse(body)?;
@@ -572,6 +628,10 @@ impl WebhookShard {
             op::IMPORT => {
                 let r: Vec<Imported> = parse(body)?;
                 json(&self.atomically(|s| records::import(s, &r))?)
+            }
+            op::RESTORE => {
+                let r: records::Restore = parse(body)?;
+                json(&self.atomically(|s| records::restore(s, &r))?)
             }
             op::DUMP => json(&self.dump()?),
             op::SIZE => Ok(format!("{{\"bytes\":{}}}", self.sql.database_size())),
@@ -627,7 +687,10 @@ pub async fn call<Q: Serialize, A: serde::de::DeserializeOwned>(
     let bytes = http::read_body(&resp).await?;
     if resp.status() != 200 {
         let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-        return Err(err(format!("webhook shard {path} answered {}: {shown}", resp.status())));
+        return Err(err(format!(
+            "webhook shard {path} answered {}: {shown}",
+            resp.status()
+        )));
     }
     serde_json::from_slice(&bytes).map_err(err)
 }

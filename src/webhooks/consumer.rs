@@ -110,7 +110,10 @@ fn sort(messages: &[Msg], from_dlq: bool) -> (Vec<Due<'_>>, Vec<Later<'_>>) {
         if !job.manual && due.iter().any(|(_, d, _, _)| *d == job) {
             // The same scheduled job twice (manual ones are distinct requests).
             m.ack();
-        } else if due.iter().any(|(_, d, _, _)| d.delivery_id == job.delivery_id) {
+        } else if due
+            .iter()
+            .any(|(_, d, _, _)| d.delivery_id == job.delivery_id)
+        {
             // Another job of a delivery already in this batch: it runs again
             // a second later, planned on what this one leaves.
             later.push((m, job, CONTENDED_DELAY_S));
@@ -171,7 +174,10 @@ async fn claim_all<'a>(
 ) -> Vec<Run<'a>> {
     let mut pending: Vec<Pending<'a>> = Vec::new();
     for (m, job, kind, sleep_ms) in due {
-        let target = job.subscription_id.as_deref().and_then(|s| targets.iter().find(|t| t.id == s));
+        let target = job
+            .subscription_id
+            .as_deref()
+            .and_then(|s| targets.iter().find(|t| t.id == s));
         // Its key was revoked: nothing is sent (a redirect included); the
         // delivery stays as it is, and the re-queue skips it too.
         if target.is_some_and(|t| t.key_revoked_at.is_some()) {
@@ -189,7 +195,14 @@ async fn claim_all<'a>(
             sub,
         };
         let candidates = shards::candidates(cfg, &project, &job.delivery_id);
-        pending.push(Pending { m, job, sleep_ms, target, candidates, req });
+        pending.push(Pending {
+            m,
+            job,
+            sleep_ms,
+            target,
+            candidates,
+            req,
+        });
     }
     let mut runs = Vec::new();
     let mut held: Vec<(ShardKey, String)> = Vec::new();
@@ -201,7 +214,12 @@ async fn claim_all<'a>(
         for (p, shard, answer) in claim_round(env, pending, round).await {
             match answer {
                 Err(e) => retry_all("claiming", [p.m], &e),
-                Ok(Claimed::Send { claim, gave_up, delivery, payload }) => runs.push(Run {
+                Ok(Claimed::Send {
+                    claim,
+                    gave_up,
+                    delivery,
+                    payload,
+                }) => runs.push(Run {
                     m: p.m,
                     job: p.job,
                     shard,
@@ -231,7 +249,11 @@ async fn claim_all<'a>(
 }
 
 /// One round of claims: each job in its `round`-th candidate shard.
-async fn claim_round<'a>(env: &Env, pending: Vec<Pending<'a>>, round: usize) -> Vec<(Pending<'a>, ShardKey, Result<Claimed>)> {
+async fn claim_round<'a>(
+    env: &Env,
+    pending: Vec<Pending<'a>>,
+    round: usize,
+) -> Vec<(Pending<'a>, ShardKey, Result<Claimed>)> {
     let now = now_ms();
     let mut by_shard: Vec<(ShardKey, Vec<Pending<'a>>)> = Vec::new();
     let mut orphans = Vec::new();
@@ -348,18 +370,28 @@ async fn throttle<'a>(
     later: &mut Vec<Later<'a>>,
 ) -> std::result::Result<Vec<Due<'a>>, (worker::Error, Vec<Due<'a>>)> {
     let rate = |j: &Job| {
-        let t = targets.iter().find(|t| Some(&t.id) == j.subscription_id.as_ref())?;
-        t.rate_limit_per_s.filter(|_| j.redirect_url.is_none()).map(|r| (t.id.clone(), r))
+        let t = targets
+            .iter()
+            .find(|t| Some(&t.id) == j.subscription_id.as_ref())?;
+        t.rate_limit_per_s
+            .filter(|_| j.redirect_url.is_none())
+            .map(|r| (t.id.clone(), r))
     };
     let now = now_ms();
-    let fresh = |j: &Job| j.slot.is_some_and(|s| ops::throttle_wait(s, now) != ops::Wait::Stale);
+    let fresh = |j: &Job| {
+        j.slot
+            .is_some_and(|s| ops::throttle_wait(s, now) != ops::Wait::Stale)
+    };
     let wanted: Vec<(usize, (String, u32))> = due
         .iter()
         .enumerate()
         .filter(|(_, d)| !fresh(&d.1))
         .filter_map(|(i, d)| rate(&d.1).map(|r| (i, r)))
         .collect();
-    let mut slots: Vec<Option<u64>> = due.iter().map(|d| d.1.slot.filter(|_| fresh(&d.1))).collect();
+    let mut slots: Vec<Option<u64>> = due
+        .iter()
+        .map(|d| d.1.slot.filter(|_| fresh(&d.1)))
+        .collect();
     if !wanted.is_empty() {
         let subs: Vec<(String, u32)> = wanted.iter().map(|(_, r)| r.clone()).collect();
         match directory::reserve(env, &subs, now).await {
@@ -370,7 +402,10 @@ async fn throttle<'a>(
     let now = now_ms();
     let mut out = Vec::new();
     for (mut d, slot) in due.into_iter().zip(slots) {
-        match slot.filter(|_| rate(&d.1).is_some()).map(|s| (s, ops::throttle_wait(s, now))) {
+        match slot
+            .filter(|_| rate(&d.1).is_some())
+            .map(|s| (s, ops::throttle_wait(s, now)))
+        {
             Some((s, ops::Wait::Hop { delay_s })) => {
                 d.1.slot = Some(s);
                 later.push((d.0, d.1, delay_s));
@@ -396,7 +431,9 @@ async fn run_all(env: &Env, cfg: &Config, runs: &[Run<'_>]) {
     for r in runs {
         let same = |g: &&mut Vec<&Run>| {
             g.first().is_some_and(|f| {
-                r.job.ordered && f.job.ordered && f.delivery.subscription_id == r.delivery.subscription_id
+                r.job.ordered
+                    && f.job.ordered
+                    && f.delivery.subscription_id == r.delivery.subscription_id
             })
         };
         match groups.iter_mut().find(|g| same(g)) {
@@ -411,7 +448,11 @@ async fn run_all(env: &Env, cfg: &Config, runs: &[Run<'_>]) {
         }
         out
     });
-    let outcomes: Vec<_> = futures_util::future::join_all(work).await.into_iter().flatten().collect();
+    let outcomes: Vec<_> = futures_util::future::join_all(work)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let mut done: Vec<(&Run, Recorded)> = Vec::new();
     for (r, outcome) in outcomes {
         match outcome {
@@ -470,7 +511,8 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
                 schedule,
                 now,
             };
-            let got: Result<Vec<Option<(u64, u64)>>> = shards::call(env, &key, op::SETTLE, &req).await;
+            let got: Result<Vec<Option<(u64, u64)>>> =
+                shards::call(env, &key, op::SETTLE, &req).await;
             (idx, got)
         }
     });
@@ -481,11 +523,14 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
                 for (i, f) in idx.into_iter().zip(follow) {
                     let sent = done[i].1.follow_up.map(|f| f.at);
                     if let Some((at, delay_s)) = f.filter(|(at, _)| Some(*at) != sent) {
-                        let job = Job::first(&done[i].0.shard.project, &FirstJob {
-                            delivery_id: done[i].0.delivery.id.clone(),
-                            subscription_id: done[i].0.delivery.subscription_id.clone(),
-                            at,
-                        });
+                        let job = Job::first(
+                            &done[i].0.shard.project,
+                            &FirstJob {
+                                delivery_id: done[i].0.delivery.id.clone(),
+                                subscription_id: done[i].0.delivery.subscription_id.clone(),
+                                at,
+                            },
+                        );
                         out[i] = send_later(env, job, delay_s).await;
                     }
                 }
@@ -507,7 +552,12 @@ fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &wo
         m.retry();
         n += 1;
     }
-    worker::console_error!("{} failed, the queue will retry {} messages: {}", what, n, e);
+    worker::console_error!(
+        "{} failed, the queue will retry {} messages: {}",
+        what,
+        n,
+        e
+    );
 }
 
 /// A message's job and what it asks for; `None` (logged) when malformed or
@@ -579,7 +629,8 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
                     previous_until: t.previous_secret_until,
                 },
             };
-            let sent = sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms()).await?;
+            let sent =
+                sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms()).await?;
             (Attempted::Sent(sent.0), sent.1, sent.2)
         }
     };
@@ -592,11 +643,14 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
     let schedule = &cfg.settings.webhooks.schedule_s;
     let transition = delivery::settle(&seen, &r.claim.attempt, &result, schedule, done);
     if let Some(f) = transition.follow_up {
-        let job = Job::first(&r.shard.project, &FirstJob {
-            delivery_id: r.delivery.id.clone(),
-            subscription_id: r.delivery.subscription_id.clone(),
-            at: f.at,
-        });
+        let job = Job::first(
+            &r.shard.project,
+            &FirstJob {
+                delivery_id: r.delivery.id.clone(),
+                subscription_id: r.delivery.subscription_id.clone(),
+                at: f.at,
+            },
+        );
         send_later(env, job, f.delay_s).await?;
     }
     let status_code = match &result {
@@ -668,7 +722,13 @@ async fn health_all(env: &Env, cfg: &Config, records: &[&Recorded]) -> Result<()
 
 /// Publishes `postguard.subscription.disabled` {id, url, reason, since}
 /// through the one write path.
-async fn announce_disabled(env: &Env, cfg: &Config, r: &Recorded, reason: &str, at: u64) -> Result<()> {
+async fn announce_disabled(
+    env: &Env,
+    cfg: &Config,
+    r: &Recorded,
+    reason: &str,
+    at: u64,
+) -> Result<()> {
     let data = serde_json::json!({
         "id": r.subscription_id,
         "url": r.sub_url,
@@ -693,7 +753,12 @@ async fn announce_disabled(env: &Env, cfg: &Config, r: &Recorded, reason: &str, 
 
 /// Every shard of `project` releases `subscription_id`'s held deliveries
 /// (legacy ones are moved into their shard first): resume.
-pub async fn release_held(env: &Env, cfg: &Config, project: &str, subscription_id: &str) -> Result<u32> {
+pub async fn release_held(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    subscription_id: &str,
+) -> Result<u32> {
     let now = now_ms();
     loop {
         let legacy = directory::legacy_held(env, subscription_id, 50).await?;
@@ -728,13 +793,16 @@ pub async fn requeue_stuck(env: &Env, cfg: &Config, after_s: u32) -> Result<u32>
     for r in directory::legacy_overdue(env, before, 500).await? {
         shards::adopt(env, cfg, &r.project, &r.event_id, now).await?;
     }
-    let oldest = postguard_core::audit::retention_cutoff_ms(now, cfg.settings.retention.deliveries_days);
+    let oldest =
+        postguard_core::audit::retention_cutoff_ms(now, cfg.settings.retention.deliveries_days);
     let mut n = 0u32;
     for key in directory::shards_since(env, oldest, u32::MAX).await? {
         let req = crate::durable::webhook_shard::BeforeReq {
             before,
             limit: 500,
             now,
+            oldest_day: postguard_core::webhooks::capacity::utc_day(now)
+                .saturating_sub(u64::from(cfg.settings.retention.deliveries_days)),
         };
         let jobs: Vec<FirstJob> = shards::call(env, &key, op::REQUEUE, &req).await?;
         // A revoked key's subscriptions receive nothing: the consumer acks them.

@@ -117,7 +117,8 @@ fn parse_query(req: &Request) -> Handled<(DeliveryQuery, u32)> {
             match k.as_str() {
                 "status" => {
                     q.status = Some(
-                        Status::parse(v).ok_or_else(|| format!("status: must be one of {}", Status::list()))?,
+                        Status::parse(v)
+                            .ok_or_else(|| format!("status: must be one of {}", Status::list()))?,
                     );
                 }
                 "event_type" => {
@@ -217,7 +218,9 @@ async fn queue_manual(
     };
     let d = match shards::call(env, shard, ops::MANUAL, &req).await? {
         Manual::Queued { delivery } => delivery,
-        Manual::LimitReached => return Err(postguard_core::webhooks::capacity::manual_refused(&cfg.settings).into()),
+        Manual::LimitReached => {
+            return Err(postguard_core::webhooks::capacity::manual_refused(&cfg.settings).into())
+        }
         Manual::NotFound => return Err(Problem::not_found("delivery", id).into()),
     };
     let job = Job {

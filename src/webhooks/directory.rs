@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
+use postguard_core::webhooks::capacity::SWEEP_CHUNK;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::ops::SubState;
 use postguard_core::webhooks::records::{
@@ -17,7 +18,6 @@ use postguard_core::webhooks::records::{
 use postguard_core::webhooks::shard::ShardKey;
 use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
-use postguard_core::webhooks::capacity::SWEEP_CHUNK;
 use worker::{D1Database, D1Result, Env, Result};
 
 use super::{num, text, to_json};
@@ -130,24 +130,53 @@ pub struct Receiver {
     pub state: Option<SubState>,
 }
 
+/// What the publish path reads of D1 for a group of projects.
+#[derive(Default)]
+pub struct Projects {
+    pub receivers: HashMap<String, Vec<Receiver>>,
+    /// Bytes charged today in D1 (inspectors and captures), per project.
+    pub bytes_today: HashMap<String, u64>,
+}
+
 /// The subscriptions of `projects` that can receive events (those of a
-/// revoked key receive nothing, ADR 0015); one D1 read, which also reports
-/// D1's size for its guard.
-pub async fn receivers(env: &Env, projects: &[&str]) -> Result<HashMap<String, Vec<Receiver>>> {
-    let r = db(env)?
-        .prepare(
-            "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
-             LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
-             LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
-             WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
-        )
-        .bind(&[text(&to_json(projects)?)])?
-        .all()
+/// revoked key receive nothing, ADR 0015) and their bytes charged today
+/// outside the shards; one D1 round trip, which also reports D1's size for
+/// its guard.
+pub async fn receivers(env: &Env, projects: &[&str], day: u64) -> Result<Projects> {
+    #[derive(Deserialize)]
+    struct Bytes {
+        project: String,
+        bytes: u64,
+    }
+    let d = db(env)?;
+    let list = text(&to_json(projects)?);
+    let results = d
+        .batch(vec![
+            d.prepare(
+                "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
+                 LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+                 LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
+                 WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
+            )
+            .bind(&[list.clone()])?,
+            d.prepare("SELECT project, bytes FROM webhook_usage WHERE day = ? AND project IN (SELECT value FROM json_each(?))")
+                .bind(&[num(day), list])?,
+        ])
         .await?;
-    super::usage::observe(&r);
-    let mut out: HashMap<String, Vec<Receiver>> = HashMap::new();
-    for row in r.results::<Receiver>()? {
-        out.entry(row.project.clone()).or_default().push(row);
+    let mut out = Projects::default();
+    if let Some(r) = results.first() {
+        super::usage::observe(r);
+        for row in r.results::<Receiver>()? {
+            out.receivers
+                .entry(row.project.clone())
+                .or_default()
+                .push(row);
+        }
+    }
+    if let Some(r) = results.get(1) {
+        for row in r.results::<Bytes>()? {
+            out.bytes_today.insert(row.project, row.bytes);
+        }
     }
     Ok(out)
 }
@@ -218,7 +247,12 @@ pub async fn legacy_ref(env: &Env, delivery_id: &str) -> Result<Option<LegacyRef
 }
 
 /// The legacy page of a project's deliveries (newest first).
-pub async fn legacy_list(env: &Env, project: &str, q: &DeliveryQuery, take: u32) -> Result<Vec<DeliveryRecord>> {
+pub async fn legacy_list(
+    env: &Env,
+    project: &str,
+    q: &DeliveryQuery,
+    take: u32,
+) -> Result<Vec<DeliveryRecord>> {
     let mut sql = format!("{LEGACY_DELIVERY} WHERE d.project = ?");
     let mut args: Vec<JsValue> = vec![text(project)];
     if let Some(s) = q.status {
@@ -267,11 +301,17 @@ impl From<LegacyEvent> for EventRecord {
     }
 }
 
-const LEGACY_EVENT: &str = "SELECT e.id, e.type AS event_type, e.payload, e.created_at, r.request_id \
+const LEGACY_EVENT: &str =
+    "SELECT e.id, e.type AS event_type, e.payload, e.created_at, r.request_id \
      FROM events e LEFT JOIN event_requests r ON r.project = e.project AND r.event_id = e.id";
 
 /// The legacy page of a project's events with their delivery summaries.
-pub async fn legacy_feed(env: &Env, project: &str, q: &EventQuery, take: u32) -> Result<Vec<FeedRow>> {
+pub async fn legacy_feed(
+    env: &Env,
+    project: &str,
+    q: &EventQuery,
+    take: u32,
+) -> Result<Vec<FeedRow>> {
     let mut sql = format!("{LEGACY_EVENT} WHERE e.project = ?");
     let mut args: Vec<JsValue> = vec![text(project)];
     if let Some(s) = q.since {
@@ -288,7 +328,9 @@ pub async fn legacy_feed(env: &Env, project: &str, q: &EventQuery, take: u32) ->
     }
     let (cmp, dir) = if q.desc { ("<", "DESC") } else { (">", "ASC") };
     if let Some((t, id)) = &q.after {
-        sql.push_str(&format!(" AND (e.created_at {cmp} ? OR (e.created_at = ? AND e.id {cmp} ?))"));
+        sql.push_str(&format!(
+            " AND (e.created_at {cmp} ? OR (e.created_at = ? AND e.id {cmp} ?))"
+        ));
         args.extend([num(*t), num(*t), text(id)]);
     }
     sql.push_str(&format!(" ORDER BY e.created_at {dir}, e.id {dir} LIMIT ?"));
@@ -363,12 +405,24 @@ pub async fn legacy_delete(env: &Env, project: &str, event_id: &str) -> Result<(
     let of_event = "SELECT id FROM deliveries WHERE project = ?1 AND event_id = ?2";
     let args = [text(project), text(event_id)];
     d.batch(vec![
-        d.prepare(format!("DELETE FROM attempts WHERE delivery_id IN ({of_event})")).bind(&args)?,
-        d.prepare(format!("DELETE FROM outbox WHERE delivery_id IN ({of_event})")).bind(&args)?,
-        d.prepare(format!("DELETE FROM manual_attempts WHERE delivery_id IN ({of_event})")).bind(&args)?,
-        d.prepare("DELETE FROM deliveries WHERE project = ?1 AND event_id = ?2").bind(&args)?,
-        d.prepare("DELETE FROM event_requests WHERE project = ?1 AND event_id = ?2").bind(&args)?,
-        d.prepare("DELETE FROM events WHERE project = ?1 AND id = ?2").bind(&args)?,
+        d.prepare(format!(
+            "DELETE FROM attempts WHERE delivery_id IN ({of_event})"
+        ))
+        .bind(&args)?,
+        d.prepare(format!(
+            "DELETE FROM outbox WHERE delivery_id IN ({of_event})"
+        ))
+        .bind(&args)?,
+        d.prepare(format!(
+            "DELETE FROM manual_attempts WHERE delivery_id IN ({of_event})"
+        ))
+        .bind(&args)?,
+        d.prepare("DELETE FROM deliveries WHERE project = ?1 AND event_id = ?2")
+            .bind(&args)?,
+        d.prepare("DELETE FROM event_requests WHERE project = ?1 AND event_id = ?2")
+            .bind(&args)?,
+        d.prepare("DELETE FROM events WHERE project = ?1 AND id = ?2")
+            .bind(&args)?,
     ])
     .await?;
     Ok(())
@@ -394,14 +448,24 @@ pub async fn legacy_held(env: &Env, subscription_id: &str, limit: u32) -> Result
         &db(env)?,
         "SELECT project, event_id FROM deliveries WHERE subscription_id = ? AND status = ? \
          GROUP BY project, event_id ORDER BY MIN(created_at) LIMIT ?",
-        &[text(subscription_id), text(Status::Paused.as_str()), num(u64::from(limit))],
+        &[
+            text(subscription_id),
+            text(Status::Paused.as_str()),
+            num(u64::from(limit)),
+        ],
     )
     .await
 }
 
 /// Legacy events with a failed or dead-lettered delivery of
 /// `subscription_id` created in `[since, until]` (recover moves them first).
-pub async fn legacy_recoverable(env: &Env, subscription_id: &str, since: u64, until: u64, limit: u32) -> Result<Vec<LegacyRef>> {
+pub async fn legacy_recoverable(
+    env: &Env,
+    subscription_id: &str,
+    since: u64,
+    until: u64,
+    limit: u32,
+) -> Result<Vec<LegacyRef>> {
     crate::d1::all(
         &db(env)?,
         "SELECT project, event_id FROM deliveries WHERE subscription_id = ? AND status IN (?, ?) AND created_at >= ? AND created_at <= ? \
@@ -448,7 +512,11 @@ pub async fn reserve(env: &Env, wanted: &[(String, u32)], now: u64) -> Result<Ve
 /// Writes each subscription's health change (`ops::health`): the failure
 /// clock reset or started, or the subscription disabled (only while it is
 /// active). One D1 `batch()`; for each, whether it changed a row.
-pub async fn health(env: &Env, changes: &[(&str, &str, postguard_core::webhooks::ops::Health)], now: u64) -> Result<Vec<bool>> {
+pub async fn health(
+    env: &Env,
+    changes: &[(&str, &str, postguard_core::webhooks::ops::Health)],
+    now: u64,
+) -> Result<Vec<bool>> {
     use postguard_core::webhooks::ops::Health;
     if changes.is_empty() {
         return Ok(Vec::new());

@@ -43,7 +43,8 @@ struct FeedEvent {
 impl From<FeedRow> for FeedEvent {
     fn from(r: FeedRow) -> Self {
         // The stored payload is the exact body delivered: {id, type, timestamp, data}.
-        let mut p: Value = serde_json::from_slice(r.event.payload.as_bytes()).unwrap_or(Value::Null);
+        let mut p: Value =
+            serde_json::from_slice(r.event.payload.as_bytes()).unwrap_or(Value::Null);
         let c = r.summary;
         FeedEvent {
             id: r.event.id,

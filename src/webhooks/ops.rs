@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageExt, Request, Result};
 
-use postguard_core::webhooks::records::{Recovered, RecoverStep};
+use postguard_core::webhooks::records::{RecoverStep, Recovered};
 use postguard_core::webhooks::shard::ShardKey;
 
 use super::consumer::{self, Msg};
@@ -242,7 +242,8 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
             limit: left,
             max_manual: cfg.settings.webhooks.manual_attempts_per_delivery,
         };
-        let got: Recovered = shards::call(env, &key, op::RECOVER, &RecoverReq { step, now }).await?;
+        let got: Recovered =
+            shards::call(env, &key, op::RECOVER, &RecoverReq { step, now }).await?;
         let jobs: Vec<Job> = got
             .queued
             .iter()
@@ -265,7 +266,11 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
         }
     }
     let more = left == 0;
-    let state = if more { TaskState::Running } else { TaskState::Done };
+    let state = if more {
+        TaskState::Running
+    } else {
+        TaskState::Done
+    };
     let (cursor_at, cursor_id) = if after.1.is_empty() {
         (JsValue::NULL, JsValue::NULL)
     } else {

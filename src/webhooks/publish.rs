@@ -13,8 +13,8 @@
 //! delivery's `next_attempt_at`, once.
 
 use postguard_core::config::Config;
-use postguard_core::webhooks::{events, fanout};
 use postguard_core::webhooks::records::FirstJob;
+use postguard_core::webhooks::{events, fanout};
 use serde::Serialize;
 use worker::{Env, Request, Result};
 
@@ -79,8 +79,15 @@ pub async fn sweep_outbox(env: &Env, after_s: u32) -> Result<usize> {
     let now = now_ms();
     let before = now.saturating_sub(u64::from(after_s) * 1000);
     let mut n = 0;
-    for key in directory::shards_since(env, now.saturating_sub(SWEEP_WINDOW_MS), SWEEP_SHARDS).await? {
-        let req = BeforeReq { before, limit: 500, now };
+    for key in
+        directory::shards_since(env, now.saturating_sub(SWEEP_WINDOW_MS), SWEEP_SHARDS).await?
+    {
+        let req = BeforeReq {
+            before,
+            limit: 500,
+            now,
+            oldest_day: 0,
+        };
         let jobs: Vec<FirstJob> = shards::call(env, &key, ops::UNSENT, &req).await?;
         write::send_and_mark(env, &key, &jobs, false).await?;
         n += jobs.len();

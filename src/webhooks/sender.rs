@@ -122,4 +122,3 @@ pub async fn sign_and_send(
         ),
     })
 }
-

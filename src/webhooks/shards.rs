@@ -19,7 +19,12 @@ use crate::durable::webhook_shard::{self, op, FeedReq, ListReq};
 pub use webhook_shard::op as ops;
 
 /// Calls operation `path` of `shard`.
-pub async fn call<Q: Serialize, A: DeserializeOwned>(env: &Env, shard: &ShardKey, path: &str, req: &Q) -> Result<A> {
+pub async fn call<Q: Serialize, A: DeserializeOwned>(
+    env: &Env,
+    shard: &ShardKey,
+    path: &str,
+    req: &Q,
+) -> Result<A> {
     webhook_shard::call(env, shard, path, req).await
 }
 
@@ -41,6 +46,7 @@ pub fn limits(cfg: &Config) -> Limits {
         bytes_per_day: wh.bytes_per_project_per_day,
         high_water_bytes: wh.shard_high_water_bytes,
         delivery_bytes: capacity::delivery_bytes(&cfg.settings),
+        bytes_elsewhere: 0,
     }
 }
 
@@ -67,7 +73,13 @@ pub fn candidates(cfg: &Config, project: &str, id: &str) -> Vec<ShardKey> {
 /// Moves a legacy event whole (record, deliveries, attempts; ids and states
 /// kept) from D1 into the shards its delivery ids name, then deletes it from
 /// D1. Idempotent: a repeat finds it gone, or imports nothing twice.
-pub async fn adopt(env: &Env, cfg: &Config, project: &str, event_id: &str, now: u64) -> Result<bool> {
+pub async fn adopt(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    event_id: &str,
+    now: u64,
+) -> Result<bool> {
     let Some(imp) = directory::legacy_event(env, project, event_id).await? else {
         return Ok(false);
     };
@@ -79,12 +91,23 @@ pub async fn adopt(env: &Env, cfg: &Config, project: &str, event_id: &str, now: 
         let at = match parts.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
-                parts.push((key, Imported { event: imp.event.clone(), deliveries: Vec::new(), attempts: Vec::new() }));
+                parts.push((
+                    key,
+                    Imported {
+                        event: imp.event.clone(),
+                        deliveries: Vec::new(),
+                        attempts: Vec::new(),
+                    },
+                ));
                 parts.len() - 1
             }
         };
         parts[at].1.deliveries.push(d.clone());
-        let attempts = imp.attempts.iter().filter(|a| a.delivery_id == d.id).cloned();
+        let attempts = imp
+            .attempts
+            .iter()
+            .filter(|a| a.delivery_id == d.id)
+            .cloned();
         parts[at].1.attempts.extend(attempts);
     }
     if parts.is_empty() {
@@ -101,11 +124,19 @@ pub async fn adopt(env: &Env, cfg: &Config, project: &str, event_id: &str, now: 
 
 /// The delivery `id` of `project` as stored, and its shard: looked up in the
 /// shards its id names, then in D1's legacy rows (moved into its shard).
-pub async fn find(env: &Env, cfg: &Config, project: &str, id: &str, now: u64) -> Result<Option<(ShardKey, postguard_core::webhooks::records::Detail)>> {
+pub async fn find(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    id: &str,
+    now: u64,
+) -> Result<Option<(ShardKey, postguard_core::webhooks::records::Detail)>> {
     use postguard_core::webhooks::records::Detail;
     for round in 0..2 {
         for key in candidates(cfg, project, id) {
-            let req = webhook_shard::DetailReq { delivery_id: id.to_string() };
+            let req = webhook_shard::DetailReq {
+                delivery_id: id.to_string(),
+            };
             let found: Option<Detail> = call(env, &key, op::DETAIL, &req).await?;
             if let Some(d) = found {
                 return Ok(Some((key, d)));
@@ -126,8 +157,18 @@ pub async fn find(env: &Env, cfg: &Config, project: &str, id: &str, now: u64) ->
 
 /// A page of `project`'s deliveries newest first, across its shards and
 /// the legacy rows: up to `take` rows.
-pub async fn page_deliveries(env: &Env, project: &str, q: &DeliveryQuery, take: u32) -> Result<Vec<DeliveryRecord>> {
-    let mut shards = shard::visit_order(directory::shards_of(env, project).await?, q.since, q.until, true);
+pub async fn page_deliveries(
+    env: &Env,
+    project: &str,
+    q: &DeliveryQuery,
+    take: u32,
+) -> Result<Vec<DeliveryRecord>> {
+    let mut shards = shard::visit_order(
+        directory::shards_of(env, project).await?,
+        q.since,
+        q.until,
+        true,
+    );
     if let Some((t, _)) = &q.before {
         shards.retain(|(start, _)| start <= t);
     }
@@ -135,10 +176,16 @@ pub async fn page_deliveries(env: &Env, project: &str, q: &DeliveryQuery, take: 
     let mut rows: Vec<DeliveryRecord> = Vec::new();
     let n = take as usize;
     for (i, (start, _)) in shards.iter().enumerate() {
-        let k = ShardKey { project: project.to_string(), start_ms: *start };
-        let page: Vec<DeliveryRecord> = call(env, &k, op::LIST, &ListReq { q: q.clone(), take }).await?;
+        let k = ShardKey {
+            project: project.to_string(),
+            start_ms: *start,
+        };
+        let page: Vec<DeliveryRecord> =
+            call(env, &k, op::LIST, &ListReq { q: q.clone(), take }).await?;
         rows.extend(page);
-        if shard::page_complete(&mut rows, n, shards.get(i + 1).copied(), true, key) && shards.get(i + 1).is_some() {
+        if shard::page_complete(&mut rows, n, shards.get(i + 1).copied(), true, key)
+            && shards.get(i + 1).is_some()
+        {
             return Ok(rows);
         }
     }
@@ -152,8 +199,18 @@ pub async fn page_deliveries(env: &Env, project: &str, q: &DeliveryQuery, take: 
 
 /// A page of `project`'s events in `q`'s order, across its shards and the
 /// legacy rows.
-pub async fn page_events(env: &Env, project: &str, q: &EventQuery, take: u32) -> Result<Vec<FeedRow>> {
-    let mut shards = shard::visit_order(directory::shards_of(env, project).await?, q.since, q.until, q.desc);
+pub async fn page_events(
+    env: &Env,
+    project: &str,
+    q: &EventQuery,
+    take: u32,
+) -> Result<Vec<FeedRow>> {
+    let mut shards = shard::visit_order(
+        directory::shards_of(env, project).await?,
+        q.since,
+        q.until,
+        q.desc,
+    );
     if let Some((t, _)) = &q.after {
         shards.retain(|(start, end)| if q.desc { start <= t } else { end > t });
     }
@@ -166,7 +223,10 @@ pub async fn page_events(env: &Env, project: &str, q: &EventQuery, take: u32) ->
         rows.extend(directory::legacy_feed(env, project, q, take).await?);
     }
     for (i, (start, _)) in shards.iter().enumerate() {
-        let k = ShardKey { project: project.to_string(), start_ms: *start };
+        let k = ShardKey {
+            project: project.to_string(),
+            start_ms: *start,
+        };
         let page: Vec<FeedRow> = call(env, &k, op::FEED, &FeedReq { q: q.clone(), take }).await?;
         rows.extend(page);
         let next = shards.get(i + 1).copied();

@@ -16,7 +16,9 @@ use std::collections::HashMap;
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::events;
-use postguard_core::webhooks::records::{EventRecord, FirstJob, NewDelivery, NewEvent, Stored};
+use postguard_core::webhooks::records::{
+    EventRecord, FirstJob, Limits, NewDelivery, NewEvent, Stored,
+};
 use postguard_core::webhooks::shard::{delivery_id, ShardKey};
 use postguard_core::Problem;
 use worker::{Env, Result};
@@ -71,8 +73,11 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
     );
     let mut deliveries = Vec::new();
     for sub in subs {
-        let filters: Vec<String> = serde_json::from_slice(sub.events.as_bytes()).unwrap_or_default();
-        if !events::matches(&filters, &p.event_type) || p.exclude.as_deref() == Some(sub.id.as_str()) {
+        let filters: Vec<String> =
+            serde_json::from_slice(sub.events.as_bytes()).unwrap_or_default();
+        if !events::matches(&filters, &p.event_type)
+            || p.exclude.as_deref() == Some(sub.id.as_str())
+        {
             continue;
         }
         let (_, random) = new_ulid_parts();
@@ -80,7 +85,9 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
             id: delivery_id(shard, random),
             subscription_id: sub.id.clone(),
             url: sub.url.clone(),
-            held: sub.state.is_some_and(postguard_core::webhooks::ops::SubState::holds),
+            held: sub
+                .state
+                .is_some_and(postguard_core::webhooks::ops::SubState::holds),
         });
     }
     NewEvent {
@@ -99,7 +106,10 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
 pub async fn store(env: &Env, cfg: &Config, events: Vec<Publish>) -> Vec<Outcome> {
     match store_all(env, cfg, &events).await {
         Ok(out) => out,
-        Err(e) => events.iter().map(|_| Outcome::Failed(e.to_string())).collect(),
+        Err(e) => events
+            .iter()
+            .map(|_| Outcome::Failed(e.to_string()))
+            .collect(),
     }
 }
 
@@ -108,11 +118,20 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
     let mut projects: Vec<&str> = events.iter().map(|e| e.project.as_str()).collect();
     projects.sort_unstable();
     projects.dedup();
-    let receivers = directory::receivers(env, &projects).await?;
+    let read = directory::receivers(
+        env,
+        &projects,
+        postguard_core::webhooks::capacity::utc_day(now),
+    )
+    .await?;
+    let receivers = &read.receivers;
     // D1 holds the directory and the subscriptions: at its mark nothing new
     // can be found again, so every publish waits for retention.
     if let Err(problem) = usage::storage_admits(cfg, now) {
-        return Ok(events.iter().map(|_| Outcome::Refused(problem.clone())).collect());
+        return Ok(events
+            .iter()
+            .map(|_| Outcome::Refused(problem.clone()))
+            .collect());
     }
     // Each event's shard, and the shards' batches in the events' order.
     let mut batches: Vec<(ShardKey, Vec<usize>, Vec<NewEvent>)> = Vec::new();
@@ -130,19 +149,33 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
     }
     let keys: Vec<ShardKey> = batches.iter().map(|(k, _, _)| k.clone()).collect();
     directory::enter(env, &keys, shards::bucket_ms(cfg), now).await?;
-    let limits = shards::limits(cfg);
-    let calls = batches.into_iter().map(|(key, idx, evs)| async move {
-        let sent = SENT.with(|s| s.borrow_mut().remove(&key)).unwrap_or_default();
-        let req = PublishReq { sent, events: evs, limits, now };
-        let got: Result<Vec<Stored>> = shards::call(env, &key, ops::PUBLISH, &req).await;
-        (key, idx, got)
+    let calls = batches.into_iter().map(|(key, idx, evs)| {
+        let limits = Limits {
+            bytes_elsewhere: read.bytes_today.get(&key.project).copied().unwrap_or(0),
+            ..shards::limits(cfg)
+        };
+        async move {
+            let sent = SENT
+                .with(|s| s.borrow_mut().remove(&key))
+                .unwrap_or_default();
+            let req = PublishReq {
+                sent,
+                events: evs,
+                limits,
+                now,
+            };
+            let got: Result<Vec<Stored>> = shards::call(env, &key, ops::PUBLISH, &req).await;
+            (key, idx, got)
+        }
     });
     let answers = futures_util::future::join_all(calls).await;
     let mut out: Vec<Option<Outcome>> = events.iter().map(|_| None).collect();
     let mut to_send: Vec<(ShardKey, usize, Vec<FirstJob>)> = Vec::new();
     for (key, idx, got) in answers {
         match got {
-            Err(e) => idx.iter().for_each(|i| out[*i] = Some(Outcome::Failed(e.to_string()))),
+            Err(e) => idx
+                .iter()
+                .for_each(|i| out[*i] = Some(Outcome::Failed(e.to_string()))),
             Ok(stored) => {
                 for (i, s) in idx.into_iter().zip(stored) {
                     match s {
@@ -155,7 +188,8 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
                             to_send.push((key.clone(), i, jobs));
                         }
                         Stored::Refused { refusal } => {
-                            out[i] = Some(Outcome::Refused(refusal.problem(&events[i].project, now)));
+                            out[i] =
+                                Some(Outcome::Refused(refusal.problem(&events[i].project, now)));
                         }
                     }
                 }
@@ -199,7 +233,9 @@ async fn send(env: &Env, jobs: &[(ShardKey, usize, Vec<FirstJob>)]) -> Vec<usize
         SENT.with(|s| {
             let mut s = s.borrow_mut();
             for (k, _, j) in &flat[range] {
-                s.entry((*k).clone()).or_default().push(j.delivery_id.clone());
+                s.entry((*k).clone())
+                    .or_default()
+                    .push(j.delivery_id.clone());
             }
         });
     }
@@ -219,9 +255,14 @@ pub async fn flush_marks(env: &Env) {
     let pending: Vec<(ShardKey, Vec<String>)> = SENT.with(|s| s.borrow_mut().drain().collect());
     let now = now_ms();
     let calls = pending.into_iter().map(|(key, ids)| async move {
-        let r: Result<serde_json::Value> = shards::call(env, &key, ops::MARK_SENT, &IdsReq { ids, now }).await;
+        let r: Result<serde_json::Value> =
+            shards::call(env, &key, ops::MARK_SENT, &IdsReq { ids, now }).await;
         if let Err(e) = r {
-            worker::console_warn!("outbox marks of {} lost (the sweep re-sends): {}", key.name(), e);
+            worker::console_warn!(
+                "outbox marks of {} lost (the sweep re-sends): {}",
+                key.name(),
+                e
+            );
         }
     });
     futures_util::future::join_all(calls).await;
@@ -229,7 +270,12 @@ pub async fn flush_marks(env: &Env) {
 
 /// Queues `jobs` of `project` (scheduled ones: released, re-planned, swept)
 /// and records them sent in their shard.
-pub async fn send_and_mark(env: &Env, key: &ShardKey, jobs: &[FirstJob], ordered: bool) -> Result<()> {
+pub async fn send_and_mark(
+    env: &Env,
+    key: &ShardKey,
+    jobs: &[FirstJob],
+    ordered: bool,
+) -> Result<()> {
     if jobs.is_empty() {
         return Ok(());
     }
@@ -242,6 +288,7 @@ pub async fn send_and_mark(env: &Env, key: &ShardKey, jobs: &[FirstJob], ordered
         .collect();
     super::enqueue(env, all).await?;
     let ids = jobs.iter().map(|j| j.delivery_id.clone()).collect();
-    let _: serde_json::Value = shards::call(env, key, ops::MARK_SENT, &IdsReq { ids, now: now_ms() }).await?;
+    let _: serde_json::Value =
+        shards::call(env, key, ops::MARK_SENT, &IdsReq { ids, now: now_ms() }).await?;
     Ok(())
 }

@@ -49,7 +49,7 @@ pub fn until_next_sweep_s(now_ms: u64) -> u64 {
 }
 
 /// A project's counter row for one UTC day (`webhook_usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub events: u64,
     pub deliveries: u64,

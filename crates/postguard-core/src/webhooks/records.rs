@@ -221,6 +221,8 @@ pub trait WebhookStore {
     fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>, Self::Error>;
     fn usage(&mut self, day: u64) -> Result<Usage, Self::Error>;
     fn put_usage(&mut self, day: u64, u: &Usage) -> Result<(), Self::Error>;
+    /// Drops the day counters before `day` (retention).
+    fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error>;
     /// The shard's storage size (bytes).
     fn size(&mut self) -> Result<u64, Self::Error>;
 }
@@ -235,6 +237,10 @@ pub struct Limits {
     pub high_water_bytes: u64,
     /// Bytes charged per delivery ([`capacity::delivery_bytes`]).
     pub delivery_bytes: u64,
+    /// Bytes the project was charged today outside its shards (inspectors
+    /// and their captures, in D1): the bytes quota is the project's.
+    #[serde(default)]
+    pub bytes_elsewhere: u64,
 }
 
 /// Why a shard refused to store an event.
@@ -401,7 +407,11 @@ fn admit(u: Usage, size: u64, l: &Limits) -> Option<Refusal> {
     [
         ("events", u.events, l.events_per_day),
         ("deliveries", u.deliveries, l.deliveries_per_day),
-        ("bytes", u.bytes, l.bytes_per_day),
+        (
+            "bytes",
+            u.bytes.saturating_add(l.bytes_elsewhere),
+            l.bytes_per_day,
+        ),
     ]
     .into_iter()
     .find(|(_, n, quota)| n >= quota)
@@ -568,8 +578,10 @@ pub struct Settle {
 }
 
 /// Records each attempt and settles it ([`delivery::settle`]) on the
-/// delivery as it is now; the follow-up jobs to queue (a retry's next
-/// attempt), per attempt.
+/// delivery as it is now, at the time the attempt ended (`at` +
+/// `duration_ms`: the same time the consumer computed its follow-up at, so
+/// an unchanged delivery settles to the very job already queued); the
+/// follow-up jobs to queue (a retry's next attempt), per attempt.
 pub fn settle<S: WebhookStore>(
     s: &mut S,
     attempts: &[Settle],
@@ -719,14 +731,17 @@ pub fn count_recoverable<S: WebhookStore>(
     Ok(all.len() as u64)
 }
 
-/// The safety net: in-progress deliveries overdue since `before` are
-/// re-planned due `now` (their message was lost); the jobs to queue.
+/// The daily safety net: in-progress deliveries overdue since `before` are
+/// re-planned due `now` (their message was lost); the jobs to queue. Day
+/// counters older than `oldest_day` (retention) go too.
 pub fn requeue<S: WebhookStore>(
     s: &mut S,
     before: u64,
     limit: usize,
     now: u64,
+    oldest_day: u64,
 ) -> Result<Vec<FirstJob>, S::Error> {
+    s.drop_usage_before(oldest_day)?;
     let mut out = Vec::new();
     for mut d in s.overdue(before, limit)? {
         d.next_attempt_at = Some(now);
@@ -791,6 +806,28 @@ pub fn import<S: WebhookStore>(s: &mut S, batch: &[Imported]) -> Result<u64, S::
         }
     }
     Ok(n)
+}
+
+/// Rows to write back as given: an operator's repair from a shard's dump
+/// (tests set up states with it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    #[serde(default)]
+    pub deliveries: Vec<DeliveryRecord>,
+    /// `(day, counters)`; a day not listed is left as it is.
+    #[serde(default)]
+    pub usage: Vec<(u64, Usage)>,
+}
+
+/// Writes `r`'s rows as given; how many were written.
+pub fn restore<S: WebhookStore>(s: &mut S, r: &Restore) -> Result<u64, S::Error> {
+    for d in &r.deliveries {
+        s.put_delivery(d)?;
+    }
+    for (day, u) in &r.usage {
+        s.put_usage(*day, u)?;
+    }
+    Ok((r.deliveries.len() + r.usage.len()) as u64)
 }
 
 /// The in-memory backend of the property tests.
@@ -941,6 +978,10 @@ impl WebhookStore for MemoryStore {
     }
     fn put_usage(&mut self, day: u64, u: &Usage) -> Result<(), Self::Error> {
         self.usage.insert(day, *u);
+        Ok(())
+    }
+    fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error> {
+        self.usage.retain(|d, _| *d >= day);
         Ok(())
     }
     fn size(&mut self) -> Result<u64, Self::Error> {

@@ -15,6 +15,7 @@ const LIMITS: Limits = Limits {
     bytes_per_day: u64::MAX,
     high_water_bytes: u64::MAX,
     delivery_bytes: 100,
+    bytes_elsewhere: 0,
 };
 
 fn event(id: &str, subs: &[(&str, bool)], now: u64) -> NewEvent {
@@ -61,7 +62,10 @@ fn publish_stores_once_and_flushes_what_is_unsent() {
     let Stored::Stored { jobs } = &out[0] else {
         panic!("{out:?}")
     };
-    let ids: Vec<(&str, u64)> = jobs.iter().map(|j| (j.delivery_id.as_str(), j.at)).collect();
+    let ids: Vec<(&str, u64)> = jobs
+        .iter()
+        .map(|j| (j.delivery_id.as_str(), j.at))
+        .collect();
     assert_eq!(ids, vec![("dlv_evt_1_a", T0)]);
     assert_eq!(s.deliveries["dlv_evt_1_b"].status, Status::Paused);
     // Again before its jobs were marked sent: the same jobs, nothing new.
@@ -133,7 +137,11 @@ fn hold_then_release_in_creation_order() {
         };
         assert_eq!(claim(&mut s, &[j], T0 + 10).unwrap(), vec![Claimed::Held]);
     }
-    let ids: Vec<String> = release(&mut s, "a", 100, T0 + 20).unwrap().into_iter().map(|j| j.delivery_id).collect();
+    let ids: Vec<String> = release(&mut s, "a", 100, T0 + 20)
+        .unwrap()
+        .into_iter()
+        .map(|j| j.delivery_id)
+        .collect();
     assert_eq!(ids, vec!["dlv_evt_0_a", "dlv_evt_1_a", "dlv_evt_2_a"]);
     assert!(s
         .deliveries
@@ -254,7 +262,7 @@ proptest! {
                     release(&mut s, "a", 100, now).unwrap();
                 }
                 Op::Requeue => {
-                    requeue(&mut s, now, 100, now).unwrap();
+                    requeue(&mut s, now, 100, now, 0).unwrap();
                 }
                 Op::Tick(ms) => now += u64::from(ms),
             }

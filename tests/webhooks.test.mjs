@@ -554,7 +554,6 @@ describe('webhooks', { concurrency: true }, () => {
       const d = await waitDelivery(p, row.id, (x) => x.status === 'delivered');
       const [a1] = [...d.attempts].sort((x, y) => x.attempt - y.attempt);
       assert.equal(a1.status_code, 429);
-      console.log("DEBUG", JSON.stringify(d.attempts));
       assert.ok(a1.next_retry_at - a1.at <= max * 1000 + 1000, `next_retry_at - at = ${a1.next_retry_at - a1.at} ms, bounded to max(schedule) = ${max} s`);
     });
 

@@ -226,7 +226,7 @@ async fn claim_all<'a>(
                     target: p.target,
                     claim: claim.into(),
                     gave_up: gave_up.map(Into::into),
-                    delivery,
+                    delivery: *delivery,
                     payload,
                     sleep_ms: p.sleep_ms,
                 }),

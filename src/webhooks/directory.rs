@@ -158,7 +158,7 @@ pub async fn receivers(env: &Env, projects: &[&str], day: u64) -> Result<Project
                  LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
                  WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
             )
-            .bind(&[list.clone()])?,
+            .bind(std::slice::from_ref(&list))?,
             d.prepare("SELECT project, bytes FROM webhook_usage WHERE day = ? AND project IN (SELECT value FROM json_each(?))")
                 .bind(&[num(day), list])?,
         ])

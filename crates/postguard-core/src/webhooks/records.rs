@@ -510,7 +510,7 @@ pub enum Claimed {
     Send {
         claim: ClaimWire,
         gave_up: Option<GiveUpWire>,
-        delivery: DeliveryRecord,
+        delivery: Box<DeliveryRecord>,
         payload: String,
     },
     /// Not due: send the job again after `delay_s`.
@@ -563,7 +563,7 @@ fn claim_one<S: WebhookStore>(s: &mut S, j: &ClaimJob, now: u64) -> Result<Claim
     Ok(Claimed::Send {
         claim: claim.into(),
         gave_up: gave_up.map(Into::into),
-        delivery: d,
+        delivery: Box::new(d),
         payload,
     })
 }
@@ -596,8 +596,9 @@ pub fn settle<S: WebhookStore>(
             out.push(None);
             continue;
         };
+        let ended = a.row.at.saturating_add(a.row.duration_ms);
         let t: Transition =
-            delivery::settle(&d.snapshot(a.sub), &claim.attempt, &result, schedule, now);
+            delivery::settle(&d.snapshot(a.sub), &claim.attempt, &result, schedule, ended);
         if let Some(w) = &t.write {
             if d.apply(w, now) {
                 s.put_delivery(&d)?;
@@ -641,7 +642,7 @@ pub fn release<S: WebhookStore>(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "manual", rename_all = "snake_case")]
 pub enum Manual {
-    Queued { delivery: DeliveryRecord },
+    Queued { delivery: Box<DeliveryRecord> },
     LimitReached,
     NotFound,
 }
@@ -665,7 +666,9 @@ pub fn manual<S: WebhookStore>(
     let mut u = s.usage(day)?;
     u.bytes += capacity::MANUAL_ATTEMPT_BYTES;
     s.put_usage(day, &u)?;
-    Ok(Manual::Queued { delivery: d })
+    Ok(Manual::Queued {
+        delivery: Box::new(d),
+    })
 }
 
 /// One step of a recover task in this shard.
@@ -765,7 +768,7 @@ pub fn detail<S: WebhookStore>(s: &mut S, delivery_id: &str) -> Result<Option<De
         return Ok(None);
     };
     let mut attempts = s.attempts(delivery_id)?;
-    attempts.sort_by(|a, b| (a.at, a.attempt).cmp(&(b.at, b.attempt)));
+    attempts.sort_by_key(|a| (a.at, a.attempt));
     Ok(Some(Detail {
         event: s.event(&d.event_id)?,
         delivery: d,

@@ -69,7 +69,7 @@ fn publish_stores_once_and_flushes_what_is_unsent() {
     assert_eq!(ids, vec![("dlv_evt_1_a", T0)]);
     assert_eq!(s.deliveries["dlv_evt_1_b"].status, Status::Paused);
     // Again before its jobs were marked sent: the same jobs, nothing new.
-    let again = publish(&mut s, &[ev.clone()], &LIMITS, T0 + 5).unwrap();
+    let again = publish(&mut s, std::slice::from_ref(&ev), &LIMITS, T0 + 5).unwrap();
     assert_eq!(again[0], Stored::Known { jobs: jobs.clone() });
     mark_sent(&mut s, &["dlv_evt_1_a".to_string()], T0 + 6).unwrap();
     let third = publish(&mut s, &[ev], &LIMITS, T0 + 7).unwrap();

@@ -12,7 +12,8 @@ bash scripts/setup.sh
 echo "==> cargo test (core, host)"
 cargo test --workspace --exclude postguard
 
-echo "==> lint the API document (redocly)"
+echo "==> lint the API document (its layout, then redocly)"
+node scripts/openapi-format.mjs --check
 npx redocly lint openapi/openapi.json
 
 echo "==> build the worker"

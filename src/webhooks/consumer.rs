@@ -29,12 +29,10 @@ use worker::{Env, MessageBuilder, MessageExt, Result};
 use super::directory::{self, Target};
 use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
-use super::{write, Job, TaskStep};
+use super::{write, Job, Msg};
 use crate::bindings;
-use crate::durable::webhook_shard::{ClaimReq, ReleaseReq, SettleReq};
+use crate::durable::webhook_shard::{ClaimReq, SettleReq};
 use crate::runtime::{new_ulid_parts, now_ms};
-
-pub type Msg = worker::Message<serde_json::Value>;
 
 /// A job the shard claimed, with what its attempt needs.
 struct Run<'a> {
@@ -329,28 +327,9 @@ async fn recheck_holds(env: &Env, mut held: Vec<(ShardKey, String)>) {
     for (key, sub) in &held {
         let active = now_targets.iter().any(|t| t.id == *sub && !t.holds());
         if active {
-            if let Err(e) = release_in(env, key, sub, now_ms()).await {
+            if let Err(e) = write::release_in(env, key, sub, now_ms()).await {
                 worker::console_error!("releasing a hold after a resume failed: {}", e);
             }
-        }
-    }
-}
-
-/// Releases `subscription_id`'s held deliveries in one shard, queued in
-/// creation order, 100 at a time.
-pub async fn release_in(env: &Env, key: &ShardKey, subscription_id: &str, now: u64) -> Result<u32> {
-    let mut n = 0u32;
-    loop {
-        let req = ReleaseReq {
-            subscription_id: subscription_id.to_string(),
-            limit: 100,
-            now,
-        };
-        let jobs: Vec<FirstJob> = shards::call(env, key, op::RELEASE, &req).await?;
-        write::send_and_mark(env, key, &jobs, true).await?;
-        n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
-        if jobs.len() < 100 {
-            return Ok(n);
         }
     }
 }
@@ -751,38 +730,6 @@ async fn announce_disabled(
     Ok(())
 }
 
-/// Every shard of `project` releases `subscription_id`'s held deliveries
-/// (legacy ones are moved into their shard first): resume.
-pub async fn release_held(
-    env: &Env,
-    cfg: &Config,
-    project: &str,
-    subscription_id: &str,
-) -> Result<u32> {
-    let now = now_ms();
-    loop {
-        let legacy = directory::legacy_held(env, subscription_id, 50).await?;
-        if legacy.is_empty() {
-            break;
-        }
-        for r in legacy {
-            shards::adopt(env, cfg, &r.project, &r.event_id, now).await?;
-        }
-    }
-    let mut shards_of = directory::shards_of(env, project).await?;
-    // Creation order across shards too.
-    shards_of.sort_unstable();
-    let mut n = 0;
-    for (start_ms, _) in shards_of {
-        let key = ShardKey {
-            project: project.to_string(),
-            start_ms,
-        };
-        n += release_in(env, &key, subscription_id, now).await?;
-    }
-    Ok(n)
-}
-
 /// Cron safety net: deliveries whose next attempt is overdue by
 /// `webhooks.requeue_after_s` (a lost message, a failed enqueue) are
 /// re-planned due now in their shard and queued again; legacy ones are
@@ -810,11 +757,4 @@ pub async fn requeue_stuck(env: &Env, cfg: &Config, after_s: u32) -> Result<u32>
         n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
     }
     Ok(n)
-}
-
-/// A task message's body, or `None` (logged) when malformed.
-pub fn task_step(m: &Msg) -> Option<TaskStep> {
-    TaskStep::deserialize(m.body())
-        .map_err(|e| worker::console_error!("dropping a malformed task message: {}", e))
-        .ok()
 }

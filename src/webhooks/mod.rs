@@ -67,6 +67,9 @@ pub struct Job {
     pub slot: Option<u64>,
 }
 
+/// A message of the delivery queue (or its dead-letter queue).
+pub type Msg = worker::Message<serde_json::Value>;
+
 /// A step of a background task (bulk recover), on the same queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskStep {

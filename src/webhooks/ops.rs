@@ -13,11 +13,10 @@ use worker::{Env, MessageExt, Request, Result};
 use postguard_core::webhooks::records::{RecoverStep, Recovered};
 use postguard_core::webhooks::shard::ShardKey;
 
-use super::consumer::{self, Msg};
 use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
-use super::{directory, new_id, num, text, Job, TaskStep};
+use super::{directory, new_id, num, text, Job, Msg, TaskStep};
 use crate::durable::webhook_shard::{CountReq, RecoverReq};
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
@@ -293,7 +292,7 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
 /// Runs one task message: acknowledged when its step is done; retried by
 /// the queue when it fails; from the dead-letter queue, the task is `failed`.
 pub async fn run_task_message(env: &Env, cfg: &Config, m: &Msg, from_dlq: bool) {
-    let Some(t) = consumer::task_step(m) else {
+    let Some(t) = task_step(m) else {
         m.ack();
         return;
     };
@@ -324,4 +323,11 @@ async fn fail(env: &Env, task_id: &str) -> Result<()> {
         .run()
         .await?;
     Ok(())
+}
+
+/// A task message's body, or `None` (logged) when malformed.
+pub fn task_step(m: &Msg) -> Option<TaskStep> {
+    TaskStep::deserialize(m.body())
+        .map_err(|e| worker::console_error!("dropping a malformed task message: {}", e))
+        .ok()
 }

@@ -325,7 +325,7 @@ pub async fn resume(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     // First active (a hold written after this fails its compare-and-set and
     // sends instead), then release what was held before.
     set_state(env, &project, id, SubState::Active, None).await?;
-    super::consumer::release_held(env, cfg, &project, id).await?;
+    super::write::release_held(env, cfg, &project, id).await?;
     let sub = load(env, &project, id)
         .await?
         .ok_or_else(|| not_found(id))?;

@@ -27,7 +27,7 @@ use super::directory::{self, Receiver};
 use super::shards::{self, ops};
 use super::{usage, Job};
 use crate::bindings;
-use crate::durable::webhook_shard::{IdsReq, PublishReq};
+use crate::durable::webhook_shard::{IdsReq, PublishReq, ReleaseReq};
 use crate::runtime::{new_ulid_parts, now_ms};
 
 /// An event to store and fan out.
@@ -291,4 +291,55 @@ pub async fn send_and_mark(
     let _: serde_json::Value =
         shards::call(env, key, ops::MARK_SENT, &IdsReq { ids, now: now_ms() }).await?;
     Ok(())
+}
+
+/// Releases `subscription_id`'s held deliveries in one shard, queued in
+/// creation order, 100 at a time.
+pub async fn release_in(env: &Env, key: &ShardKey, subscription_id: &str, now: u64) -> Result<u32> {
+    let mut n = 0u32;
+    loop {
+        let req = ReleaseReq {
+            subscription_id: subscription_id.to_string(),
+            limit: 100,
+            now,
+        };
+        let jobs: Vec<FirstJob> = shards::call(env, key, ops::RELEASE, &req).await?;
+        send_and_mark(env, key, &jobs, true).await?;
+        n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+        if jobs.len() < 100 {
+            return Ok(n);
+        }
+    }
+}
+
+/// Every shard of `project` releases `subscription_id`'s held deliveries
+/// (legacy ones are moved into their shard first): resume.
+pub async fn release_held(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    subscription_id: &str,
+) -> Result<u32> {
+    let now = now_ms();
+    loop {
+        let legacy = directory::legacy_held(env, subscription_id, 50).await?;
+        if legacy.is_empty() {
+            break;
+        }
+        for r in legacy {
+            shards::adopt(env, cfg, &r.project, &r.event_id, now).await?;
+        }
+    }
+    let mut shards_of = directory::shards_of(env, project).await?;
+    // Creation order across shards too.
+    shards_of.sort_unstable();
+    let mut n = 0;
+    for (start_ms, _) in shards_of {
+        let key = ShardKey {
+            project: project.to_string(),
+            start_ms,
+        };
+        n += release_in(env, &key, subscription_id, now).await?;
+    }
+    Ok(n)
 }

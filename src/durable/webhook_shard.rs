@@ -242,7 +242,11 @@ impl Sql<'_> {
         Ok(())
     }
 
-    fn deliveries(&self, filter: &str, binds: Vec<SqlStorageValue>) -> Result<Vec<DeliveryRecord>> {
+    fn select_deliveries(
+        &self,
+        filter: &str,
+        binds: Vec<SqlStorageValue>,
+    ) -> Result<Vec<DeliveryRecord>> {
         self.rows(
             &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries {filter}"),
             binds,
@@ -275,7 +279,7 @@ impl WebhookStore for Sql<'_> {
 
     fn delivery(&mut self, id: &str) -> Result<Option<DeliveryRecord>> {
         Ok(self
-            .deliveries("WHERE id = ?", vec![text(id)])?
+            .select_deliveries("WHERE id = ?", vec![text(id)])?
             .into_iter()
             .next())
     }
@@ -301,7 +305,7 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn deliveries_of(&mut self, event_id: &str) -> Result<Vec<DeliveryRecord>> {
-        self.deliveries("WHERE event_id = ?", vec![text(event_id)])
+        self.select_deliveries("WHERE event_id = ?", vec![text(event_id)])
     }
 
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<()> {
@@ -332,14 +336,13 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>> {
-        self.deliveries(
-            "WHERE queued_at IS NULL AND next_attempt_at IS NOT NULL AND created_at <= ? ORDER BY created_at, id LIMIT ?",
+        self.select_deliveries("WHERE queued_at IS NULL AND next_attempt_at IS NOT NULL AND created_at <= ? ORDER BY created_at, id LIMIT ?",
             vec![int(before), int(limit as u64)],
         )
     }
 
     fn held(&mut self, subscription_id: &str, limit: usize) -> Result<Vec<DeliveryRecord>> {
-        self.deliveries(
+        self.select_deliveries(
             "WHERE subscription_id = ? AND status = ? ORDER BY created_at, id LIMIT ?",
             vec![
                 text(subscription_id),
@@ -351,7 +354,7 @@ impl WebhookStore for Sql<'_> {
 
     fn overdue(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>> {
         // Only in-progress deliveries have a next attempt.
-        self.deliveries(
+        self.select_deliveries(
             "WHERE next_attempt_at IS NOT NULL AND next_attempt_at < ? LIMIT ?",
             vec![int(before), int(limit as u64)],
         )
@@ -377,8 +380,7 @@ impl WebhookStore for Sql<'_> {
         binds.push(int(u64::try_from(limit)
             .unwrap_or(u64::MAX)
             .min(i64::MAX as u64)));
-        self.deliveries(
-            &format!("WHERE subscription_id = ? AND status IN ({set}) AND created_at >= ? AND created_at <= ? \
+        self.select_deliveries(&format!("WHERE subscription_id = ? AND status IN ({set}) AND created_at >= ? AND created_at <= ? \
                       AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?"),
             binds,
         )
@@ -493,6 +495,66 @@ impl WebhookStore for Sql<'_> {
     fn size(&mut self) -> Result<u64> {
         Ok(self.0.database_size() as u64)
     }
+
+    // One statement each, whatever the number of rows: the rows travel as
+    // one bound JSON array (`json_each`), within the 100-value bound limit.
+
+    fn events(&mut self, ids: &[&str]) -> Result<Vec<EventRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT value FROM json_each(?))"
+        );
+        self.rows(&q, vec![json_text(ids)?])
+    }
+
+    fn insert_events(&mut self, es: &[EventRecord]) -> Result<()> {
+        self.run(
+            "INSERT OR IGNORE INTO events (id, event_type, payload, created_at, request_id) \
+             SELECT value->>'id', value->>'event_type', value->>'payload', value->>'created_at', value->>'request_id' FROM json_each(?)",
+            vec![json_text(es)?],
+        )
+    }
+
+    fn deliveries(&mut self, ids: &[&str]) -> Result<Vec<DeliveryRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.select_deliveries(
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            vec![json_text(ids)?],
+        )
+    }
+
+    fn put_deliveries(&mut self, ds: &[DeliveryRecord]) -> Result<()> {
+        self.run(
+            &format!(
+                "INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) SELECT value->>'id', value->>'event_id', \
+                 value->>'event_type', value->>'subscription_id', value->>'url', value->>'status', value->>'attempts_made', \
+                 value->>'next_attempt_at', value->>'created_at', value->>'updated_at', value->>'queued_at', value->>'manual' \
+                 FROM json_each(?)"
+            ),
+            vec![json_text(ds)?],
+        )
+    }
+
+    fn insert_attempts(&mut self, rows: &[AttemptRecord]) -> Result<()> {
+        self.run(
+            "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, \
+             duration_ms, at, next_retry_at) SELECT value->>'delivery_id', value->>'request_id', value->>'attempt', \
+             value->>'url', value->>'status_code', value->>'error', value->>'response_excerpt', value->>'duration_ms', \
+             value->>'at', value->>'next_retry_at' FROM json_each(?)",
+            vec![json_text(rows)?],
+        )
+    }
+}
+
+/// `v` as one JSON text value to bind.
+fn json_text<T: Serialize + ?Sized>(v: &T) -> Result<SqlStorageValue> {
+    Ok(SqlStorageValue::String(
+        serde_json::to_string(v).map_err(err)?,
+    ))
 }
 
 impl WebhookShard {
@@ -534,7 +596,7 @@ impl WebhookShard {
         let s = self.store()?;
         Ok(Dump {
             events: s.rows(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY created_at, id"), vec![])?,
-            deliveries: s.deliveries("ORDER BY created_at, id", vec![])?,
+            deliveries: s.select_deliveries("ORDER BY created_at, id", vec![])?,
             attempts: s.rows(
                 "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at FROM attempts ORDER BY at",
                 vec![],

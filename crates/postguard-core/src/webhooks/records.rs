@@ -225,6 +225,80 @@ pub trait WebhookStore {
     fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error>;
     /// The shard's storage size (bytes).
     fn size(&mut self) -> Result<u64, Self::Error>;
+
+    // Batched forms of the above, for the hot paths (publish, claim,
+    // settle, marks): an adapter answers each with one statement; these
+    // defaults loop over the single-row forms.
+
+    /// The stored events among `ids`.
+    fn events(&mut self, ids: &[&str]) -> Result<Vec<EventRecord>, Self::Error> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.event(id)?);
+        }
+        Ok(out)
+    }
+    fn insert_events(&mut self, es: &[EventRecord]) -> Result<(), Self::Error> {
+        es.iter().try_for_each(|e| self.insert_event(e))
+    }
+    /// The stored deliveries among `ids`.
+    fn deliveries(&mut self, ids: &[&str]) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.delivery(id)?);
+        }
+        Ok(out)
+    }
+    fn put_deliveries(&mut self, ds: &[DeliveryRecord]) -> Result<(), Self::Error> {
+        ds.iter().try_for_each(|d| self.put_delivery(d))
+    }
+    fn insert_attempts(&mut self, rows: &[AttemptRecord]) -> Result<(), Self::Error> {
+        rows.iter().try_for_each(|a| self.insert_attempt(a))
+    }
+}
+
+/// Deliveries read once for a call, changed in memory, written once: the
+/// batched form of read-modify-write that the single-threaded shard allows.
+struct Loaded {
+    rows: BTreeMap<String, DeliveryRecord>,
+    changed: Vec<String>,
+}
+
+impl Loaded {
+    fn of<S: WebhookStore>(s: &mut S, ids: &[&str]) -> Result<Loaded, S::Error> {
+        let rows = s
+            .deliveries(ids)?
+            .into_iter()
+            .map(|d| (d.id.clone(), d))
+            .collect();
+        Ok(Loaded {
+            rows,
+            changed: Vec::new(),
+        })
+    }
+
+    fn get(&self, id: &str) -> Option<DeliveryRecord> {
+        self.rows.get(id).cloned()
+    }
+
+    fn put(&mut self, d: DeliveryRecord) {
+        if !self.changed.contains(&d.id) {
+            self.changed.push(d.id.clone());
+        }
+        self.rows.insert(d.id.clone(), d);
+    }
+
+    fn write<S: WebhookStore>(self, s: &mut S) -> Result<(), S::Error> {
+        let rows: Vec<DeliveryRecord> = self
+            .changed
+            .iter()
+            .filter_map(|id| self.rows.get(id).cloned())
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        s.put_deliveries(&rows)
+    }
 }
 
 /// The limits a shard admits a publish against (from the settings).
@@ -336,20 +410,23 @@ pub fn publish<S: WebhookStore>(
     let day = capacity::utc_day(now);
     let mut usage = s.usage(day)?;
     let size = s.size()?;
+    let ids: Vec<&str> = events.iter().map(|e| e.event.id.as_str()).collect();
+    let mut known: BTreeMap<String, Vec<FirstJob>> = BTreeMap::new();
+    for e in s.events(&ids)? {
+        let jobs = unsent_of(s, &e.id)?;
+        known.insert(e.id, jobs);
+    }
     let mut out = Vec::with_capacity(events.len());
-    let mut changed = false;
+    let (mut new_events, mut new_deliveries) = (Vec::new(), Vec::new());
     for ev in events {
-        if s.event(&ev.event.id)?.is_some() {
-            out.push(Stored::Known {
-                jobs: unsent_of(s, &ev.event.id)?,
-            });
+        if let Some(jobs) = known.get(&ev.event.id) {
+            out.push(Stored::Known { jobs: jobs.clone() });
             continue;
         }
         if let Some(refusal) = admit(usage, size, limits) {
             out.push(Stored::Refused { refusal });
             continue;
         }
-        s.insert_event(&ev.event)?;
         let mut jobs = Vec::new();
         for d in &ev.deliveries {
             let (status, next) = if d.held {
@@ -372,10 +449,10 @@ pub fn publish<S: WebhookStore>(
                 manual: 0,
                 request_id: None,
             };
-            s.put_delivery(&record)?;
             if let Some(at) = next {
                 jobs.push(FirstJob::of(&record, at));
             }
+            new_deliveries.push(record);
         }
         let n = ev.deliveries.len() as u64;
         usage = Usage {
@@ -387,10 +464,14 @@ pub fn publish<S: WebhookStore>(
                 + capacity::measured::EVENT_REQUEST
                 + n * limits.delivery_bytes,
         };
-        changed = true;
+        // The same id again later in this call is a repeat of this one.
+        known.insert(ev.event.id.clone(), jobs.clone());
+        new_events.push(ev.event.clone());
         out.push(Stored::Stored { jobs });
     }
-    if changed {
+    if !new_events.is_empty() {
+        s.insert_events(&new_events)?;
+        s.put_deliveries(&new_deliveries)?;
         s.put_usage(day, &usage)?;
     }
     Ok(out)
@@ -432,15 +513,18 @@ fn unsent_of<S: WebhookStore>(s: &mut S, event_id: &str) -> Result<Vec<FirstJob>
 
 /// Records first attempts handed to the queue (the outbox drains).
 pub fn mark_sent<S: WebhookStore>(s: &mut S, ids: &[String], now: u64) -> Result<(), S::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut loaded = Loaded::of(s, &refs)?;
     for id in ids {
-        if let Some(mut d) = s.delivery(id)? {
-            if d.queued_at.is_none() {
-                d.queued_at = Some(now);
-                s.put_delivery(&d)?;
-            }
+        if let Some(mut d) = loaded.get(id).filter(|d| d.queued_at.is_none()) {
+            d.queued_at = Some(now);
+            loaded.put(d);
         }
     }
-    Ok(())
+    loaded.write(s)
 }
 
 /// The outbox sweep: deliveries left unsent since `before`; they are marked
@@ -531,41 +615,68 @@ pub fn claim<S: WebhookStore>(
     jobs: &[ClaimJob],
     now: u64,
 ) -> Result<Vec<Claimed>, S::Error> {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.delivery_id.as_str()).collect();
+    let mut loaded = Loaded::of(s, &ids)?;
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
-        out.push(claim_one(s, j, now)?);
+        out.push(claim_one(&mut loaded, j, now));
+    }
+    loaded.write(s)?;
+    // The payloads the claimed attempts send, in one read.
+    let mut wanted: Vec<&str> = out
+        .iter()
+        .filter_map(|c| match c {
+            Claimed::Send { delivery, .. } => Some(delivery.event_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let payloads: BTreeMap<String, String> = s
+        .events(&wanted)?
+        .into_iter()
+        .map(|e| (e.id, e.payload))
+        .collect();
+    for c in &mut out {
+        if let Claimed::Send {
+            delivery, payload, ..
+        } = c
+        {
+            payload.clone_from(payloads.get(&delivery.event_id).unwrap_or(&String::new()));
+        }
     }
     Ok(out)
 }
 
-fn claim_one<S: WebhookStore>(s: &mut S, j: &ClaimJob, now: u64) -> Result<Claimed, S::Error> {
-    let Some(mut d) = s.delivery(&j.delivery_id)? else {
-        return Ok(Claimed::Missing);
+/// One job against the deliveries as this call has left them; the claim
+/// (or hold) is written to `loaded`, the payload filled in by [`claim`].
+fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64) -> Claimed {
+    let Some(mut d) = loaded.get(&j.delivery_id) else {
+        return Claimed::Missing;
     };
     let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now) {
         Plan::Send(c) => (c, None),
         Plan::GiveUp(c, why) => (c, Some(why)),
-        Plan::Wait { delay_s } => return Ok(Claimed::Wait { delay_s }),
+        Plan::Wait { delay_s } => return Claimed::Wait { delay_s },
         Plan::Hold(w) => {
-            return Ok(if d.apply(&w, now) {
-                s.put_delivery(&d)?;
+            return if d.apply(&w, now) {
+                loaded.put(d);
                 Claimed::Held
             } else {
                 Claimed::Dropped
-            })
+            }
         }
-        Plan::Drop(_) => return Ok(Claimed::Dropped),
+        Plan::Drop(_) => return Claimed::Dropped,
     };
     d.attempts_made = claim.attempt.number;
     d.updated_at = now;
-    s.put_delivery(&d)?;
-    let payload = s.event(&d.event_id)?.map(|e| e.payload).unwrap_or_default();
-    Ok(Claimed::Send {
+    loaded.put(d.clone());
+    Claimed::Send {
         claim: claim.into(),
         gave_up: gave_up.map(Into::into),
         delivery: Box::new(d),
-        payload,
-    })
+        payload: String::new(),
+    }
 }
 
 /// An attempt's outcome to record and settle.
@@ -588,11 +699,17 @@ pub fn settle<S: WebhookStore>(
     schedule: &[u32],
     now: u64,
 ) -> Result<Vec<Option<delivery::FollowUp>>, S::Error> {
+    let ids: Vec<&str> = attempts
+        .iter()
+        .map(|a| a.row.delivery_id.as_str())
+        .collect();
+    let mut loaded = Loaded::of(s, &ids)?;
+    let mut rows = Vec::with_capacity(attempts.len());
     let mut out = Vec::with_capacity(attempts.len());
     for a in attempts {
         let claim: Claim = a.claim.into();
         let result: Attempted = a.result.clone().into();
-        let Some(mut d) = s.delivery(&a.row.delivery_id)? else {
+        let Some(mut d) = loaded.get(&a.row.delivery_id) else {
             out.push(None);
             continue;
         };
@@ -601,13 +718,17 @@ pub fn settle<S: WebhookStore>(
             delivery::settle(&d.snapshot(a.sub), &claim.attempt, &result, schedule, ended);
         if let Some(w) = &t.write {
             if d.apply(w, now) {
-                s.put_delivery(&d)?;
+                loaded.put(d);
             }
         }
         let mut row = a.row.clone();
         row.next_retry_at = t.follow_up.map(|f| f.at);
-        s.insert_attempt(&row)?;
+        rows.push(row);
         out.push(t.follow_up);
+    }
+    loaded.write(s)?;
+    if !rows.is_empty() {
+        s.insert_attempts(&rows)?;
     }
     Ok(out)
 }

@@ -193,6 +193,7 @@ pub trait WebhookStore {
     /// Inserts or replaces the delivery row.
     fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<(), Self::Error>;
     fn deliveries_of(&mut self, event_id: &str) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// Inserts the attempt; one already stored (same delivery and request id) stays.
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error>;
     fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error>;
     /// Deliveries never queued, created at or before `before`, oldest first.
@@ -908,28 +909,41 @@ pub struct Imported {
 }
 
 pub fn import<S: WebhookStore>(s: &mut S, batch: &[Imported]) -> Result<u64, S::Error> {
-    let mut n = 0;
+    let event_ids: Vec<&str> = batch.iter().map(|i| i.event.id.as_str()).collect();
+    let mut events: std::collections::BTreeSet<String> =
+        s.events(&event_ids)?.into_iter().map(|e| e.id).collect();
+    let delivery_ids: Vec<&str> = batch
+        .iter()
+        .flat_map(|i| i.deliveries.iter().map(|d| d.id.as_str()))
+        .collect();
+    let mut known: std::collections::BTreeSet<String> = s
+        .deliveries(&delivery_ids)?
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    let (mut new_events, mut new_deliveries, mut attempts) = (Vec::new(), Vec::new(), Vec::new());
     for imp in batch {
-        if s.event(&imp.event.id)?.is_none() {
-            s.insert_event(&imp.event)?;
+        if events.insert(imp.event.id.clone()) {
+            new_events.push(imp.event.clone());
         }
         for d in &imp.deliveries {
-            if s.delivery(&d.id)?.is_none() {
-                s.put_delivery(d)?;
-                n += 1;
+            if known.insert(d.id.clone()) {
+                new_deliveries.push(d.clone());
             }
         }
-        let have = |a: &AttemptRecord, known: &[AttemptRecord]| {
-            known.iter().any(|k| k.request_id == a.request_id)
-        };
-        for a in &imp.attempts {
-            let known = s.attempts(&a.delivery_id)?;
-            if !have(a, &known) {
-                s.insert_attempt(a)?;
-            }
-        }
+        // An attempt already stored is kept (its key is the delivery and request id).
+        attempts.extend(imp.attempts.iter().cloned());
     }
-    Ok(n)
+    if !new_events.is_empty() {
+        s.insert_events(&new_events)?;
+    }
+    if !new_deliveries.is_empty() {
+        s.put_deliveries(&new_deliveries)?;
+    }
+    if !attempts.is_empty() {
+        s.insert_attempts(&attempts)?;
+    }
+    Ok(new_deliveries.len() as u64)
 }
 
 /// Rows to write back as given: an operator's repair from a shard's dump
@@ -991,7 +1005,14 @@ impl WebhookStore for MemoryStore {
             .collect())
     }
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error> {
-        self.attempts.push(a.clone());
+        // As the shard's INSERT OR IGNORE: one row per (delivery, request id).
+        let known = self
+            .attempts
+            .iter()
+            .any(|x| x.delivery_id == a.delivery_id && x.request_id == a.request_id);
+        if !known {
+            self.attempts.push(a.clone());
+        }
         Ok(())
     }
     fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error> {

@@ -132,7 +132,7 @@ async fn resolve_legacy<'a>(env: &Env, cfg: &Config, due: Vec<Due<'a>>) -> Vec<D
             out.push((m, job, kind, wait));
             continue;
         }
-        match directory::legacy_ref(env, &job.delivery_id).await {
+        match directory::legacy::find(env, &job.delivery_id).await {
             Ok(Some(r)) => match shards::adopt(env, cfg, &r.project, &r.event_id, now_ms()).await {
                 Ok(_) => {
                     job.project = Some(r.project);
@@ -299,7 +299,7 @@ async fn claim_round<'a>(
 /// A delivery in none of the shards its id names: a legacy row moved into
 /// its shard now, its job run again a second later; gone (retention): acked.
 async fn adopt_then_retry<'a>(env: &Env, cfg: &Config, p: Pending<'a>, later: &mut Vec<Later<'a>>) {
-    match directory::legacy_ref(env, &p.job.delivery_id).await {
+    match directory::legacy::find(env, &p.job.delivery_id).await {
         Ok(Some(r)) => match shards::adopt(env, cfg, &r.project, &r.event_id, now_ms()).await {
             Ok(_) => later.push((p.m, p.job, CONTENDED_DELAY_S)),
             Err(e) => retry_all("moving a legacy delivery", [p.m], &e),
@@ -737,7 +737,7 @@ async fn announce_disabled(
 pub async fn requeue_stuck(env: &Env, cfg: &Config, after_s: u32) -> Result<u32> {
     let now = now_ms();
     let before = now.saturating_sub(u64::from(after_s) * 1_000);
-    for r in directory::legacy_overdue(env, before, 500).await? {
+    for r in directory::legacy::overdue(env, before, 500).await? {
         shards::adopt(env, cfg, &r.project, &r.event_id, now).await?;
     }
     let oldest =

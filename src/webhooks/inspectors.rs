@@ -6,17 +6,17 @@
 //! secrets. `redirect` accepts the capture URL.
 
 use postguard_core::config::Config;
-use postguard_core::webhooks::ops::{INSPECTOR_MAX_BODY, INSPECTOR_MAX_REQUESTS, INSPECTOR_TTL_MS};
+use postguard_core::webhooks::ops::{INSPECTOR_MAX_BODY, INSPECTOR_TTL_MS};
 use postguard_core::webhooks::{capacity, signature};
 use postguard_core::{ErrorCode, Problem};
-use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
+use serde::Serialize;
 use worker::{Env, Request, Result};
 
-use super::{new_id, num, text};
+use super::directory::inspectors as rows;
+use super::new_id;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, random_bytes, RequestCtx};
-use crate::{auth, bindings, http};
+use crate::{auth, http};
 
 /// The gateway's own origin (scheme://host[:port]) as the caller sees it.
 pub fn own_origin(req: &Request) -> Result<String> {
@@ -41,13 +41,7 @@ pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> 
     let expires_at = now + INSPECTOR_TTL_MS;
     // Inspectors and their captures count against the project's daily bytes (ADR 0017).
     super::usage::admit(env, cfg, &project, super::usage::Storing::Bytes).await?;
-    let db = env.d1(bindings::DB)?;
-    db.batch(vec![
-        db.prepare("INSERT INTO inspectors (id, project, token, expires_at, created_at) VALUES (?, ?, ?, ?, ?)")
-            .bind(&[text(&id), text(&project), text(&token), num(expires_at), num(now)])?,
-        super::usage::charge(&db, &project, capacity::INSPECTOR_BYTES, now)?,
-    ])
-    .await?;
+    rows::insert(env, &id, &project, &token, expires_at, now).await?;
     let url = format!("{}/_postguard/inspect/{token}", own_origin(req)?);
     http::json(
         rc,
@@ -59,18 +53,6 @@ pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> 
         },
         &[],
     )
-}
-
-#[derive(Deserialize)]
-struct Inspector {
-    id: String,
-    project: String,
-}
-
-#[derive(Deserialize)]
-struct SubSecrets {
-    secret: String,
-    previous_secret: Option<String>,
 }
 
 /// Whether the request's Standard Webhooks headers verify under any of the
@@ -92,17 +74,10 @@ async fn verify(
     let Ok(ts) = ts.parse::<u64>() else {
         return Ok(Some(false));
     };
-    let subs: Vec<SubSecrets> = env
-        .d1(bindings::DB)?
-        .prepare("SELECT secret, previous_secret FROM subscriptions WHERE project = ?")
-        .bind(&[text(project)])?
-        .all()
-        .await?
-        .results()?;
+    let secrets = super::directory::subscriptions::project_secrets(env, project).await?;
     let now_s = now_ms() / 1_000;
-    let ok = subs
+    let ok = secrets
         .iter()
-        .flat_map(|s| std::iter::once(s.secret.as_str()).chain(s.previous_secret.as_deref()))
         .any(|secret| signature::verify(secret, &msg_id, ts, body, &sig, now_s, 300));
     Ok(Some(ok))
 }
@@ -116,18 +91,12 @@ pub async fn capture(
     rc: &RequestCtx,
     token: &str,
 ) -> Handled {
-    let db = env.d1(bindings::DB)?;
-    let inspector: Inspector = db
-        .prepare("SELECT id, project FROM inspectors WHERE token = ? AND expires_at > ?")
-        .bind(&[text(token), num(now_ms())])?
-        .first(None)
-        .await?
-        .ok_or_else(|| {
-            Problem::new(
-                ErrorCode::NotFound,
-                "no inspector at this URL (unknown or expired)",
-            )
-        })?;
+    let inspector = rows::by_token(env, token, now_ms()).await?.ok_or_else(|| {
+        Problem::new(
+            ErrorCode::NotFound,
+            "no inspector at this URL (unknown or expired)",
+        )
+    })?;
     let body = crate::request::body(&mut req, cfg).await?;
     let signature_valid = verify(env, &inspector.project, req.headers(), &body).await?;
     let headers: serde_json::Map<String, serde_json::Value> = req
@@ -136,37 +105,19 @@ pub async fn capture(
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
     let kept = &body[..body.len().min(INSPECTOR_MAX_BODY)];
-    let valid = signature_valid.map_or(JsValue::NULL, |v| num(u64::from(v)));
     super::usage::admit(env, cfg, &inspector.project, super::usage::Storing::Bytes).await?;
     let headers = serde_json::to_string(&headers)?;
     let kept = String::from_utf8_lossy(kept);
     let charged = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
-    db.batch(vec![
-        db.prepare("INSERT INTO inspector_requests (inspector_id, at, method, headers, body, signature_valid) VALUES (?, ?, ?, ?, ?, ?)")
-            .bind(&[
-                text(&inspector.id),
-                num(now_ms()),
-                text(&req.inner().method()),
-                text(&headers),
-                text(&kept),
-                valid,
-            ])?,
-        super::usage::charge(&db, &inspector.project, charged, now_ms())?,
-        // Only the newest captures are kept.
-        db.prepare("DELETE FROM inspector_requests WHERE inspector_id = ? AND seq NOT IN (SELECT seq FROM inspector_requests WHERE inspector_id = ? ORDER BY seq DESC LIMIT ?)")
-            .bind(&[text(&inspector.id), text(&inspector.id), num(u64::from(INSPECTOR_MAX_REQUESTS))])?,
-    ])
-    .await?;
+    let method = req.inner().method();
+    let capture = rows::Capture {
+        method: &method,
+        headers: &headers,
+        body: &kept,
+        signature_valid,
+    };
+    rows::capture(env, &inspector, &capture, charged, now_ms()).await?;
     http::json(rc, 200, &serde_json::json!({ "captured": true }), &[])
-}
-
-#[derive(Deserialize)]
-struct CapturedRow {
-    at: u64,
-    method: String,
-    headers: String,
-    body: String,
-    signature_valid: Option<u8>,
 }
 
 #[derive(Serialize)]
@@ -187,20 +138,11 @@ pub async fn requests(
     id: &str,
 ) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
-    let db = env.d1(bindings::DB)?;
-    let found: Option<Inspector> = db
-        .prepare("SELECT id, project FROM inspectors WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
-        .first(None)
-        .await?;
-    found.ok_or_else(|| Problem::not_found("inspector", id))?;
-    let rows: Vec<CapturedRow> = db
-        .prepare("SELECT at, method, headers, body, signature_valid FROM inspector_requests WHERE inspector_id = ? ORDER BY seq")
-        .bind(&[text(id)])?
-        .all()
+    rows::of_project(env, id, &project)
         .await?
-        .results()?;
-    let data: Vec<Captured> = rows
+        .ok_or_else(|| Problem::not_found("inspector", id))?;
+    let data: Vec<Captured> = rows::captures(env, id)
+        .await?
         .into_iter()
         .map(|r| Captured {
             at: r.at,

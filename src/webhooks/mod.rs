@@ -27,7 +27,7 @@ use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
 use serde::{Deserialize, Serialize};
 
-pub use crate::d1::{num, opt_text, text};
+pub use crate::d1::{num, text};
 
 /// One delivery attempt to make (the wire form of
 /// `postguard_core::webhooks::delivery::Job`). Attempts are numbered when

@@ -7,28 +7,23 @@ use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageExt, Request, Result};
 
 use postguard_core::webhooks::records::{RecoverStep, Recovered};
 use postguard_core::webhooks::shard::ShardKey;
 
+use super::directory::{
+    self,
+    tasks::{self, Task},
+};
 use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
-use super::{directory, new_id, num, text, Job, Msg, TaskStep};
+use super::{new_id, Job, Msg, TaskStep};
 use crate::durable::webhook_shard::{CountReq, RecoverReq};
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 use crate::{auth, bindings, http};
-
-#[derive(Deserialize)]
-struct SubSecrets {
-    url: String,
-    secret: String,
-    previous_secret: Option<String>,
-    previous_secret_until: Option<u64>,
-}
 
 #[derive(Serialize)]
 struct Ping {
@@ -43,11 +38,7 @@ struct Ping {
 /// Not a delivery: nothing is recorded or retried.
 pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
-    let sub: SubSecrets = env
-        .d1(bindings::DB)?
-        .prepare("SELECT url, secret, previous_secret, previous_secret_until FROM subscriptions WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
-        .first(None)
+    let sub = directory::subscriptions::secrets(env, &project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     let started = now_ms();
@@ -86,19 +77,6 @@ pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &
     http::json(rc, 200, &ping, &[])
 }
 
-#[derive(Serialize, Deserialize)]
-struct Task {
-    id: String,
-    kind: String,
-    state: TaskState,
-    subscription_id: String,
-    total: u32,
-    done: u32,
-    failed: u32,
-    created_at: u64,
-    updated_at: u64,
-}
-
 /// The project's shards that may hold deliveries created in `[since, until]`,
 /// oldest first.
 async fn shards_in(env: &Env, project: &str, since: u64, until: u64) -> Result<Vec<ShardKey>> {
@@ -133,7 +111,7 @@ pub async fn recover(
     let now = now_ms();
     // Legacy rows in range go into their shards first: the task runs there.
     loop {
-        let legacy = directory::legacy_recoverable(env, id, r.since, until, 50).await?;
+        let legacy = directory::legacy::recoverable(env, id, r.since, until, 50).await?;
         if legacy.is_empty() {
             break;
         }
@@ -152,20 +130,9 @@ pub async fn recover(
         total += n;
     }
     let total = u32::try_from(total).unwrap_or(u32::MAX);
-    let db = env.d1(bindings::DB)?;
-    let task_id = new_id("task_");
-    db.prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, 'recover', ?, ?, ?, ?, ?, ?, ?)")
-        .bind(&[text(&task_id), text(&project), text(TaskState::Queued.as_str()), text(id), num(r.since), num(until), num(u64::from(total)), num(now), num(now)])?
-        .run()
-        .await?;
-    env.queue(bindings::DELIVERIES)?
-        .send(TaskStep {
-            task_id: task_id.clone(),
-        })
-        .await?;
     // The task as queued (its `id` is what `GET /tasks/{id}` takes).
     let task = Task {
-        id: task_id,
+        id: new_id("task_"),
         kind: "recover".to_string(),
         state: TaskState::Queued,
         subscription_id: id.to_string(),
@@ -175,6 +142,12 @@ pub async fn recover(
         created_at: now,
         updated_at: now,
     };
+    tasks::insert_recover(env, &task, &project, r.since, until).await?;
+    env.queue(bindings::DELIVERIES)?
+        .send(TaskStep {
+            task_id: task.id.clone(),
+        })
+        .await?;
     http::json(rc, 202, &task, &[])
 }
 
@@ -187,25 +160,10 @@ pub async fn get_task(
     id: &str,
 ) -> Handled {
     let project = auth::project(req, env, cfg, rc).await?;
-    let task: Task = env
-        .d1(bindings::DB)?
-        .prepare("SELECT id, kind, state, subscription_id, total, done, failed, created_at, updated_at FROM tasks WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(&project)])?
-        .first(None)
+    let task = tasks::get(env, &project, id)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;
     http::json(rc, 200, &task, &[])
-}
-
-#[derive(Deserialize)]
-struct TaskRow {
-    project: String,
-    state: TaskState,
-    subscription_id: String,
-    since: u64,
-    until: u64,
-    cursor_at: Option<u64>,
-    cursor_id: Option<String>,
 }
 
 /// One step of a task: the next chunk after its cursor re-sent (a manual
@@ -215,13 +173,7 @@ struct TaskRow {
 /// cursor (at least once; a manual attempt on an already delivered delivery
 /// sends nothing).
 async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
-    let db = env.d1(bindings::DB)?;
-    let Some(t) = db
-        .prepare("SELECT project, state, subscription_id, since, until, cursor_at, cursor_id FROM tasks WHERE id = ?")
-        .bind(&[text(task_id)])?
-        .first::<TaskRow>(None)
-        .await?
-    else {
+    let Some(t) = tasks::progress(env, task_id).await? else {
         return Ok(());
     };
     if matches!(t.state, TaskState::Done | TaskState::Failed) {
@@ -270,15 +222,8 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
     } else {
         TaskState::Done
     };
-    let (cursor_at, cursor_id) = if after.1.is_empty() {
-        (JsValue::NULL, JsValue::NULL)
-    } else {
-        (num(after.0), text(&after.1))
-    };
-    db.prepare("UPDATE tasks SET state = ?, done = done + ?, failed = failed + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
-        .bind(&[text(state.as_str()), num(done), num(skipped), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
-        .run()
-        .await?;
+    let cursor = Some(&after).filter(|a| !a.1.is_empty());
+    tasks::advance(env, task_id, state, done, skipped, cursor, now_ms()).await?;
     if more {
         env.queue(bindings::DELIVERIES)?
             .send(TaskStep {
@@ -311,18 +256,7 @@ pub async fn run_task_message(env: &Env, cfg: &Config, m: &Msg, from_dlq: bool) 
 }
 
 async fn fail(env: &Env, task_id: &str) -> Result<()> {
-    env.d1(bindings::DB)?
-        .prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ? AND state IN (?, ?)")
-        .bind(&[
-            text(TaskState::Failed.as_str()),
-            num(now_ms()),
-            text(task_id),
-            text(TaskState::Queued.as_str()),
-            text(TaskState::Running.as_str()),
-        ])?
-        .run()
-        .await?;
-    Ok(())
+    tasks::fail(env, task_id, now_ms()).await
 }
 
 /// A task message's body, or `None` (logged) when malformed.

@@ -38,20 +38,20 @@ pub async fn sweep(env: &Env, days: u32) -> Result<Swept> {
         }
     }
     for round in 0.. {
-        let n = directory::legacy_deliveries_round(env, cutoff).await?;
+        let n = directory::legacy::deliveries_round(env, cutoff).await?;
         swept.deliveries += n;
         if !capacity::sweep_again(n, round) {
             break;
         }
     }
     for round in 0.. {
-        let n = directory::legacy_events_round(env, cutoff).await?;
+        let n = directory::legacy::events_round(env, cutoff).await?;
         swept.events += n;
         if !capacity::sweep_again(n, round) {
             break;
         }
     }
     let oldest_day = capacity::utc_day(now).saturating_sub(u64::from(days));
-    directory::sweep_rest(env, cutoff, now, oldest_day).await?;
+    directory::legacy::sweep_rest(env, cutoff, now, oldest_day).await?;
     Ok(swept)
 }

@@ -80,7 +80,7 @@ pub async fn adopt(
     event_id: &str,
     now: u64,
 ) -> Result<bool> {
-    let Some(imp) = directory::legacy_event(env, project, event_id).await? else {
+    let Some(imp) = directory::legacy::event(env, project, event_id).await? else {
         return Ok(false);
     };
     let bucket = bucket_ms(cfg);
@@ -118,7 +118,7 @@ pub async fn adopt(
     for (key, part) in &parts {
         let _: u64 = call(env, key, op::IMPORT, &[part]).await?;
     }
-    directory::legacy_delete(env, project, event_id).await?;
+    directory::legacy::delete(env, project, event_id).await?;
     Ok(true)
 }
 
@@ -145,7 +145,7 @@ pub async fn find(
         if round > 0 {
             break;
         }
-        let Some(r) = directory::legacy_ref(env, id).await? else {
+        let Some(r) = directory::legacy::find(env, id).await? else {
             return Ok(None);
         };
         if r.project != project || !adopt(env, cfg, project, &r.event_id, now).await? {
@@ -191,7 +191,7 @@ pub async fn page_deliveries(
     }
     // The legacy rows are older than every shard.
     if rows.len() < n {
-        rows.extend(directory::legacy_list(env, project, q, take).await?);
+        rows.extend(directory::legacy::list(env, project, q, take).await?);
     }
     shard::page_complete(&mut rows, n, None, true, key);
     Ok(rows)
@@ -220,7 +220,7 @@ pub async fn page_events(
     let legacy = |rows: &Vec<FeedRow>| rows.len() < n;
     if !q.desc && legacy(&rows) {
         // Oldest first: the legacy rows come first.
-        rows.extend(directory::legacy_feed(env, project, q, take).await?);
+        rows.extend(directory::legacy::feed(env, project, q, take).await?);
     }
     for (i, (start, _)) in shards.iter().enumerate() {
         let k = ShardKey {
@@ -235,7 +235,7 @@ pub async fn page_events(
         }
     }
     if q.desc && legacy(&rows) {
-        rows.extend(directory::legacy_feed(env, project, q, take).await?);
+        rows.extend(directory::legacy::feed(env, project, q, take).await?);
     }
     shard::page_complete(&mut rows, n, None, q.desc, key);
     Ok(rows)

@@ -8,29 +8,18 @@
 use std::cell::Cell;
 
 use postguard_core::config::Config;
+use postguard_core::webhooks::capacity;
 pub use postguard_core::webhooks::capacity::Storing;
-use postguard_core::webhooks::capacity::{self, Usage};
 use postguard_core::Problem;
-use worker::{D1Database, D1PreparedStatement, D1Result, Env, Result};
+use worker::Env;
 
-use super::{num, text};
-use crate::bindings;
 use crate::reject::Handled;
 use crate::runtime::now_ms;
 
 thread_local! {
-    /// D1's size as this isolate last saw it (`meta.size_after`), and whether
-    /// that was at the high-water mark (the refusal is logged once per
-    /// transition, not per request).
-    static SIZE: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Whether D1 was last seen at its high-water mark (the refusal is
+    /// logged once per transition, not per request).
     static FULL: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Remembers D1's size from any statement's result.
-pub fn observe(result: &D1Result) {
-    if let Some(size) = result.meta().ok().flatten().and_then(|m| m.size_after) {
-        SIZE.with(|s| s.set(Some(size as u64)));
-    }
 }
 
 /// Before a publish (or an inspector, or a capture) stores anything: 503
@@ -39,20 +28,7 @@ pub fn observe(result: &D1Result) {
 /// which also reports D1's current size.
 pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Handled<()> {
     let now = now_ms();
-    let read = env
-        .d1(bindings::DB)?
-        .prepare(
-            "SELECT events, deliveries, bytes FROM webhook_usage WHERE project = ? AND day = ?",
-        )
-        .bind(&[text(project), num(capacity::utc_day(now))])?
-        .all()
-        .await?;
-    observe(&read);
-    let usage = read
-        .results::<Usage>()?
-        .into_iter()
-        .next()
-        .unwrap_or_default();
+    let usage = super::directory::inspectors::usage_today(env, project, now).await?;
     storage_admits(cfg, now)?;
     capacity::admit(project, usage, what, &cfg.settings, now)?;
     Ok(())
@@ -62,7 +38,7 @@ pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Han
 /// mark (logged once per transition).
 pub fn storage_admits(cfg: &Config, now: u64) -> std::result::Result<(), Problem> {
     let wh = &cfg.settings.webhooks;
-    let size = SIZE.with(Cell::get);
+    let size = super::directory::last_size();
     let storage = capacity::storage(size, wh.d1_high_water_bytes, now);
     let was_full = FULL.with(|f| f.replace(storage.is_err()));
     if capacity::log_transition(was_full, storage.is_err()) {
@@ -73,14 +49,4 @@ pub fn storage_admits(cfg: &Config, now: u64) -> std::result::Result<(), Problem
         );
     }
     storage
-}
-
-/// Charges `bytes` to the project's day (an inspector or a capture), in the
-/// batch that stores them.
-pub fn charge(db: &D1Database, project: &str, bytes: u64, now: u64) -> Result<D1PreparedStatement> {
-    db.prepare(
-        "INSERT INTO webhook_usage (project, day, bytes) VALUES (?, ?, ?) \
-         ON CONFLICT (project, day) DO UPDATE SET bytes = bytes + excluded.bytes",
-    )
-    .bind(&[text(project), num(capacity::utc_day(now)), num(bytes)])
 }

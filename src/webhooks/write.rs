@@ -322,7 +322,7 @@ pub async fn release_held(
 ) -> Result<u32> {
     let now = now_ms();
     loop {
-        let legacy = directory::legacy_held(env, subscription_id, 50).await?;
+        let legacy = directory::legacy::held(env, subscription_id, 50).await?;
         if legacy.is_empty() {
             break;
         }

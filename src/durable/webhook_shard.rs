@@ -25,7 +25,8 @@ use worker::{
     SqlStorageValue, State,
 };
 
-use crate::{bindings, http};
+use crate::bindings;
+use worker::wasm_bindgen_futures::JsFuture;
 
 #[wasm_bindgen::prelude::wasm_bindgen]
 extern "C" {
@@ -703,6 +704,36 @@ impl WebhookShard {
     }
 }
 
+/// Called by JS RPC through the class `src/entry.mjs` exports (as `KeyGuard`,
+/// ADR 0018): no Request, Response or body stream on either side.
+#[wasm_bindgen::prelude::wasm_bindgen(
+    wasm_bindgen = ::worker::wasm_bindgen,
+    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+    js_sys = ::worker::js_sys
+)]
+impl WebhookShard {
+    /// Operation `op` (an [`op`] path) on a JSON request; resolves to the
+    /// JSON answer, rejects with the error's text (the transaction rolled back).
+    pub async fn rpc(&self, op: String, body: String) -> std::result::Result<String, JsValue> {
+        self.dispatch(&op, body.as_bytes())
+            .await
+            .map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+}
+
+impl WebhookShard {
+    /// Every operation, by RPC or by `fetch`.
+    async fn dispatch(&self, path: &str, body: &[u8]) -> Result<String> {
+        if path == op::DROP {
+            // Every record and the schema go with the object's storage.
+            self.state.storage().delete_all().await?;
+            self.schema_ready.set(false);
+            return Ok("{}".to_string());
+        }
+        self.answer(path, body)
+    }
+}
+
 impl DurableObject for WebhookShard {
     fn new(state: State, _env: Env) -> Self {
         WebhookShard {
@@ -712,22 +743,26 @@ impl DurableObject for WebhookShard {
         }
     }
 
+    /// The same operations over HTTP (`POST https://webhook-shard/<op>`): the
+    /// worker calls [`WebhookShard::rpc`]; tests and operators reach the
+    /// object this way through the runtime's Durable Object API.
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         let path = req.path();
         let body = req.bytes().await?;
-        let answer = if path == op::DROP {
-            // Every record and the schema go with the object's storage.
-            self.state.storage().delete_all().await?;
-            self.schema_ready.set(false);
-            Ok("{}".to_string())
-        } else {
-            self.answer(&path, &body)
-        };
-        match answer {
+        match self.dispatch(&path, &body).await {
             Ok(text) => Response::ok(text),
             Err(e) => Ok(Response::error(e.to_string(), 500)?),
         }
     }
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// A `WebhookShard` stub: `run` is the RPC method of the object's JS
+    /// class (`src/entry.mjs`), which hands the call to [`WebhookShard::rpc`].
+    type ShardStub;
+    #[wasm_bindgen(method, catch)]
+    fn run(this: &ShardStub, op: &str, body: &str) -> std::result::Result<JsValue, JsValue>;
 }
 
 thread_local! {
@@ -743,17 +778,23 @@ pub async fn call<Q: Serialize, A: serde::de::DeserializeOwned>(
     req: &Q,
 ) -> Result<A> {
     let ns = bindings::per_isolate(&NAMESPACE, || env.durable_object(bindings::WEBHOOKS))?;
-    let stub: JsValue = ns.id_from_name(&shard.name())?.get_stub()?.into_rpc();
-    let body = serde_json::to_vec(req).map_err(err)?;
-    let init = http::request_init("POST", &body);
-    let resp = http::raw_fetch(&stub, &format!("https://webhook-shard{path}"), &init).await?;
-    let bytes = http::read_body(&resp).await?;
-    if resp.status() != 200 {
-        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-        return Err(err(format!(
-            "webhook shard {path} answered {}: {shown}",
-            resp.status()
-        )));
-    }
-    serde_json::from_slice(&bytes).map_err(err)
+    let stub: ShardStub = ns
+        .id_from_name(&shard.name())?
+        .get_stub()?
+        .into_rpc::<ShardStub>();
+    let body = serde_json::to_string(req).map_err(err)?;
+    let pending = stub.run(path, &body).map_err(worker::Error::from)?;
+    // An RPC call answers a thenable, not necessarily a `Promise`.
+    let answer = JsFuture::from(worker::js_sys::Promise::resolve(&pending))
+        .await
+        .map_err(|e| {
+            err(format!(
+                "webhook shard {path}: {}",
+                e.as_string().unwrap_or_else(|| format!("{e:?}"))
+            ))
+        })?;
+    let text = answer
+        .as_string()
+        .ok_or_else(|| err(format!("webhook shard {path} answered no text")))?;
+    serde_json::from_str(&text).map_err(err)
 }

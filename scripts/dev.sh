@@ -14,12 +14,16 @@ if [ -f .dev.vars ] && ! grep -q '^ORIGIN_SIGNING_SECRET=' .dev.vars; then
   echo "replacing .dev.vars: it predates ORIGIN_SIGNING_SECRET and the 32-character minimum"
   rm .dev.vars
 fi
+if [ -f .dev.vars ] && ! grep -q 'public_url' .dev.vars; then
+  echo "replacing .dev.vars: it predates public_url (portal links and capture URLs are built on it)"
+  rm .dev.vars
+fi
 if [ ! -f .dev.vars ]; then
   cat > .dev.vars <<VARS
 ADMIN_TOKEN=dev-admin-$(new_secret)
 ORIGIN_TOKEN=dev-origin-$(new_secret)
 ORIGIN_SIGNING_SECRET=dev-signing-$(new_secret)
-POSTGUARD_CONFIG='{"webhooks": {"allow_insecure_urls": true, "allow_hosts": ["127.0.0.1"], "schedule_s": [5, 30, 120, 600]}}'
+POSTGUARD_CONFIG='{"public_url": "http://127.0.0.1:8787", "webhooks": {"allow_insecure_urls": true, "allow_hosts": ["127.0.0.1"], "schedule_s": [5, 30, 120, 600]}}'
 VARS
   echo "wrote .dev.vars with random local development secrets and a config that allows the local receiver"
 fi

@@ -28,14 +28,18 @@ pub struct Seen {
 }
 
 impl Seen {
-    pub fn of(req: &crate::http::Client) -> Seen {
+    /// `path` is the request's path as the gateway read it
+    /// (`routes::canonical`): a capture token never reaches the row, however
+    /// a gateway path was spelled.
+    pub fn of(req: &crate::http::Client, path: &postguard_core::routes::Canonical) -> Seen {
         Seen {
             method: bounded(&req.method, 16),
             // `path` has no query string: queries are never recorded.
-            path: bounded(
-                &postguard_core::webhooks::ops::audited_path(&req.path),
-                MAX_PATH_LEN,
-            ),
+            path: match path.gateway {
+                true => bounded(&postguard_core::routes::audited_path(path), MAX_PATH_LEN),
+                // A proxied path is recorded as the origin received it.
+                false => bounded(&req.path, MAX_PATH_LEN),
+            },
             client_ip: req.header("CF-Connecting-IP").map(|v| bounded(v, 64)),
             user_agent: req
                 .header("User-Agent")

@@ -1,14 +1,23 @@
 //! Who is calling: an API key (looked up by hash in KV, cached briefly per
-//! isolate), the operator (`ADMIN_TOKEN`) or the origin (`ORIGIN_TOKEN`).
-//! The token is classified once (`Credential::classify`); each endpoint
-//! family accepts one kind and answers 403 to a valid credential of another.
+//! isolate), a portal session (a signed token for one project), the operator
+//! (`ADMIN_TOKEN`) or the origin (`ORIGIN_TOKEN`). The token is classified
+//! once (`Credential::classify`).
+//!
+//! The gateway's own operations are authenticated here, by the router,
+//! before their handler runs ([`authenticate`], from the route's
+//! `routes::Access`): a handler never checks a credential itself. Each
+//! operation accepts one kind of caller and answers 403 to a valid
+//! credential of another kind (CONTRACT §10).
 //!
 //! The cache never weakens revocation: the key's Durable Object holds the
 //! authoritative revoked flag and is consulted on every request of an API
-//! key — the proxy's admission call, and a cost-0 (or, for `/audit` and
-//! `/stats`, a charged) limiter call on every gateway endpoint ([`confirm`]).
-//! Unknown keys are remembered for a few seconds (a negative cache), so a
-//! flood of made-up keys does not cost a KV read each.
+//! key (the proxy's admission call; the router's charge on every gateway
+//! operation), and a session's own object likewise says whether it ended.
+//! Unknown keys are remembered for a few seconds (a negative cache), so
+//! repeating one made-up key costs one KV read per isolate and 10 s; a
+//! stream of *different* made-up keys is held by the per-IP limiter of
+//! requests without a valid credential (`ip_limit`), which answers 429
+//! before the KV read once an address is over.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,17 +25,15 @@ use std::collections::HashMap;
 use postguard_core::config::{Config, Plan};
 use postguard_core::credential::Credential;
 use postguard_core::keys::KeyRecord;
+use postguard_core::portal::{Claims, Kind, Rejected, Signer};
+use postguard_core::rate_limit::Quota;
+use postguard_core::routes::Access;
 use postguard_core::{ErrorCode, Problem};
-use worker::{Env, Request};
+use worker::Env;
 
-use postguard_core::guard::{Admit, AdmitRequest, AnswerLayout};
-use postguard_core::proxy::{self, Admission};
-use postguard_core::rate_limit::{self, Verdict};
-
-use crate::admin::portal;
 use crate::bindings;
-use crate::durable::client::call;
-use crate::reject::{Handled, Reject};
+use crate::ip_limit;
+use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 
 const CACHE_TTL_MS: u64 = 30_000;
@@ -57,12 +64,6 @@ pub fn forget(hash_hex: &str) {
     UNKNOWN.with(|c| c.borrow_mut().remove(hash_hex));
 }
 
-/// The request's credential.
-pub fn credential(req: &Request, cfg: &Config) -> Credential {
-    let header = req.headers().get("Authorization").ok().flatten();
-    credential_of(header.as_deref(), cfg)
-}
-
 /// The credential of an `Authorization` header.
 pub fn credential_of(header: Option<&str>, cfg: &Config) -> Credential {
     Credential::classify(header, &cfg.secrets)
@@ -72,12 +73,14 @@ fn invalid(detail: &str) -> Problem {
     Problem::new(ErrorCode::InvalidApiKey, detail)
 }
 
-fn refuse(code: ErrorCode, detail: &str) -> Handled<()> {
+fn refuse<T>(code: ErrorCode, detail: &str) -> Handled<T> {
     Err(Problem::new(code, detail).into())
 }
 
-/// Looks up a well-formed key by hash. `Ok(None)`: unknown.
-async fn lookup(env: &Env, hash: &str) -> worker::Result<Option<KeyRecord>> {
+/// Looks up a well-formed key by hash. `Ok(None)`: unknown. A lookup that
+/// would read KV for an address already over the unauthenticated limit is
+/// refused (429) before the read.
+async fn lookup(env: &Env, rc: &RequestCtx, hash: &str) -> Handled<Option<KeyRecord>> {
     let now = now_ms();
     if let Some(rec) = KEYS.with(|c| {
         c.borrow()
@@ -95,6 +98,7 @@ async fn lookup(env: &Env, hash: &str) -> worker::Result<Option<KeyRecord>> {
     if known_unknown {
         return Ok(None);
     }
+    ip_limit::refuse_if_blocked(rc)?;
     let kv = env.kv(bindings::API_KEYS)?;
     let rec: Option<KeyRecord> = kv.get(&hash_entry(hash)).json().await?;
     match &rec {
@@ -112,7 +116,7 @@ pub struct ApiKey {
 
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
-async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
+async fn api_key(cred: Credential, env: &Env, rc: &RequestCtx) -> Handled<ApiKey> {
     let hash = match cred {
         Credential::ApiKey(hash) => hash,
         Credential::Missing => {
@@ -126,7 +130,7 @@ async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
         }
         _ => return Err(invalid("the API key is malformed").into()),
     };
-    match lookup(env, &hash).await? {
+    match lookup(env, rc, &hash).await? {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
         Some(_) => Err(Problem::revoked_key().into()),
         None => Err(invalid("the API key is not known").into()),
@@ -147,7 +151,7 @@ pub async fn api_caller(
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Caller> {
-    let key = api_key(cred, env).await?;
+    let key = api_key(cred, env, rc).await?;
     rc.note(|f| {
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
@@ -175,126 +179,200 @@ pub fn revoked(key: &ApiKey) -> Problem {
     Problem::revoked_key()
 }
 
-/// Whether an API-key-shaped token (its hash) names a stored key
-/// (`live_only`: one that is not revoked).
-async fn is_known_key(env: &Env, hash: &str, live_only: bool) -> worker::Result<bool> {
-    let rec = lookup(env, hash).await?;
-    Ok(rec.is_some_and(|r| !live_only || r.revoked_at.is_none()))
+/// A portal session (CONTRACT §12, §13): one project, charged from the
+/// budget of `plan` in an object of its own, which also says whether the
+/// operator ended it.
+pub struct Session {
+    pub id: String,
+    pub claims: Claims,
+    pub plan: Plan,
 }
 
-/// Operator authentication for `/_postguard/v1/keys…`: 401 `UNAUTHORIZED` for a
-/// wrong or missing token, 403 `FORBIDDEN` for a valid credential of another
-/// kind (a live API key, or the origin's token).
-pub async fn operator(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
-    use ErrorCode::{Forbidden, Unauthorized};
-    match credential(req, cfg) {
-        Credential::Operator => Ok(()),
-        Credential::Missing => refuse(
-            Unauthorized,
-            "send the operator token as 'Authorization: Bearer <ADMIN_TOKEN>'",
-        ),
-        Credential::Origin => refuse(Forbidden, "the origin token cannot call operator endpoints"),
-        Credential::ApiKey(t) if is_known_key(env, &t, true).await? => {
-            refuse(Forbidden, "API keys cannot call operator endpoints")
+/// Who called a gateway operation, as the router authenticated them.
+pub enum Principal {
+    /// A public operation: no credential was asked for.
+    Anonymous,
+    Operator,
+    Origin,
+    /// One of a project's API keys.
+    Key(Caller),
+    /// A portal session for a project.
+    Session(Session),
+}
+
+/// The quota of a caller that is never charged: the operator's and the
+/// origin's objects only hold their Idempotency-Key records.
+const UNCHARGED: Quota = Quota {
+    limit: u32::MAX,
+    window_ms: 60_000,
+};
+
+impl Principal {
+    /// The project a key or session belongs to.
+    pub fn project(&self) -> Option<&str> {
+        match self {
+            Principal::Key(c) => Some(&c.key.record.project),
+            Principal::Session(s) => Some(&s.claims.project),
+            _ => None,
         }
-        Credential::Session(t) if portal::is_session(&t, cfg) => {
-            refuse(Forbidden, "a portal session cannot call operator endpoints")
+    }
+
+    /// The name of the object that charges this caller's budget and keeps
+    /// its Idempotency-Key records (the scope of a key, CONTRACT §13): the
+    /// key's own object, the session's, or one per deployment secret.
+    pub fn guard(&self) -> Option<String> {
+        match self {
+            Principal::Anonymous => None,
+            Principal::Operator => Some("op:operator".into()),
+            Principal::Origin => Some("op:origin".into()),
+            Principal::Key(c) => Some(c.key.record.id.clone()),
+            Principal::Session(s) => Some(format!("ses:{}", s.id)),
         }
-        _ => refuse(Unauthorized, "the operator token is wrong"),
+    }
+
+    /// The caller's plan: its budget and how long its records are kept.
+    /// `None` for the operator and the origin, which have no budget.
+    pub fn plan(&self) -> Option<&Plan> {
+        match self {
+            Principal::Key(c) => Some(&c.plan),
+            Principal::Session(s) => Some(&s.plan),
+            _ => None,
+        }
+    }
+
+    pub fn quota(&self) -> Quota {
+        self.plan().map_or(UNCHARGED, Plan::quota)
+    }
+
+    /// Whether the caller has a budget (a key or a session): its answers
+    /// carry the rate-limit headers.
+    pub fn is_charged(&self) -> bool {
+        self.plan().is_some()
     }
 }
 
-/// The origin's authentication for publishing (`ORIGIN_TOKEN`): 401
-/// `UNAUTHORIZED` for a wrong or missing token, 403 `FORBIDDEN` for the
-/// operator's token or an API key.
-pub async fn origin(req: &Request, env: &Env, cfg: &Config) -> Handled<()> {
-    use ErrorCode::{Forbidden, Unauthorized};
-    match credential(req, cfg) {
-        Credential::Origin => Ok(()),
-        Credential::Missing => refuse(
-            Unauthorized,
-            "send the origin token as 'Authorization: Bearer <ORIGIN_TOKEN>'",
-        ),
-        Credential::Operator => refuse(
-            Forbidden,
-            "events are published with the origin token, not the operator token",
-        ),
-        Credential::ApiKey(t) if is_known_key(env, &t, false).await? => {
-            refuse(Forbidden, "API keys cannot publish events")
+/// Authenticates the caller of a gateway operation that needs `access`:
+/// 401 for a missing, wrong or expired credential, 403 for a valid one of
+/// another kind (CONTRACT §10).
+pub async fn authenticate(
+    access: Access,
+    header: Option<&str>,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Handled<Principal> {
+    use Credential as C;
+    let cred = credential_of(header, cfg);
+    match (access, cred) {
+        (Access::Public, _) => Ok(Principal::Anonymous),
+        (Access::Operator | Access::Reader, C::Operator) => Ok(Principal::Operator),
+        (Access::Origin, C::Origin) => Ok(Principal::Origin),
+        (Access::Project | Access::Reader, C::Session(t)) => {
+            Ok(Principal::Session(session(&t, cfg, rc)?))
         }
-        Credential::Session(t) if portal::is_session(&t, cfg) => {
-            refuse(Forbidden, "a portal session cannot publish events")
+        (Access::Project | Access::Reader, cred @ (C::ApiKey(_) | C::Missing | C::Other)) => {
+            Ok(Principal::Key(api_caller(cred, env, cfg, rc).await?))
         }
-        _ => refuse(Unauthorized, "the origin token is wrong"),
+        (Access::Project, C::Operator | C::Origin) => refuse(
+            ErrorCode::Forbidden,
+            "this endpoint belongs to a project: call it with one of the project's API keys",
+        ),
+        (Access::Reader, C::Origin) => refuse(
+            ErrorCode::Forbidden,
+            "the origin token cannot read the audit log or the statistics",
+        ),
+        (Access::Operator | Access::Origin, cred) => wrong_secret(access, cred, env, cfg, rc).await,
     }
 }
 
-/// Asks the key's Durable Object, which holds the authoritative revoked
-/// flag, charging `cost` to the key's limiter (0: a peek). A revoked key is
-/// refused whatever this isolate or KV still cache; with a cost, an
-/// exhausted budget is a 429 (with the rate-limit headers).
-pub async fn confirm(caller: &Caller, env: &Env, rc: &RequestCtx, cost: u32) -> Handled<Verdict> {
-    let req = AdmitRequest {
-        cost,
-        quota: caller.plan.quota(),
-        claim: None,
-        v: AnswerLayout::NEWEST,
+/// An operator or origin endpoint called without its secret: 401
+/// `UNAUTHORIZED` for a wrong or missing token, 403 `FORBIDDEN` for a valid
+/// credential of another kind (a live API key, a session, the other secret).
+async fn wrong_secret(
+    access: Access,
+    cred: Credential,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Handled<Principal> {
+    use ErrorCode::{Forbidden, Unauthorized};
+    let (needed, send) = match access {
+        Access::Origin => ("events are published with the origin token", "ORIGIN_TOKEN"),
+        _ => ("this is an operator endpoint", "ADMIN_TOKEN"),
     };
-    let (answer, _) = call::<Admit>(env, &caller.key.record.id, &req, &[]).await?;
-    let next =
-        proxy::admission(answer, None).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    match next {
-        Admission::Revoked => Err(revoked(&caller.key).into()),
-        Admission::Refused { problem, verdict } if cost > 0 => {
-            rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
-            Err(Reject::from(problem).with(&rate_limit::headers(&verdict)))
+    let other = match cred {
+        Credential::Missing => {
+            let detail = format!("send the token as 'Authorization: Bearer <{send}>'");
+            return refuse(Unauthorized, &detail);
         }
-        Admission::Refused { verdict, .. }
-        | Admission::Forward { verdict }
-        | Admission::Replay { verdict, .. } => {
-            rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
-            Ok(verdict)
+        Credential::Operator => Some("the operator token"),
+        Credential::Origin => Some("the origin token"),
+        // A revoked key is still a key (it was valid), as before.
+        Credential::ApiKey(t) if lookup(env, rc, &t).await?.is_some() => Some("an API key"),
+        Credential::Session(t) if verify_session(&t, cfg).is_ok() => Some("a portal session"),
+        _ => None,
+    };
+    match other {
+        Some(what) => refuse(Forbidden, &format!("{needed}; {what} cannot call it")),
+        None => refuse(Unauthorized, &format!("the {send} is wrong")),
+    }
+}
+
+fn signer(cfg: &Config) -> Signer {
+    Signer::from_admin_token(&cfg.admin_token)
+}
+
+fn unauthorized(detail: &str) -> Problem {
+    Problem::new(ErrorCode::Unauthorized, detail)
+}
+
+fn verify_session(token: &str, cfg: &Config) -> Result<Claims, Rejected> {
+    signer(cfg).verify(Kind::Session, token, now_ms())
+}
+
+/// A portal session's claims and plan, or 401 `UNAUTHORIZED` when it is
+/// forged, has expired, or predates per-session budgets (no plan). A valid
+/// session's project is noted for the audit row (no key prefix: no key was
+/// used). Whether the operator ended it is its object's answer, asked when
+/// the router charges it.
+pub fn session(token: &str, cfg: &Config, rc: &RequestCtx) -> Handled<Session> {
+    let claims = match verify_session(token, cfg) {
+        Ok(claims) => claims,
+        Err(Rejected::Expired) => {
+            return Err(
+                unauthorized("the portal session has expired: open a new portal link").into(),
+            )
         }
-    }
+        Err(_) => return Err(unauthorized("the portal session is not valid").into()),
+    };
+    rc.note(|f| f.project = Some(claims.project.clone()));
+    let plan = claims
+        .plan
+        .as_deref()
+        .and_then(|p| cfg.settings.plans.get(p))
+        .cloned()
+        .ok_or_else(|| unauthorized("the portal session has no budget: open a new portal link"))?;
+    Ok(Session {
+        id: claims.session_id(),
+        claims,
+        plan,
+    })
 }
 
-/// An API-key caller of an endpoint that belongs to a key (or its project),
-/// confirmed by its object (cost 0): the operator's and the origin's tokens
-/// are valid credentials of the wrong kind here, 403 with `forbidden`.
-pub async fn key_holder(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    forbidden: &str,
-) -> Handled<(Caller, Verdict)> {
-    let cred = credential(req, cfg);
-    if cred.is_secret() {
-        return Err(Problem::new(ErrorCode::Forbidden, forbidden).into());
-    }
-    let caller = api_caller(cred, env, cfg, rc).await?;
-    let verdict = confirm(&caller, env, rc, 0).await?;
-    Ok((caller, verdict))
+/// Signs a new link or session.
+pub fn issue(cfg: &Config, kind: Kind, claims: &Claims) -> String {
+    signer(cfg).issue(kind, claims)
 }
 
-/// The project of a caller of the webhook endpoints: one of its API keys, or
-/// a portal session for it (which has exactly that key's rights here).
-pub async fn project(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled<String> {
-    Ok(project_and_key(req, env, cfg, rc).await?.0)
-}
-
-/// [`project`], and the id of the API key that called (`None` for a portal
-/// session): a subscription records the key that created it.
-pub async fn project_and_key(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-) -> Handled<(String, Option<String>)> {
-    if let Credential::Session(t) = credential(req, cfg) {
-        return Ok((portal::session(&t, cfg, rc)?.project, None));
-    }
-    let forbidden = "webhooks and deliveries belong to a project: use one of its API keys";
-    let (caller, _) = key_holder(req, env, cfg, rc, forbidden).await?;
-    Ok((caller.key.record.project, Some(caller.key.record.id)))
+/// A portal link's claims, or 401 `UNAUTHORIZED`.
+pub fn verify_link(token: &str, cfg: &Config) -> Handled<Claims> {
+    signer(cfg)
+        .verify(Kind::Link, token, now_ms())
+        .map_err(|r| {
+            unauthorized(match r {
+                Rejected::Expired => "the portal link has expired: ask for a new one",
+                Rejected::Malformed | Rejected::BadSignature => "the portal link is not valid",
+            })
+            .into()
+        })
 }

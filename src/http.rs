@@ -278,14 +278,6 @@ pub fn no_content(rc: &RequestCtx) -> Handled {
     Ok(respond(rc, 204, &[], &[], None)?)
 }
 
-/// The declared `Content-Length` of a gateway endpoint's request.
-pub fn content_length(h: &Headers) -> Option<u64> {
-    h.get("Content-Length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `fetch(url, init)` called on `this` (the global scope, or a Durable Object
 /// stub), without the `worker` crate's Request/Response wrappers: those copy
 /// the request's `cf` object, wrap and re-create the response, and cost about

@@ -10,18 +10,20 @@ mod cron;
 mod d1;
 mod durable;
 mod http;
+mod ip_limit;
 mod pipeline;
 mod reject;
 mod replays;
 mod request;
 mod runtime;
+mod seal;
 mod webhooks;
 
 pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
 pub use durable::webhook_shard::WebhookShard;
 
-use postguard_core::Problem;
+use postguard_core::{routes, Problem};
 
 use worker::{
     event, web_sys, Context, Env, MessageBatch, Response, Result, ScheduleContext, ScheduledEvent,
@@ -29,24 +31,30 @@ use worker::{
 
 use reject::Handled;
 
-/// Every request: load the configuration, dispatch to the gateway's own
-/// endpoints or the proxy pipeline, render a rejection, then record the audit
-/// row after the response. No error escapes as a bare 500. The handler takes
-/// the runtime's request as it is (`http::Client`): the `worker::Request`
-/// wrapper reads the request's `cf` object, which the proxy never uses; only
-/// the gateway's own endpoints get one.
+/// Every request: load the configuration, read its path once
+/// (`routes::canonical`), dispatch to the gateway's own endpoints or the
+/// proxy pipeline, count a refused credential against the sender's address,
+/// render a rejection, then record the audit row after the response. No
+/// error escapes as a bare 500. The handler takes the runtime's request as it
+/// is (`http::Client`): the `worker::Request` wrapper reads the request's
+/// `cf` object, which the proxy never uses; only the gateway's own endpoints
+/// get one.
 #[event(fetch)]
 async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
     let req = http::Client::of(raw);
     let mut rc = runtime::RequestCtx::new();
     rc.origin = req.header("Origin").map(str::to_owned);
+    rc.client_ip = req.header("CF-Connecting-IP").map(str::to_owned);
     let cfg = match runtime::config(&env) {
         Ok(cfg) => cfg,
         Err(e) => return reject::render(&rc, Err(Problem::config_invalid(&e).into())),
     };
     rc.cors = cfg.settings.cors.clone();
-    let seen = audit::Seen::of(&req);
-    let resp = reject::render(&rc, handle(req, &env, &cfg, &rc, &ctx).await)?;
+    let path = routes::canonical(&req.path);
+    let seen = audit::Seen::of(&req, &path);
+    let outcome = handle(req, &path, &env, &cfg, &rc, &ctx).await;
+    let outcome = count_refused(outcome, &env, &cfg, &rc).await;
+    let resp = reject::render(&rc, outcome)?;
     if cfg.settings.audit.enabled {
         let bucket_ms = cfg.settings.audit.bucket_ms;
         audit::record(
@@ -61,6 +69,7 @@ async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response
 
 async fn handle(
     req: http::Client,
+    path: &routes::Canonical,
     env: &Env,
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
@@ -68,15 +77,31 @@ async fn handle(
 ) -> Handled {
     // The body limit is applied by the bounded reader after authentication
     // (request::read_bounded), so a 413 carries the rate-limit headers.
-    let gateway_path = req.path.starts_with(postguard_core::routes::PREFIX);
     if is_preflight(&req) {
-        return preflight(&req, cfg, rc, gateway_path).await;
+        // Counted before anything is sent: a flood of preflights never
+        // reaches the origin.
+        ip_limit::charge(env, cfg, rc).await?;
+        return preflight(&req, cfg, rc, path.gateway).await;
     }
-    if gateway_path {
-        admin::route(req.into_worker(), env, cfg, rc).await
+    if path.gateway {
+        admin::route(req, &path.path, env, cfg, rc).await
     } else {
         pipeline::proxy(req, env, cfg, rc, ctx).await
     }
+}
+
+/// A refused credential (401) counts against the sender's address; past the
+/// limit on requests without a valid credential, the answer is 429.
+async fn count_refused(
+    outcome: Handled,
+    env: &Env,
+    cfg: &postguard_core::config::Config,
+    rc: &runtime::RequestCtx,
+) -> Handled {
+    if ip_limit::counts(&outcome) {
+        ip_limit::charge(env, cfg, rc).await?;
+    }
+    outcome
 }
 
 /// A CORS preflight (`OPTIONS` + `Origin` + `Access-Control-Request-Method`,

@@ -186,12 +186,15 @@ enum Forwarded {
     },
 }
 
-/// A CORS preflight, forwarded to the origin unauthenticated (nothing is
-/// charged, claimed or attributed to a key); the gateway's
-/// `Idempotency-Key` is added to what the origin allows.
+/// A CORS preflight, forwarded to the origin signed but unauthenticated
+/// (nothing is charged, claimed or attributed to a key; the sender's address
+/// was counted before); the gateway's `Idempotency-Key` is added to what the
+/// origin allows.
 pub async fn preflight_to_origin(req: &http::Client, cfg: &Config, rc: &RequestCtx) -> Handled {
     let path_and_query = req.path_and_query();
-    let origin = proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id);
+    let now_s = now_ms() / 1000;
+    let origin =
+        proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id, now_s);
     match forward(origin, cfg).await {
         Ok(Forwarded::Buffered {
             status, headers, ..

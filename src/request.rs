@@ -2,14 +2,11 @@
 //! every endpoint family (keys, audit, webhooks), so none imports another.
 
 use postguard_core::body::{self, Budget, Declared};
-use postguard_core::config::Config;
-use postguard_core::Problem;
 use worker::js_sys::{Reflect, Uint8Array};
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{web_sys, Request};
 
-use crate::http;
 use crate::reject::Handled;
 
 /// Every query parameter, in order.
@@ -79,16 +76,5 @@ pub async fn read_bounded(
             return Ok(Body::TooLarge);
         }
         out.extend_from_slice(&bytes.to_vec());
-    }
-}
-
-/// The body of a gateway endpoint's request (read after its
-/// authentication), refused with 413 when over `max_body_bytes`.
-pub async fn body(req: &mut Request, cfg: &Config) -> Handled<Vec<u8>> {
-    let max = cfg.settings.max_body_bytes;
-    let declared = http::content_length(req.headers());
-    match read_bounded(req.inner(), declared, max).await? {
-        Body::Read(b) => Ok(b),
-        Body::TooLarge => Err(Problem::payload_too_large(max).into()),
     }
 }

@@ -77,6 +77,9 @@ pub struct RequestCtx {
     /// gateway's CORS configuration: every answer gets its CORS headers.
     pub origin: Option<String>,
     pub cors: Option<CorsConfig>,
+    /// The address the edge saw (`CF-Connecting-IP`): what the limit on
+    /// requests without a valid credential counts by.
+    pub client_ip: Option<String>,
 }
 
 impl RequestCtx {
@@ -88,6 +91,7 @@ impl RequestCtx {
             facts: RefCell::new(Facts::default()),
             origin: None,
             cors: None,
+            client_ip: None,
         }
     }
 

@@ -22,7 +22,14 @@ after(async () => {
 const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 const LINK_RE = /^http:\/\/127\.0\.0\.1:\d+\/_postguard\/dashboard\/#portal=(pgl_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43})$/;
 
+/** Projects given a live API key: a session has that key's rights, so its project needs one. */
+const keyed = new Set();
+
 async function link(project, ttl_s) {
+  if (!keyed.has(project)) {
+    keyed.add(project);
+    await gw.createKey({ project, plan: 'trial' });
+  }
   const body = { project };
   if (ttl_s !== undefined) body.ttl_s = ttl_s;
   const res = await gw.admin('POST', '/_postguard/v1/portal-links', body);
@@ -101,8 +108,9 @@ describe('POST /_postguard/v1/portal-sessions', () => {
     const l = await link(project, 600);
     const res = await exchange(l.token);
     assert.equal(res.status, 201, res.text);
-    assert.deepEqual(Object.keys(res.json).sort(), ['expires_at', 'project', 'session']);
+    assert.deepEqual(Object.keys(res.json).sort(), ['expires_at', 'id', 'project', 'session']);
     assert.match(res.json.session, /^pgs_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/);
+    assert.match(res.json.id, /^ses_[A-Za-z0-9_-]{22}$/, 'the id the operator ends it by');
     assert.equal(res.json.project, project);
     assert.equal(res.json.expires_at, l.expires_at);
     // Single use: the same link again, now or later, is refused.

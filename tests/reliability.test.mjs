@@ -186,7 +186,7 @@ describe('publishing is an outbox', () => {
     const third = await publish(name, id);
     assert.equal(third.status, 202, 'a third publish is a no-op');
     for (const r of rcvs) await r.waitFor((reqs) => reqs.some((q) => q.headers['webhook-id'] === id), { message: 'delivery' });
-    // The event's deliveries in its shard (ADR 0031); `queued_at` is the outbox mark.
+    // The event's deliveries in its shard (ADR 0032); `queued_at` is the outbox mark.
     const rows = await deliveriesOf(gw, name, id);
     assert.equal(rows.length, 3, 'one delivery per subscription');
     await poll(async () => (await deliveriesOf(gw, name, id)).every((r) => r.queued_at !== null), { message: 'all recorded as enqueued' });

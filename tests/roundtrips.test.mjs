@@ -108,16 +108,20 @@ describe('calls per request', () => {
     });
   });
 
-  it('unknown key (401): no object call, and no KV read while the negative cache remembers it (ADR 0015)', async () => {
-    // The warm-up made the one KV read; the next requests within 10 s cost nothing.
-    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer pgk_${'B'.repeat(43)}` } }), 401), {});
+  // A refused credential counts against its address (CONTRACT §13): one round trip to the
+  // address's object, the exact counter of requests without a valid credential (ADR 0031).
+  it('unknown key (401): the address counted, no KV read while the negative cache remembers it (ADR 0015)', async () => {
+    // The warm-up made the one KV read; the next requests within 10 s read nothing.
+    expectCounts(await perRequest(() => gw.fetch('/rt/items', { headers: { authorization: `Bearer pgk_${'B'.repeat(43)}` } }), 401), {
+      'object round trip /admit': 1, 'SQL INSERT': 1,
+    });
   });
 
-  it('a new unknown key (401): one KV read, no object call', async () => {
+  it('a new unknown key (401): one KV read, the address counted', async () => {
     const stamp = Date.now().toString(36);
     const fresh = (i) => `pgk_${`C${stamp}x${i + 1}`.padEnd(43, 'C')}`;
     expectCounts(await perRequest((i) => gw.fetch('/rt/items', { headers: { authorization: `Bearer ${fresh(i)}` } }), 401), {
-      'KV.get': 1,
+      'KV.get': 1, 'object round trip /admit': 1, 'SQL INSERT': 1,
     });
   });
 

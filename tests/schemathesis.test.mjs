@@ -95,6 +95,27 @@ async function seed() {
     const statuses = (res.json?.data ?? []).map((d) => d.status).sort();
     return statuses.join() === 'dead_letter,delivered';
   }, { timeout: 30000, message: 'the seeded deliveries to settle' });
+  await seedTask();
+}
+
+/**
+ * A recover task of the seeded project, and schemathesis's configuration (target/schemathesis/
+ * schemathesis.toml, read from its working directory) naming it for `GET /tasks/{id}`. Its
+ * generated Idempotency-Keys repeat ("0", "!"…), so most of its recovers are answered 422 (the
+ * key reused with another request) and the few that start a task rarely feed the stateful
+ * phase's link to getTask: without a known id, that operation's success would go unchecked.
+ */
+async function seedTask() {
+  const subs = await gw.admin('GET', '/_postguard/v1/webhooks', undefined, { token: apiKey });
+  const res = await gw.admin('POST', `/_postguard/v1/webhooks/${subs.json.data[0].id}/recover`, { since: 0 }, { token: apiKey });
+  assert.equal(res.status, 202, res.text);
+  fs.mkdirSync(OUT, { recursive: true });
+  fs.writeFileSync(path.join(OUT, 'schemathesis.toml'), [
+    '[[operations]]',
+    'include-operation-id = "getTask"',
+    `parameters = { "path.id" = "${res.json.id}" }`,
+    '',
+  ].join('\n'));
 }
 
 /** A portal session for `project` (link → exchange). */

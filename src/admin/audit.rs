@@ -1,5 +1,6 @@
-//! `GET /_postguard/v1/audit` and `GET /_postguard/v1/stats`: an API key sees
-//! its own project; the operator sees everything and may filter by project.
+//! `GET /_postguard/v1/audit` and `GET /_postguard/v1/stats`: an API key or a
+//! portal session sees its own project (charged like any call of a key);
+//! the operator sees everything and may filter by project.
 //! Rows live in audit shards (ADR 0016): the core plans which ones to visit
 //! (from the D1 directory), this file fetches and hands the answers back.
 
@@ -9,23 +10,21 @@ use postguard_core::audit_shard::{
     self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
     ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
 };
-use postguard_core::config::Config;
-use postguard_core::credential::Credential;
 use postguard_core::page::{encode_cursor, Page};
-use postguard_core::rate_limit;
-use postguard_core::{ErrorCode, Invalid, Problem};
+use postguard_core::Invalid;
 use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
-use worker::{D1Database, Env, Request, Result};
+use worker::{D1Database, Env, Result};
 
-use crate::auth;
+use super::Ctx;
+use crate::auth::Principal;
 use crate::bindings;
 use crate::d1::{self, num, text};
 use crate::durable::audit_shard::{self as object, ShardQuery};
 use crate::http;
-use crate::reject::{Extra, Handled};
+use crate::reject::Handled;
 use crate::request::query_pairs;
-use crate::runtime::{now_ms, RequestCtx};
+use crate::runtime::now_ms;
 
 /// Whose rows a caller may read.
 enum Scope {
@@ -33,34 +32,13 @@ enum Scope {
     Project(String),
 }
 
-/// The caller's scope and the rate-limit headers of what it was charged: an
-/// API key pays `cost` from its budget (and is confirmed live by its
-/// object); the operator pays nothing.
-async fn scope(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    cost: u32,
-) -> Handled<(Scope, Extra)> {
-    match auth::credential(req, cfg) {
-        Credential::Operator => Ok((Scope::All, Vec::new())),
-        Credential::Origin => Err(Problem::new(
-            ErrorCode::Forbidden,
-            "the origin token cannot read the audit log",
-        )
-        .into()),
-        // A portal session reads its project, as that project's key would.
-        Credential::Session(t) => Ok((
-            Scope::Project(super::portal::session(&t, cfg, rc)?.project),
-            Vec::new(),
-        )),
-        cred => {
-            let caller = auth::api_caller(cred, env, cfg, rc).await?;
-            let verdict = auth::confirm(&caller, env, rc, cost).await?;
-            let headers = rate_limit::headers(&verdict);
-            Ok((Scope::Project(caller.key.record.project), headers))
-        }
+/// The caller's scope: the operator reads every project; a key or a
+/// portal session its own (the router charged it `audit_cost` or
+/// `stats_cost`, and adds the rate-limit headers).
+fn scope(who: &Principal) -> Scope {
+    match who.project() {
+        Some(p) => Scope::Project(p.to_string()),
+        None => Scope::All,
     }
 }
 
@@ -238,9 +216,10 @@ async fn rows_of(
     }
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.audit_cost).await?;
-    let pairs = query_pairs(req)?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let scope = scope(&cx.who);
+    let pairs = query_pairs(&cx.req)?;
     let all = matches!(scope, Scope::All);
     let mut q = AuditQuery::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())), all)?;
     if let Scope::Project(p) = scope {
@@ -294,7 +273,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         }
     }
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
-    http::json(rc, 200, &page, &rl)
+    http::json(rc, 200, &page, &[])
 }
 
 fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
@@ -363,9 +342,10 @@ async fn legacy_stats(
     })
 }
 
-pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (scope, rl) = scope(req, env, cfg, rc, cfg.settings.rate_limit.stats_cost).await?;
-    let pairs = query_pairs(req)?;
+pub async fn stats(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let scope = scope(&cx.who);
+    let pairs = query_pairs(&cx.req)?;
     let mut days = None;
     let mut project = None;
     let mut key_prefix = None;
@@ -435,5 +415,5 @@ pub async fn stats(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> H
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
         parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
     }
-    http::json(rc, 200, &shards::merge_stats(parts), &rl)
+    http::json(rc, 200, &shards::merge_stats(parts), &[])
 }

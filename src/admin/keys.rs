@@ -9,7 +9,7 @@
 //! Revocation also flags the key's Durable Object, which every proxied
 //! request consults, so it takes effect at once whatever KV caches hold.
 
-use postguard_core::config::{Config, OnKeyRevoked};
+use postguard_core::config::OnKeyRevoked;
 use postguard_core::guard::{Revoke, RevokeRequest};
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
@@ -17,15 +17,16 @@ use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
-use worker::{Env, KvStore, Request};
+use worker::{Env, KvStore};
 
+use super::Ctx;
 use crate::auth;
 use crate::bindings;
 use crate::durable::client::call;
 use crate::http;
 use crate::reject::Handled;
-use crate::request::{self, query_param};
-use crate::runtime::{new_ulid_parts, now_ms, random_bytes, RequestCtx};
+use crate::request::query_param;
+use crate::runtime::{new_ulid_parts, now_ms, random_bytes};
 
 #[derive(Serialize, Deserialize)]
 struct ById {
@@ -66,10 +67,8 @@ async fn write_all(kv: &KvStore, rec: &KeyRecord, hash: &str) -> Handled<()> {
     Ok(())
 }
 
-pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    auth::operator(&req, env, cfg).await?;
-    let body = request::body(&mut req, cfg).await?;
-    let input = keys::parse_create(&body, &cfg.settings)?;
+pub async fn create(cx: &Ctx<'_>) -> Handled {
+    let input = keys::parse_create(&cx.body, &cx.cfg.settings)?;
     let secret =
         random_bytes::<32>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     let key = ids::new_api_key(&secret);
@@ -83,7 +82,7 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
         created_at: now,
         revoked_at: None,
     };
-    let kv = env.kv(bindings::API_KEYS)?;
+    let kv = cx.env.kv(bindings::API_KEYS)?;
     let hash = ids::sha256_hex(&key);
     write_all(&kv, &record, &hash).await?;
     auth::forget(&hash);
@@ -91,15 +90,15 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
         record: &record,
         key: &key,
     };
-    http::json(rc, 201, &created, &[])
+    http::json(cx.rc, 201, &created, &[])
 }
 
 fn bad_cursor() -> Invalid {
     Invalid::field("cursor", "not a cursor this API returned")
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    auth::operator(req, env, cfg).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let req = &cx.req;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let prefix = match query_param(req, "project")? {
         Some(p) if postguard_core::config::is_valid_name(&p) => format!("i:{p}:"),
@@ -108,7 +107,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         }
         None => "a:".to_string(),
     };
-    let kv = env.kv(bindings::API_KEYS)?;
+    let kv = cx.env.kv(bindings::API_KEYS)?;
     let mut q = kv.list().prefix(prefix).limit(u64::from(limit));
     if let Some(c) = query_param(req, "cursor")? {
         if c.is_empty() || c.len() > 1024 || !c.bytes().all(|b| b.is_ascii_graphic()) {
@@ -127,7 +126,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
     } else {
         page.cursor.filter(|c| !c.is_empty())
     };
-    http::json(rc, 200, &Page { data, next_cursor }, &[])
+    http::json(cx.rc, 200, &Page { data, next_cursor }, &[])
 }
 
 async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
@@ -141,19 +140,21 @@ async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
     found.ok_or_else(|| Problem::not_found("API key", id).into())
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    auth::operator(req, env, cfg).await?;
-    let found = by_id(&env.kv(bindings::API_KEYS)?, id).await?;
-    http::json(rc, 200, &found.record, &[])
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let found = by_id(&cx.env.kv(bindings::API_KEYS)?, id).await?;
+    http::json(cx.rc, 200, &found.record, &[])
 }
 
 /// Revokes a key: flags its Durable Object first (effective immediately for
 /// every isolate), then marks the KV records, then pauses (or, with
 /// `webhooks.on_key_revoked: "delete"`, deletes) the subscriptions the key
 /// created; the answer says how many in `X-Postguard-Subscriptions-Paused`
-/// (or `-Deleted`). Revoking twice is a no-op.
-pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    auth::operator(req, env, cfg).await?;
+/// (or `-Deleted`). When it was the project's last live key, the project's
+/// portal sessions end with it, and the subscriptions they created are
+/// paused (or deleted) too: a session has the rights of a key and no more.
+/// Revoking twice is a no-op.
+pub async fn revoke(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg) = (cx.env, cx.cfg);
     let kv = env.kv(bindings::API_KEYS)?;
     let mut found = by_id(&kv, id).await?;
     call::<Revoke>(env, &found.record.id, &RevokeRequest {}, &[]).await?;
@@ -164,13 +165,25 @@ pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     auth::forget(&found.hash);
     let at = found.record.revoked_at.unwrap_or_else(now_ms);
     let mode = cfg.settings.webhooks.on_key_revoked;
-    let n = subscriptions_of_revoked(env, &found.record.id, at, mode).await?;
+    let mut n = subscriptions_of_revoked(env, &found.record.id, at, mode).await?;
+    if !has_live_key(cx, &kv, &found.record).await? {
+        let ended = super::portal::end_project_sessions(env, &found.record.project, at).await?;
+        let owner = postguard_core::portal::subscription_owner(&found.record.project);
+        n += subscriptions_of_revoked(env, &owner, at, mode).await?;
+        if ended > 0 {
+            worker::console_log!(
+                "{} the last live key of a project was revoked: {} portal sessions ended",
+                cx.rc.request_id,
+                ended
+            );
+        }
+    }
     let header = match mode {
         OnKeyRevoked::Pause => "X-Postguard-Subscriptions-Paused",
         OnKeyRevoked::Delete => "X-Postguard-Subscriptions-Deleted",
     };
     Ok(http::respond(
-        rc,
+        cx.rc,
         204,
         &[],
         &[(header, n.to_string())],
@@ -178,8 +191,55 @@ pub async fn revoke(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
     )?)
 }
 
+/// Keys of one project looked at, at most, when deciding whether it has a
+/// live one left (a project with more keys than this is taken to have one).
+const LIVE_KEYS_CHECKED: u64 = 100;
+
+/// Whether `revoked`'s project still has a live API key. The listing (KV,
+/// eventually consistent) names the candidates; each one listed as live is
+/// confirmed by its own object, which holds the authoritative revoked flag,
+/// so a revocation elsewhere a moment ago is not missed.
+async fn has_live_key(cx: &Ctx<'_>, kv: &KvStore, revoked: &KeyRecord) -> Handled<bool> {
+    use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse, AnswerLayout};
+    let listed = kv
+        .list()
+        .prefix(format!("i:{}:", revoked.project))
+        .limit(LIVE_KEYS_CHECKED)
+        .execute()
+        .await?;
+    if !listed.list_complete {
+        return Ok(true);
+    }
+    let candidates = listed
+        .keys
+        .into_iter()
+        .filter_map(|k| {
+            k.metadata
+                .and_then(|m| serde_json::from_value::<KeyRecord>(m).ok())
+        })
+        .filter(|r| r.id != revoked.id && r.revoked_at.is_none());
+    for other in candidates {
+        // A peek (cost 0) writes nothing; the key's own plan keeps its
+        // window's length as it is.
+        let Some(plan) = cx.cfg.settings.plans.get(&other.plan) else {
+            return Ok(true);
+        };
+        let peek = AdmitRequest {
+            cost: 0,
+            quota: plan.quota(),
+            claim: None,
+            v: AnswerLayout::NEWEST,
+        };
+        match call::<Admit>(cx.env, &other.id, &peek, &[]).await? {
+            (AdmitResponse::Revoked, _) => continue,
+            _ => return Ok(true),
+        }
+    }
+    Ok(false)
+}
+
 /// Pauses or deletes the subscriptions key `key_id` created; how many.
-async fn subscriptions_of_revoked(
+pub(super) async fn subscriptions_of_revoked(
     env: &Env,
     key_id: &str,
     at: u64,

@@ -1,16 +1,13 @@
-//! `GET /_postguard/v1/me`: the calling key and its current limit state.
-//! Peeks at the limiter (cost 0, `auth::confirm`): asking does not consume budget.
+//! `GET /_postguard/v1/me`: the calling key and its current limit state, or
+//! the calling portal session's project. Costs nothing: the router's object
+//! call for it is a peek (cost 0), whose verdict this answer repeats.
 
-use postguard_core::config::Config;
-use postguard_core::credential::Credential;
-use postguard_core::rate_limit;
 use serde::Serialize;
-use worker::{Env, Request};
 
-use crate::auth;
+use super::Ctx;
+use crate::auth::Principal;
 use crate::http;
-use crate::reject::Handled;
-use crate::runtime::RequestCtx;
+use crate::reject::{Handled, Reject};
 
 #[derive(Serialize)]
 struct Me<'a> {
@@ -23,21 +20,24 @@ struct Me<'a> {
     window_s: u64,
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    if let Credential::Session(t) = auth::credential(req, cfg) {
-        return super::portal::me(rc, &super::portal::session(&t, cfg, rc)?);
-    }
-    let forbidden = "/me describes an API key; the operator token has none";
-    let (auth::Caller { key, .. }, verdict) =
-        auth::key_holder(req, env, cfg, rc, forbidden).await?;
+pub async fn get(cx: &Ctx<'_>) -> Handled {
+    let (key, verdict) = match (&cx.who, cx.verdict) {
+        (Principal::Session(s), _) => return super::portal::me(cx, s),
+        (Principal::Key(c), Some(v)) => (&c.key.record, v),
+        _ => {
+            return Err(Reject::Internal(worker::Error::RustError(
+                "/me reached without a key's verdict".into(),
+            )))
+        }
+    };
     let me = Me {
-        prefix: &key.record.prefix,
-        project: &key.record.project,
-        plan: &key.record.plan,
+        prefix: &key.prefix,
+        project: &key.project,
+        plan: &key.plan,
         limit: verdict.limit,
         remaining: verdict.remaining,
         reset: verdict.reset_epoch_s,
         window_s: verdict.window_s,
     };
-    http::json(rc, 200, &me, &rate_limit::headers(&verdict))
+    http::json(cx.rc, 200, &me, &[])
 }

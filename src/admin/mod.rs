@@ -1,64 +1,175 @@
-//! The gateway's own endpoints under `/_postguard/v1/`: the operation is
-//! resolved in the core (`postguard_core::routes`), dispatched here.
+//! The gateway's own endpoints under `/_postguard/`: every request passes
+//! the same named phases, in order, before and after its handler:
+//!
+//! 1. **resolve** the operation (`postguard_core::routes`; 404/405);
+//! 2. **authenticate** the credential the route names (`auth::authenticate`;
+//!    401/403) — a handler never checks a credential itself;
+//! 3. **read** the body, bounded (`request::read_bounded`; 413);
+//! 4. **admit**: charge the caller's budget and claim its Idempotency-Key, in
+//!    one call to the caller's object (`claim::admit`; 429, 409, 422, or a
+//!    replay of the stored answer);
+//! 5. **handle** (the handler, given a [`Ctx`]);
+//! 6. **record** the answer under its Idempotency-Key or release the claim,
+//!    and add the rate-limit headers (`claim::record`).
 
 mod audit;
+mod claim;
 mod keys;
 mod me;
 mod openapi;
-pub(crate) mod portal;
+mod portal;
 
 use postguard_core::config::Config;
-use postguard_core::routes::{resolve, Route};
+use postguard_core::proxy::Incoming;
+use postguard_core::routes::{resolve, Route, RouteError};
 use worker::{Env, Request};
 
+use crate::auth::{self, Principal};
+use crate::http;
 use crate::reject::{Handled, Reject};
+use crate::request::{self, Body};
 use crate::runtime::RequestCtx;
 use crate::webhooks::{deliveries, feed, inspectors, ops, publish, subscriptions};
 
-pub async fn route(req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let method = req.inner().method().to_ascii_uppercase();
-    let path = req.path();
-    let route = resolve(&method, &path).map_err(|e| {
-        let rejected = Reject::from(e.problem(&method, &path));
-        // The dashboard's files are static assets served before the worker
-        // runs; a path under it that reaches the worker names no file.
-        if path.starts_with(DASHBOARD) {
-            rejected.with(&dashboard_headers())
-        } else {
-            rejected
-        }
-    })?;
+/// What a handler of a gateway operation is given: the request, its caller
+/// as the router authenticated it, its body (read under the limit) and the
+/// runtime's handles.
+pub struct Ctx<'a> {
+    pub req: Request,
+    pub env: &'a Env,
+    pub cfg: &'a Config,
+    pub rc: &'a RequestCtx,
+    pub who: Principal,
+    pub body: Vec<u8>,
+    /// What the caller's budget said when the router charged it (a key's or
+    /// a session's; `None` for a caller without one).
+    pub verdict: Option<postguard_core::rate_limit::Verdict>,
+}
+
+impl Ctx<'_> {
+    /// The caller's project: that of the key or session of an
+    /// `Access::Project` operation (the router let no other caller in).
+    pub fn project(&self) -> Handled<&str> {
+        self.who.project().ok_or_else(|| {
+            Reject::Internal(worker::Error::RustError(
+                "a project operation reached its handler without a project".into(),
+            ))
+        })
+    }
+}
+
+/// The phases of one gateway request (see the module's documentation).
+/// `path` is the canonical path (`routes::canonical`).
+pub async fn route(
+    client: http::Client,
+    path: &str,
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Handled {
+    let method = client.method.to_ascii_uppercase();
+    // 1. Resolve.
+    let route = resolve(&method, path).map_err(|e| not_routed(&e, &method, path))?;
+    // 2. Authenticate.
+    let who =
+        auth::authenticate(route.access(), client.header("Authorization"), env, cfg, rc).await?;
+    // 3. Read.
+    let (incoming, req) = read(client, method, path, &route, cfg).await?;
+    // 4. Admit.
+    let pass = match claim::admit(&route, &who, &incoming, env, cfg, rc).await? {
+        claim::Admitted::Answered(replayed) => return Ok(replayed),
+        claim::Admitted::Run(pass) => pass,
+    };
+    let cx = Ctx {
+        req,
+        env,
+        cfg,
+        rc,
+        who,
+        body: incoming.body,
+        verdict: pass.verdict,
+    };
+    // 5. Handle.
+    let outcome = dispatch(route, &cx).await;
+    // 6. Record.
+    claim::record(pass, &cx, outcome).await
+}
+
+/// The request as the admission reads it (its body read under the limit when
+/// the operation takes one), and the `worker::Request` handlers query.
+async fn read(
+    client: http::Client,
+    method: String,
+    path: &str,
+    route: &Route,
+    cfg: &Config,
+) -> Handled<(Incoming, Request)> {
+    let max = cfg.settings.max_body_bytes;
+    let (body, oversized) = match route.has_body() {
+        true => match request::read_bounded(&client.raw, client.content_length(), max).await? {
+            Body::Read(b) => (b, false),
+            Body::TooLarge => (Vec::new(), true),
+        },
+        false => (Vec::new(), false),
+    };
+    let incoming = Incoming {
+        method,
+        path: path.to_string(),
+        path_and_query: client.path_and_query(),
+        headers: client.headers.clone(),
+        body,
+        oversized,
+    };
+    Ok((incoming, client.into_worker()))
+}
+
+async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
     match route {
-        Route::KeysCreate => keys::create(req, env, cfg, rc).await,
-        Route::KeysList => keys::list(&req, env, cfg, rc).await,
-        Route::KeyGet { id } => keys::get(&req, env, cfg, rc, &id).await,
-        Route::KeyRevoke { id } => keys::revoke(&req, env, cfg, rc, &id).await,
-        Route::WebhooksCreate => subscriptions::create(req, env, cfg, rc).await,
-        Route::WebhooksList => subscriptions::list(&req, env, cfg, rc).await,
-        Route::WebhookGet { id } => subscriptions::get(&req, env, cfg, rc, &id).await,
-        Route::WebhookDelete { id } => subscriptions::delete(&req, env, cfg, rc, &id).await,
-        Route::WebhookRotateSecret { id } => subscriptions::rotate(&req, env, cfg, rc, &id).await,
-        Route::WebhookPatch { id } => subscriptions::patch(req, env, cfg, rc, &id).await,
-        Route::WebhookPause { id } => subscriptions::pause(&req, env, cfg, rc, &id).await,
-        Route::WebhookResume { id } => subscriptions::resume(&req, env, cfg, rc, &id).await,
-        Route::WebhookTest { id } => ops::test(&req, env, cfg, rc, &id).await,
-        Route::WebhookRecover { id } => ops::recover(req, env, cfg, rc, &id).await,
-        Route::TaskGet { id } => ops::get_task(&req, env, cfg, rc, &id).await,
-        Route::EventsPublish => publish::publish(req, env, cfg, rc).await,
-        Route::EventsFeed => feed::list(&req, env, cfg, rc).await,
-        Route::InspectorsCreate => inspectors::create(&req, env, cfg, rc).await,
-        Route::InspectorRequests { id } => inspectors::requests(&req, env, cfg, rc, &id).await,
-        Route::InspectCapture { token } => inspectors::capture(req, env, cfg, rc, &token).await,
-        Route::DeliveriesList => Ok(deliveries::list(&req, env, cfg, rc).await?),
-        Route::DeliveryGet { id } => Ok(deliveries::get(&req, env, cfg, rc, &id).await?),
-        Route::DeliveryRetry { id } => Ok(deliveries::retry(&req, env, cfg, rc, &id).await?),
-        Route::DeliveryRedirect { id } => Ok(deliveries::redirect(req, env, cfg, rc, &id).await?),
-        Route::AuditList => audit::list(&req, env, cfg, rc).await,
-        Route::Stats => audit::stats(&req, env, cfg, rc).await,
-        Route::Me => me::get(&req, env, cfg, rc).await,
-        Route::PortalLinksCreate => portal::create_link(req, env, cfg, rc).await,
-        Route::PortalSessionsCreate => portal::create_session(req, env, cfg, rc).await,
-        Route::OpenApiDocument => openapi::get(env, rc).await,
+        Route::KeysCreate => keys::create(cx).await,
+        Route::KeysList => keys::list(cx).await,
+        Route::KeyGet { id } => keys::get(cx, &id).await,
+        Route::KeyRevoke { id } => keys::revoke(cx, &id).await,
+        Route::WebhooksCreate => subscriptions::create(cx).await,
+        Route::WebhooksList => subscriptions::list(cx).await,
+        Route::WebhookGet { id } => subscriptions::get(cx, &id).await,
+        Route::WebhookDelete { id } => subscriptions::delete(cx, &id).await,
+        Route::WebhookRotateSecret { id } => subscriptions::rotate(cx, &id).await,
+        Route::WebhookPatch { id } => subscriptions::patch(cx, &id).await,
+        Route::WebhookPause { id } => subscriptions::pause(cx, &id).await,
+        Route::WebhookResume { id } => subscriptions::resume(cx, &id).await,
+        Route::WebhookTest { id } => ops::test(cx, &id).await,
+        Route::WebhookRecover { id } => ops::recover(cx, &id).await,
+        Route::TaskGet { id } => ops::get_task(cx, &id).await,
+        Route::EventsPublish => publish::publish(cx).await,
+        Route::EventsFeed => feed::list(cx).await,
+        Route::InspectorsCreate => inspectors::create(cx).await,
+        Route::InspectorRequests { id } => inspectors::requests(cx, &id).await,
+        Route::InspectCapture { token } => inspectors::capture(cx, &token).await,
+        Route::DeliveriesList => Ok(deliveries::list(cx).await?),
+        Route::DeliveryGet { id } => Ok(deliveries::get(cx, &id).await?),
+        Route::DeliveryRetry { id } => Ok(deliveries::retry(cx, &id).await?),
+        Route::DeliveryRedirect { id } => Ok(deliveries::redirect(cx, &id).await?),
+        Route::AuditList => audit::list(cx).await,
+        Route::Stats => audit::stats(cx).await,
+        Route::Me => me::get(cx).await,
+        Route::PortalLinksCreate => portal::create_link(cx).await,
+        Route::PortalSessionsCreate => portal::create_session(cx).await,
+        Route::PortalSessionsList => portal::list_sessions(cx).await,
+        Route::PortalSessionsEnd => portal::end_sessions(cx).await,
+        Route::PortalSessionEnd { id } => portal::end_session(cx, &id).await,
+        Route::OpenApiDocument => openapi::get(cx).await,
+    }
+}
+
+/// A path under the prefix that names no operation (or another method).
+fn not_routed(e: &RouteError, method: &str, path: &str) -> Reject {
+    let rejected = Reject::from(e.problem(method, path));
+    // The dashboard's files are static assets served before the worker
+    // runs; a path under it that reaches the worker names no file.
+    if path.starts_with(DASHBOARD) {
+        rejected.with(&dashboard_headers())
+    } else {
+        rejected
     }
 }
 

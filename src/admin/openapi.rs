@@ -7,20 +7,19 @@
 //! Unauthenticated: it describes the API and holds no secret (ADR 0011).
 
 use worker::wasm_bindgen::JsValue;
-use worker::Env;
 
+use super::Ctx;
 use crate::bindings;
 use crate::http;
 use crate::reject::{Handled, Reject};
-use crate::runtime::RequestCtx;
 
 /// Where the build puts the document in the assets; `wrangler.toml`'s
 /// `run_worker_first` sends this same public path to the worker, so the
 /// assets layer never answers it on its own.
 const ASSET_URL: &str = "https://assets.invalid/_postguard/v1/openapi.json";
 
-pub async fn get(env: &Env, rc: &RequestCtx) -> Handled {
-    let assets: JsValue = env.assets(bindings::ASSETS)?.into_rpc();
+pub async fn get(cx: &Ctx<'_>) -> Handled {
+    let assets: JsValue = cx.env.assets(bindings::ASSETS)?.into_rpc();
     let resp = http::raw_fetch(&assets, ASSET_URL, &http::request_init("GET", &[])).await?;
     if resp.status() != 200 {
         // A deployment without the file (scripts/build.sh writes it): the
@@ -36,5 +35,5 @@ pub async fn get(env: &Env, rc: &RequestCtx) -> Handled {
         // Changes only with a deployment; a short public cache is safe.
         ("Cache-Control", "public, max-age=300".to_string()),
     ];
-    Ok(http::respond(rc, 200, &[], &headers, Some(document))?)
+    Ok(http::respond(cx.rc, 200, &[], &headers, Some(document))?)
 }

@@ -1,12 +1,12 @@
 //! The delivery log (`/_postguard/v1/deliveries`): list with filters and
 //! cursor (newest first across the project's shards and the legacy rows),
-//! one delivery with every attempt, manual retry and redirect (ADR 0031).
+//! one delivery with every attempt, manual retry and redirect (ADR 0032).
 
 use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::delivery::Status;
-use postguard_core::webhooks::ops::check_redirect_url;
+use postguard_core::webhooks::ops::check_target_url;
 use postguard_core::webhooks::records::{
     AttemptRecord, DeliveryQuery, DeliveryRecord, Detail, Manual,
 };
@@ -15,12 +15,14 @@ use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::{Env, Request};
 
+use crate::admin::Ctx;
+
 use super::shards::{self, ops};
 use super::{policy, Job};
 use crate::durable::webhook_shard::ManualReq;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
-use crate::{auth, bindings, http};
+use crate::{bindings, http};
 
 /// A delivery as the log shows it.
 #[derive(Serialize)]
@@ -145,10 +147,11 @@ fn parse_query(req: &Request) -> Handled<(DeliveryQuery, u32)> {
     Ok((q, limit))
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let (q, limit) = parse_query(req)?;
-    let mut rows = shards::page_deliveries(env, &project, &q, limit + 1).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let (q, limit) = parse_query(&cx.req)?;
+    let mut rows = shards::page_deliveries(env, project, &q, limit + 1).await?;
     let next_cursor = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|d| encode_cursor(d.created_at, &d.id))
@@ -172,9 +175,10 @@ async fn load(env: &Env, cfg: &Config, project: &str, id: &str) -> Handled<(Shar
         .ok_or_else(|| Problem::not_found("delivery", id).into())
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let (_, detail) = load(env, cfg, &project, id).await?;
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let (_, detail) = load(env, cfg, project, id).await?;
     let request_id = detail.event.as_ref().and_then(|e| e.request_id.clone());
     let payload = detail
         .event
@@ -238,9 +242,10 @@ async fn queue_manual(
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.
-pub async fn retry(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let (shard, detail) = load(env, cfg, &project, id).await?;
+pub async fn retry(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let (shard, detail) = load(env, cfg, project, id).await?;
     queue_manual(env, cfg, rc, &shard, &detail.delivery.id, None).await
 }
 
@@ -252,22 +257,16 @@ struct RedirectBody {
 
 /// `POST /{id}/redirect {url}`: send the event once to another URL (signed,
 /// same webhook-id); the delivery's receiver and status stay as they are.
-pub async fn redirect(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let url = match serde_json::from_slice::<RedirectBody>(&body) {
-        Ok(b) => {
-            let origin = super::inspectors::own_origin(&req)?;
-            check_redirect_url(&b.url, &origin, &policy(cfg))?
-        }
+pub async fn redirect(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    // The URL rules, with the configured public URL's capture URLs exempt
+    // (never the origin a request's `Host` claims); the consumer checks again
+    // right before it sends.
+    let url = match serde_json::from_slice::<RedirectBody>(&cx.body) {
+        Ok(b) => check_target_url(&b.url, cfg.settings.public_origin(), &policy(cfg))?,
         Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),
     };
-    let (shard, detail) = load(env, cfg, &project, id).await?;
+    let (shard, detail) = load(env, cfg, project, id).await?;
     queue_manual(env, cfg, rc, &shard, &detail.delivery.id, Some(url)).await
 }

@@ -1,21 +1,18 @@
 //! `GET /_postguard/v1/events` (API key, own project): the events as
 //! published, with their delivery summary, for reconciliation and for local
 //! development without a public URL, paged across the project's shards and
-//! the legacy rows (ADR 0031). Retention as deliveries.
+//! the legacy rows (ADR 0032). Retention as deliveries.
 
-use postguard_core::config::Config;
+use super::shards;
+use crate::admin::Ctx;
+use crate::http;
+use crate::reject::Handled;
+use crate::request::query_pairs;
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::webhooks::ops::{self, Order};
 use postguard_core::webhooks::records::{EventQuery, FeedRow};
 use serde::Serialize;
 use serde_json::Value;
-use worker::{Env, Request};
-
-use super::shards;
-use crate::reject::Handled;
-use crate::request::query_pairs;
-use crate::runtime::RequestCtx;
-use crate::{auth, http};
 
 #[derive(Serialize)]
 struct Summary {
@@ -65,9 +62,10 @@ impl From<FeedRow> for FeedEvent {
     }
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let q = ops::parse_feed(&query_pairs(req)?)?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let q = ops::parse_feed(&query_pairs(&cx.req)?)?;
     let query = EventQuery {
         since: q.since,
         until: q.until,
@@ -75,7 +73,7 @@ pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Ha
         desc: q.order == Order::Desc,
         after: q.cursor.clone(),
     };
-    let rows = shards::page_events(env, &project, &query, q.limit + 1).await?;
+    let rows = shards::page_events(env, project, &query, q.limit + 1).await?;
     let events: Vec<FeedEvent> = rows.into_iter().map(FeedEvent::from).collect();
     let page = Page::of(events, q.limit, |e| encode_cursor(e.created_at, &e.id));
     http::json(rc, 200, &page, &[])

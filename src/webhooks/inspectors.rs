@@ -4,24 +4,28 @@
 //! /inspectors/{id}/requests` lists the captures, each with whether its
 //! `webhook-signature` verifies under one of the project's subscription
 //! secrets. `redirect` accepts the capture URL.
+//!
+//! A capture URL takes requests from anyone who holds it, so what it costs is
+//! bounded by a budget of its own (`webhooks::capture`: captures and bytes
+//! per minute and per day, over it 429 to the sender) and never charged to
+//! the project: a sender cannot spend the project's publish quota. A
+//! sender's `Authorization`, `Cookie` and `Proxy-Authorization` are stored as
+//! `[redacted]`.
 
-use postguard_core::config::Config;
+use postguard_core::webhooks::capture;
 use postguard_core::webhooks::ops::{INSPECTOR_MAX_BODY, INSPECTOR_TTL_MS};
 use postguard_core::webhooks::{capacity, signature};
 use postguard_core::{ErrorCode, Problem};
 use serde::Serialize;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::directory::inspectors as rows;
 use super::new_id;
-use crate::reject::Handled;
-use crate::runtime::{now_ms, random_bytes, RequestCtx};
-use crate::{auth, http};
-
-/// The gateway's own origin (scheme://host[:port]) as the caller sees it.
-pub fn own_origin(req: &Request) -> Result<String> {
-    Ok(req.url()?.origin().ascii_serialization())
-}
+use crate::admin::Ctx;
+use crate::http;
+use crate::ip_limit;
+use crate::reject::{Handled, Reject};
+use crate::runtime::{now_ms, random_bytes};
 
 #[derive(Serialize)]
 struct Created {
@@ -30,19 +34,26 @@ struct Created {
     expires_at: u64,
 }
 
-/// `POST /inspectors` → 201 `{id, url, expires_at}`.
-pub async fn create(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+/// `POST /inspectors` → 201 `{id, url, expires_at}`. The URL is on the
+/// configured `public_url` (relative without one), never on the host a
+/// request named.
+pub async fn create(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
     let bytes =
         random_bytes::<24>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let id = new_id("insp_");
     let now = now_ms();
     let expires_at = now + INSPECTOR_TTL_MS;
-    // Inspectors and their captures count against the project's daily bytes (ADR 0017).
-    super::usage::admit(env, cfg, &project, super::usage::Storing::Bytes).await?;
-    rows::insert(env, &id, &project, &token, expires_at, now).await?;
-    let url = format!("{}/_postguard/inspect/{token}", own_origin(req)?);
+    // Creating an inspector (the project's own act) counts against its daily
+    // bytes (ADR 0017); what senders post to it does not.
+    super::usage::admit(env, cfg, project, super::usage::Storing::Bytes).await?;
+    rows::insert(env, &id, project, &token, expires_at, now).await?;
+    let url = format!(
+        "{}/_postguard/inspect/{token}",
+        cfg.settings.public_origin()
+    );
     http::json(
         rc,
         201,
@@ -83,41 +94,75 @@ async fn verify(
 }
 
 /// `POST /_postguard/inspect/<token>`: records the request (bounded), 200.
-/// An unknown or expired token is 404.
-pub async fn capture(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    token: &str,
-) -> Handled {
-    let inspector = rows::by_token(env, token, now_ms()).await?.ok_or_else(|| {
-        Problem::new(
+/// An unknown or expired token is 404 (and counts against the sender's
+/// address, as a wrong credential does); over the inspector's budget, 429.
+pub async fn capture(cx: &Ctx<'_>, token: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let Some(inspector) = rows::by_token(env, token, now_ms()).await? else {
+        ip_limit::charge(env, cfg, rc).await?;
+        return Err(Problem::new(
             ErrorCode::NotFound,
             "no inspector at this URL (unknown or expired)",
         )
-    })?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let signature_valid = verify(env, &inspector.project, req.headers(), &body).await?;
+        .into());
+    };
+    let req = &cx.req;
+    let body = &cx.body;
     let headers: serde_json::Map<String, serde_json::Value> = req
         .headers()
         .entries()
-        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .map(|(k, v)| {
+            let stored = capture::stored_value(&k, &v).to_string();
+            (k, serde_json::Value::String(stored))
+        })
         .collect();
     let kept = &body[..body.len().min(INSPECTOR_MAX_BODY)];
-    super::usage::admit(env, cfg, &inspector.project, super::usage::Storing::Bytes).await?;
     let headers = serde_json::to_string(&headers)?;
     let kept = String::from_utf8_lossy(kept);
-    let charged = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
+    let size = capacity::capture_bytes(headers.len() as u64, kept.len() as u64);
+    charge_capture(env, cfg, &inspector, size).await?;
+    let signature_valid = verify(env, &inspector.project, req.headers(), body).await?;
     let method = req.inner().method();
-    let capture = rows::Capture {
+    let captured = rows::Capture {
         method: &method,
         headers: &headers,
         body: &kept,
         signature_valid,
     };
-    rows::capture(env, &inspector, &capture, charged, now_ms()).await?;
+    rows::capture(env, &inspector, &captured, now_ms()).await?;
     http::json(rc, 200, &serde_json::json!({ "captured": true }), &[])
+}
+
+/// Charges one capture of `size` bytes to the inspector's own budget
+/// (compare-and-set on the usage read with the inspector: a capture racing
+/// another is refused with `Retry-After: 1` rather than counted twice).
+async fn charge_capture(
+    env: &Env,
+    cfg: &postguard_core::config::Config,
+    inspector: &rows::Inspector,
+    size: u64,
+) -> Handled<()> {
+    let used = inspector.usage();
+    let next = capture::charge(used, size, &cfg.settings.webhooks, now_ms()).map_err(|over| {
+        let window = if over.per_minute { "minute" } else { "day" };
+        Reject::from(
+            Problem::new(
+                ErrorCode::RateLimitExceeded,
+                format!("this capture URL has taken all it accepts this {window}; retry later"),
+            )
+            .with_retry_after(over.retry_after_s),
+        )
+    })?;
+    let held = rows::charge_budget(env, inspector, &next).await?;
+    match held {
+        false => Err(Problem::new(
+            ErrorCode::RateLimitExceeded,
+            "this capture URL is taking another request; retry",
+        )
+        .with_retry_after(1)
+        .into()),
+        true => Ok(()),
+    }
 }
 
 #[derive(Serialize)]
@@ -130,15 +175,10 @@ struct Captured {
 }
 
 /// `GET /inspectors/{id}/requests` → `{data: [...]}`, oldest first (own project only).
-pub async fn requests(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    rows::of_project(env, id, &project)
+pub async fn requests(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    rows::of_project(env, id, project)
         .await?
         .ok_or_else(|| Problem::not_found("inspector", id))?;
     let data: Vec<Captured> = rows::captures(env, id)

@@ -7,7 +7,7 @@ use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
-use worker::{Env, MessageExt, Request, Result};
+use worker::{Env, MessageExt, Result};
 
 use postguard_core::webhooks::records::{RecoverStep, Recovered};
 use postguard_core::webhooks::shard::ShardKey;
@@ -20,10 +20,11 @@ use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
 use super::{new_id, Job, Msg, TaskStep};
+use crate::admin::Ctx;
 use crate::durable::webhook_shard::{CountReq, RecoverReq};
 use crate::reject::Handled;
-use crate::runtime::{now_ms, RequestCtx};
-use crate::{auth, bindings, http};
+use crate::runtime::now_ms;
+use crate::{bindings, http};
 
 #[derive(Serialize)]
 struct Ping {
@@ -36,9 +37,10 @@ struct Ping {
 /// `POST /webhooks/{id}/test`: one signed `postguard.ping` to the
 /// subscription's URL now, whatever its state; answers with the outcome.
 /// Not a delivery: nothing is recorded or retried.
-pub async fn test(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let sub = directory::subscriptions::secrets(env, &project, id)
+pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let sub = directory::subscriptions::secrets(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     let started = now_ms();
@@ -94,17 +96,11 @@ async fn shards_in(env: &Env, project: &str, since: u64, until: u64) -> Result<V
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
-pub async fn recover(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let r = ops::parse_recover(&body)?;
-    super::subscriptions::load(env, &project, id)
+pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let r = ops::parse_recover(&cx.body)?;
+    super::subscriptions::load(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     let until = r.until.unwrap_or(ops::MAX_TIME_MS);
@@ -120,7 +116,7 @@ pub async fn recover(
         }
     }
     let mut total = 0u64;
-    for key in shards_in(env, &project, r.since, until).await? {
+    for key in shards_in(env, project, r.since, until).await? {
         let req = CountReq {
             subscription_id: id.to_string(),
             since: r.since,
@@ -130,11 +126,16 @@ pub async fn recover(
         total += n;
     }
     let total = u32::try_from(total).unwrap_or(u32::MAX);
+    // Nothing in the range: the task is done as it is created (no queue step).
+    let state = match total {
+        0 => TaskState::Done,
+        _ => TaskState::Queued,
+    };
     // The task as queued (its `id` is what `GET /tasks/{id}` takes).
     let task = Task {
         id: new_id("task_"),
         kind: "recover".to_string(),
-        state: TaskState::Queued,
+        state,
         subscription_id: id.to_string(),
         total,
         done: 0,
@@ -142,25 +143,37 @@ pub async fn recover(
         created_at: now,
         updated_at: now,
     };
-    tasks::insert_recover(env, &task, &project, r.since, until).await?;
-    env.queue(bindings::DELIVERIES)?
-        .send(TaskStep {
+    // One task per subscription at a time. A task whose steps stopped moving
+    // for `TASK_STALE_MS` (its queue message lost) no longer holds the place.
+    let stale = now.saturating_sub(TASK_STALE_MS);
+    if !tasks::insert_recover(env, &task, project, r.since, until, stale).await? {
+        // It finished in between: the client may retry at once.
+        let running = tasks::running(env, id).await?.unwrap_or_default();
+        return Err(Problem::task_in_progress(&running)
+            .with_retry_after(1)
+            .into());
+    }
+    if state == TaskState::Queued {
+        let step = TaskStep {
             task_id: task.id.clone(),
-        })
-        .await?;
+        };
+        if let Err(e) = env.queue(bindings::DELIVERIES)?.send(step).await {
+            // Not left `queued` with no step to run it.
+            fail(env, &task.id).await?;
+            return Err(e.into());
+        }
+    }
     http::json(rc, 202, &task, &[])
 }
 
+/// A task that has not moved for this long is no longer running (ms).
+const TASK_STALE_MS: u64 = 10 * 60_000;
+
 /// `GET /tasks/{id}` (own project only).
-pub async fn get_task(
-    req: &Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let task = tasks::get(env, &project, id)
+pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let task = tasks::get(env, project, id)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;
     http::json(rc, 200, &task, &[])

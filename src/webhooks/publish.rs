@@ -1,7 +1,7 @@
 //! `POST /_postguard/v1/events` (origin, `ORIGIN_TOKEN`): the event, its
 //! deliveries and their outbox state are written in one transaction of the
 //! project's current shard, the first attempts are handed to the queue, and
-//! only then the answer is 202 (ADR 0031). The request joins the publishes
+//! only then the answer is 202 (ADR 0032). The request joins the publishes
 //! running beside it in this isolate (`super::group`, ADR 0024), which store
 //! through the one write path (`super::write`).
 //!
@@ -12,16 +12,15 @@
 //! by the consumer: a scheduled job runs only while it matches the
 //! delivery's `next_attempt_at`, once.
 
-use postguard_core::config::Config;
 use postguard_core::webhooks::records::FirstJob;
 use postguard_core::webhooks::{events, fanout};
 use serde::Serialize;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::group::{self, Outcome};
 use super::shards::{self, ops};
 use super::{directory, new_id, write};
-use crate::auth;
+use crate::admin::Ctx;
 use crate::durable::webhook_shard::BeforeReq;
 use crate::http;
 use crate::reject::{Handled, Reject};
@@ -32,10 +31,10 @@ struct Accepted<'a> {
     id: &'a str,
 }
 
-pub async fn publish(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    auth::origin(&req, env, cfg).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let input = events::parse_publish(&body)?;
+pub async fn publish(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let body = &cx.body;
+    let input = events::parse_publish(body)?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
     let ev = group::NewEvent {

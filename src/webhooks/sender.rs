@@ -3,9 +3,9 @@
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::events::excerpt;
-use postguard_core::webhooks::fanout;
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::signature;
+use postguard_core::webhooks::{fanout, ops};
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Result};
 
@@ -78,6 +78,16 @@ pub async fn sign_and_send(
     request_id: &str,
     now: u64,
 ) -> Result<(AttemptResult, Option<String>, Option<String>)> {
+    // The URL rules once more, right before the request goes out: whatever
+    // accepted the URL earlier (a subscription, a redirect), the rules of the
+    // configuration now — with only the configured public URL's capture URLs
+    // exempt — decide. A refused URL is not sent: a failed attempt, on the
+    // schedule like a network error.
+    let policy = super::policy(cfg);
+    if let Err(why) = ops::check_target_url(url, cfg.settings.public_origin(), &policy) {
+        let error = format!("not sent: the URL rules refuse it ({})", &*why);
+        return Ok((AttemptResult::NetworkError, Some(error), None));
+    }
     let timestamp = now / 1000;
     let mut secrets: Vec<&str> = t.secrets.secret.into_iter().collect();
     if let (Some(prev), Some(until)) = (t.secrets.previous, t.secrets.previous_until) {

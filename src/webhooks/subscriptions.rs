@@ -3,21 +3,22 @@
 //! lifecycle: PATCH (the secret is kept), pause and resume. The rows are D1's
 //! (`super::directory::subscriptions`).
 
-use postguard_core::config::Config;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
+use postguard_core::portal;
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
 use postguard_core::{Invalid, Problem};
 use serde::Serialize;
-use worker::{Env, Request, Result};
+use worker::{Env, Result};
 
 use super::directory::subscriptions as rows;
 use super::{new_id, policy};
-use crate::auth;
+use crate::admin::Ctx;
+use crate::auth::Principal;
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_param;
-use crate::runtime::{now_ms, random_bytes, RequestCtx};
+use crate::runtime::{now_ms, random_bytes};
 
 #[derive(Serialize)]
 pub struct Subscription {
@@ -64,10 +65,16 @@ fn new_secret() -> Result<String> {
 /// Creates a subscription owned by the calling key, within the project's
 /// `webhooks.max_subscriptions_per_project` (checked in the INSERT itself,
 /// so concurrent creates cannot pass the cap together).
-pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let (project, key_id) = auth::project_and_key(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let (input, rate) = ops::parse_create(&body, &policy(cfg))?;
+pub async fn create(cx: &Ctx<'_>) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    // Its owner: the calling key, or for a portal session the project itself
+    // (ending the project's sessions, or revoking its last key, pauses it).
+    let owner = match &cx.who {
+        Principal::Key(c) => c.key.record.id.clone(),
+        _ => portal::subscription_owner(project),
+    };
+    let (input, rate) = ops::parse_create(&cx.body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
@@ -75,13 +82,13 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
     let cap = cfg.settings.webhooks.max_subscriptions_per_project;
     let new = rows::New {
         id: &id,
-        project: &project,
+        project,
         url: &input.url,
         events: &events_json,
         description: input.description.as_deref(),
         secret: &secret,
         created_at: now,
-        key_id: key_id.as_deref(),
+        owner: &owner,
         rate_limit_per_s: rate,
     };
     if !rows::insert(env, &new, cap).await? {
@@ -105,14 +112,15 @@ pub async fn create(mut req: Request, env: &Env, cfg: &Config, rc: &RequestCtx) 
     http::json(rc, 201, &sub, &[])
 }
 
-pub async fn list(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (req, env, rc) = (&cx.req, cx.env, cx.rc);
+    let project = cx.project()?;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let cursor = match query_param(req, "cursor")? {
         Some(c) => Some(decode_cursor(&c)?),
         None => None,
     };
-    let found = rows::list(env, &project, cursor, limit + 1).await?;
+    let found = rows::list(env, project, cursor, limit + 1).await?;
     let subs: Vec<Subscription> = found.into_iter().map(Subscription::from).collect();
     let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
     http::json(rc, 200, &page, &[])
@@ -126,17 +134,17 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscript
     Ok(rows::load(env, project, id).await?.map(Subscription::from))
 }
 
-pub async fn get(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
-pub async fn delete(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    if !rows::delete(env, &project, id).await? {
+pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    if !rows::delete(env, project, id).await? {
         return Err(not_found(id).into());
     }
     http::no_content(rc)
@@ -147,11 +155,12 @@ struct Rotated {
     secret: String,
 }
 
-pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
+pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
     let secret = new_secret()?;
     let until = now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000;
-    if !rows::rotate(env, &project, id, &secret, until).await? {
+    if !rows::rotate(env, project, id, &secret, until).await? {
         return Err(not_found(id).into());
     }
     http::json(rc, 200, &Rotated { secret }, &[])
@@ -159,54 +168,39 @@ pub async fn rotate(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id:
 
 /// `PATCH /webhooks/{id}` `{url?, events?, description?, rate_limit_per_s?}`:
 /// the same rules as create on the merged result; the secret is kept.
-pub async fn patch(
-    mut req: Request,
-    env: &Env,
-    cfg: &Config,
-    rc: &RequestCtx,
-    id: &str,
-) -> Handled {
-    let project = auth::project(&req, env, cfg, rc).await?;
-    let body = crate::request::body(&mut req, cfg).await?;
-    let current = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    let p = ops::parse_patch(&body, &current.url, &current.events, &policy(cfg))?;
-    rows::patch(env, &project, id, &p).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    let body = &cx.body;
+    let current = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
+    let p = ops::parse_patch(body, &current.url, &current.events, &policy(cfg))?;
+    rows::patch(env, project, id, &p).await?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
 /// `POST /webhooks/{id}/pause`: new events still create deliveries, held as
 /// `paused`; scheduled attempts already queued hold theirs when they run.
-pub async fn pause(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    rows::set_state(env, &project, id, SubState::Paused, None).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    load(env, project, id).await?.ok_or_else(|| not_found(id))?;
+    rows::set_state(env, project, id, SubState::Paused, None).await?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
 
 /// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
 /// every held delivery back on its schedule, due now, queued in creation
 /// order (ADR 0014).
-pub async fn resume(req: &Request, env: &Env, cfg: &Config, rc: &RequestCtx, id: &str) -> Handled {
-    let project = auth::project(req, env, cfg, rc).await?;
-    load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+pub async fn resume(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
+    let project = cx.project()?;
+    load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     // First active (a hold written after this fails its compare-and-set and
     // sends instead), then release what was held before.
-    rows::set_state(env, &project, id, SubState::Active, None).await?;
-    super::write::release_held(env, cfg, &project, id).await?;
-    let sub = load(env, &project, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    rows::set_state(env, project, id, SubState::Active, None).await?;
+    super::write::release_held(env, cfg, project, id).await?;
+    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }

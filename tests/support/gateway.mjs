@@ -179,6 +179,35 @@ export async function applyD1Migrations(mf, toml, root = process.env.POSTGUARD_R
   }
 }
 
+/** A TCP port free on 127.0.0.1 right now (the gateway's, known before it starts). */
+export async function freePort() {
+  const srv = net.createServer();
+  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+/**
+ * What a test deployment is configured with unless the test says otherwise: `public_url`
+ * is the gateway's own address (as an operator sets it to the deployment's URL), and the
+ * limit on requests without a valid credential is out of the way of tests that are about
+ * something else (tests/security-round3.test.mjs sets its own). A POSTGUARD_CONFIG that is
+ * not a JSON object (a config test's bad value) is left exactly as given.
+ */
+function withHarnessDefaults(config, publicUrl) {
+  let parsed;
+  try {
+    parsed = JSON.parse(config ?? '{}');
+  } catch {
+    return config;
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return config;
+  parsed.public_url ??= publicUrl;
+  parsed.limits ??= { unauthenticated_per_minute: 1000000 };
+  return JSON.stringify(parsed);
+}
+
 export async function startGateway({
   vars = {},
   secrets = { ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET: TEST_SIGNING_SECRET },
@@ -188,12 +217,18 @@ export async function startGateway({
   verbose = !!process.env.POSTGUARD_TEST_VERBOSE,
   inspectorPort,
   patchOptions,
+  harnessDefaults = true,
 } = {}) {
   const toml = loadWranglerToml();
   const { modules, modulesRoot } = buildModules(toml);
   const v = { ...vars };
   if (originUrl !== undefined) v.ORIGIN_URL = originUrl;
+  const port = await freePort();
+  if (harnessDefaults) {
+    v.POSTGUARD_CONFIG = withHarnessDefaults(v.POSTGUARD_CONFIG ?? toml.vars?.POSTGUARD_CONFIG, `http://127.0.0.1:${port}`);
+  }
   const v4 = miniflareOptionsFromToml(toml, { vars: v, secrets, persistDir, modules, modulesRoot });
+  v4.port = port;
   v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
   if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
   patchOptions?.(v4); // benchmarks vary one setting, e.g. the queue consumer's batch size

@@ -183,6 +183,11 @@ pub struct RateLimitConfig {
     pub audit_cost: u32,
     /// What one `GET /_postguard/v1/stats` by an API key costs in its budget.
     pub stats_cost: u32,
+    /// What one `POST /webhooks/{id}/test` (a signed ping sent at once) costs.
+    pub test_cost: u32,
+    /// What one `POST /webhooks/{id}/recover` (a task re-sending a range of
+    /// deliveries) costs.
+    pub recover_cost: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -191,6 +196,35 @@ impl Default for RateLimitConfig {
             costs: Vec::new(),
             audit_cost: 1,
             stats_cost: 1,
+            test_cost: 1,
+            recover_cost: 5,
+        }
+    }
+}
+
+/// Limits on requests that carry no valid credential (CONTRACT §13).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Requests per client IP and minute that carry no valid credential —
+    /// 401s, CORS preflights, unknown capture URLs — before 429.
+    pub unauthenticated_per_minute: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            unauthenticated_per_minute: 120,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The per-IP limiter's quota.
+    pub fn unauthenticated_quota(&self) -> crate::rate_limit::Quota {
+        crate::rate_limit::Quota {
+            limit: self.unauthenticated_per_minute,
+            window_ms: 60_000,
         }
     }
 }
@@ -288,13 +322,20 @@ pub struct WebhooksConfig {
     pub manual_attempts_per_delivery: u32,
     /// D1's size (bytes) at which publishing is refused with 503
     /// `STORAGE_FULL` until retention frees space. D1 holds at most 10 GB;
-    /// it keeps the shard directory and the subscriptions (ADR 0031).
+    /// it keeps the shard directory and the subscriptions (ADR 0032).
     pub d1_high_water_bytes: u64,
-    /// The time span of one webhook shard (ms; default one UTC day, ADR 0031).
+    /// The time span of one webhook shard (ms; default one UTC day, ADR 0032).
     pub shard_bucket_ms: u64,
     /// A shard's size (bytes) at which its project's publishes are refused
     /// with 503 `STORAGE_FULL` (a Durable Object holds at most 10 GB).
     pub shard_high_water_bytes: u64,
+    /// What one inspector's capture URL accepts from its (unauthenticated)
+    /// senders: captures and bytes per minute and per UTC day. Over it the
+    /// sender gets 429; the project's own quotas are never touched.
+    pub inspector_captures_per_minute: u32,
+    pub inspector_bytes_per_minute: u64,
+    pub inspector_captures_per_day: u32,
+    pub inspector_bytes_per_day: u64,
 }
 
 /// What becomes of a revoked key's subscriptions.
@@ -328,6 +369,10 @@ impl Default for WebhooksConfig {
             d1_high_water_bytes: 8_000_000_000,
             shard_bucket_ms: crate::webhooks::shard::DEFAULT_BUCKET_MS,
             shard_high_water_bytes: 9_000_000_000,
+            inspector_captures_per_minute: 60,
+            inspector_bytes_per_minute: 1 << 20,
+            inspector_captures_per_day: 2_000,
+            inspector_bytes_per_day: 16 << 20,
         }
     }
 }
@@ -381,6 +426,13 @@ pub struct Settings {
     pub max_body_bytes: u64,
     /// `None`: preflights are forwarded to the origin.
     pub cors: Option<crate::cors::CorsConfig>,
+    /// The gateway's own public origin (`https://api.example.com`): the base
+    /// of the URLs it hands out (portal links, capture URLs) and the only
+    /// origin whose capture URLs a redirect or a delivery may target without
+    /// the URL rules. Never taken from a request's `Host`. Unset: those URLs
+    /// are relative (`/_postguard/…`) and no URL is exempt.
+    pub public_url: Option<String>,
+    pub limits: LimitsConfig,
 }
 
 impl Default for Settings {
@@ -408,6 +460,8 @@ impl Default for Settings {
             audit: AuditConfig::default(),
             max_body_bytes: 10 << 20,
             cors: None,
+            public_url: None,
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -608,6 +662,34 @@ fn named_member(msg: &str) -> Option<&str> {
     rest.split('`').next()
 }
 
+/// `public_url` is an origin: http(s), a host, no credentials, path, query
+/// or fragment (the gateway's routes start at its root).
+fn validate_public_url(raw: &str) -> Result<(), ConfigError> {
+    const F: &str = "public_url";
+    let url =
+        Url::parse(raw).map_err(|e| ConfigError::new(F, format!("is not a valid URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(ConfigError::new(F, "must be an http(s) origin with a host"));
+    }
+    if url.origin().ascii_serialization() != raw.trim_end_matches('/') {
+        return Err(ConfigError::new(
+            F,
+            "must be an origin only (scheme://host[:port]): no credentials, path, query or fragment",
+        ));
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// The gateway's public origin, without a trailing slash; `""` when
+    /// unset (the URLs it builds are then relative).
+    pub fn public_origin(&self) -> &str {
+        self.public_url
+            .as_deref()
+            .map_or("", |u| u.trim_end_matches('/'))
+    }
+}
+
 fn validate_cors(c: &crate::cors::CorsConfig) -> Result<(), ConfigError> {
     if c.allowed_origins.is_empty() || c.allowed_origins.len() > 100 {
         return Err(ConfigError::new(
@@ -724,6 +806,25 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         0,
         smallest_quota,
     )?;
+    // A cost over a plan's quota charges that plan its whole window
+    // (`Route::cost` is capped when charged), so these are not bounded by
+    // the smallest plan as the audit's are.
+    range("rate_limit.test_cost", s.rate_limit.test_cost, 0, 1_000_000)?;
+    range(
+        "rate_limit.recover_cost",
+        s.rate_limit.recover_cost,
+        0,
+        1_000_000,
+    )?;
+    range(
+        "limits.unauthenticated_per_minute",
+        s.limits.unauthenticated_per_minute,
+        1,
+        1_000_000,
+    )?;
+    if let Some(u) = &s.public_url {
+        validate_public_url(u)?;
+    }
     let idem = &s.idempotency;
     for method in idem.methods.keys() {
         if !valid_method(method, false)
@@ -859,6 +960,30 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         wh.shard_high_water_bytes,
         1,
         D1_MAX_BYTES,
+    )?;
+    range(
+        "webhooks.inspector_captures_per_minute",
+        wh.inspector_captures_per_minute,
+        1,
+        100_000,
+    )?;
+    range(
+        "webhooks.inspector_bytes_per_minute",
+        wh.inspector_bytes_per_minute,
+        1_024,
+        1 << 30,
+    )?;
+    range(
+        "webhooks.inspector_captures_per_day",
+        wh.inspector_captures_per_day,
+        wh.inspector_captures_per_minute,
+        10_000_000,
+    )?;
+    range(
+        "webhooks.inspector_bytes_per_day",
+        wh.inspector_bytes_per_day,
+        wh.inspector_bytes_per_minute,
+        1 << 36,
     )?;
     for (i, host) in wh.allow_hosts.iter().enumerate() {
         if host.is_empty() || host.len() > 253 || !host.bytes().all(|b| (0x21..0x7f).contains(&b)) {

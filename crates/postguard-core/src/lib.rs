@@ -12,6 +12,7 @@ pub mod config;
 pub mod cors;
 pub mod credential;
 pub mod frame;
+pub mod gateway;
 pub mod guard;
 pub mod headers;
 pub mod idempotency;

@@ -52,12 +52,44 @@ impl Kind {
 
 /// What a token grants: one project until `exp` (epoch ms). `nonce` makes
 /// every token distinct, so single use can be tracked by the token's hash.
+/// `iat` (when it was issued) lets the operator end every link and session
+/// of a project issued before a moment; a session's `plan` is the budget it
+/// is charged from, chosen when its link was exchanged (CONTRACT §13).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
     pub project: String,
     pub exp: u64,
     pub nonce: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+}
+
+impl Claims {
+    /// A session's id (`ses_` + its nonce): what the operator ends it by.
+    /// Not a secret: the signed token is.
+    pub fn session_id(&self) -> String {
+        format!("ses_{}", self.nonce)
+    }
+}
+
+/// The owner recorded for a webhook subscription created through a portal
+/// session: the project itself (a session has no key of its own), so that
+/// ending the project's sessions — or revoking its last live key — can
+/// pause what its sessions subscribed (CONTRACT §13).
+pub fn subscription_owner(project: &str) -> String {
+    format!("project:{project}")
+}
+
+/// Whether `id` has the shape of a session id (checked before any lookup).
+pub fn is_session_id(id: &str) -> bool {
+    id.strip_prefix("ses_").is_some_and(|n| {
+        (1..=64).contains(&n.len())
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
 }
 
 /// Why a token was refused. Details never repeat the token.
@@ -79,11 +111,13 @@ pub struct Signer {
 }
 
 /// HMAC-SHA256 keyed with a block-sized key: infallible.
-fn hmac_with(key: &[u8; 64]) -> HmacSha256 {
+pub(crate) fn hmac_with(key: &[u8; 64]) -> Hmac<Sha256> {
     <HmacSha256 as KeyInit>::new(key.into())
 }
 
-fn padded(bytes: &[u8]) -> [u8; 64] {
+/// A key of at most 64 bytes, zero-padded to SHA-256's block size (HMAC
+/// pads a shorter key the same way), so keying cannot fail.
+pub(crate) fn padded(bytes: &[u8]) -> [u8; 64] {
     let mut key = [0u8; 64];
     let n = bytes.len().min(64);
     key[..n].copy_from_slice(&bytes[..n]);
@@ -189,20 +223,37 @@ pub fn link_claims(project: String, ttl_s: u64, now_ms: u64, nonce: &[u8]) -> Cl
         project,
         exp: now_ms.saturating_add(ttl_s.saturating_mul(1000)),
         nonce: URL_SAFE_NO_PAD.encode(nonce),
+        iat: Some(now_ms),
+        plan: None,
     }
 }
 
-/// A session for a verified link: same project, same expiry, its own nonce.
-pub fn session_claims(link: &Claims, nonce: &[u8]) -> Claims {
+/// A session for a verified link: same project, same expiry, its own nonce,
+/// charged from `plan`'s budget.
+pub fn session_claims(link: &Claims, nonce: &[u8], plan: &str, now_ms: u64) -> Claims {
     Claims {
         project: link.project.clone(),
         exp: link.exp,
         nonce: URL_SAFE_NO_PAD.encode(nonce),
+        iat: Some(now_ms),
+        plan: Some(plan.to_string()),
     }
+}
+
+/// The plan a new session of a project is charged from: that of the
+/// project's newest live API key (`keys` as listed: `(created_at, plan,
+/// revoked)`); `None` when the project has no live key — then it has no
+/// rights to hand a session.
+pub fn session_plan<'a>(keys: impl IntoIterator<Item = (u64, &'a str, bool)>) -> Option<&'a str> {
+    keys.into_iter()
+        .filter(|(_, _, revoked)| !revoked)
+        .max_by_key(|(at, _, _)| *at)
+        .map(|(_, plan, _)| plan)
 }
 
 /// The dashboard URL carrying a link token. The token is in the fragment,
 /// which browsers never send to a server: it reaches no log and no audit row.
+/// `gateway_origin` is the configured `public_url` (`""`: a relative URL).
 pub fn link_url(gateway_origin: &str, token: &str) -> String {
     format!(
         "{}{DASHBOARD_PATH}#portal={token}",
@@ -338,6 +389,8 @@ mod tests {
             project: "acme".into(),
             exp: 1_800_003_600_000,
             nonce: "AQID".into(),
+            iat: None,
+            plan: None,
         };
         // Computed independently (Node's crypto.createHmac, same derivation).
         assert_eq!(
@@ -350,10 +403,45 @@ mod tests {
     #[test]
     fn sessions_expire_with_their_link() {
         let link = claims();
-        let session = session_claims(&link, &[9; 16]);
+        assert_eq!(link.iat, Some(NOW));
+        let session = session_claims(&link, &[9; 16], "trial", NOW + 5);
         assert_eq!(session.project, link.project);
         assert_eq!(session.exp, link.exp);
         assert_ne!(session.nonce, link.nonce);
+        assert_eq!(
+            (session.iat, session.plan.as_deref()),
+            (Some(NOW + 5), Some("trial"))
+        );
+        assert!(is_session_id(&session.session_id()));
+        // A session survives a round trip through its token.
+        let s = signer();
+        let t = s.issue(Kind::Session, &session);
+        assert_eq!(s.verify(Kind::Session, &t, NOW), Ok(session));
+    }
+
+    #[test]
+    fn session_ids_and_plans() {
+        for bad in [
+            "",
+            "ses_",
+            "key_abc",
+            "ses_a b",
+            &format!("ses_{}", "a".repeat(65)),
+        ] {
+            assert!(!is_session_id(bad), "{bad}");
+        }
+        assert!(is_session_id("ses_AbC-_9"));
+        let keys = [
+            (10, "trial", false),
+            (30, "business", true),
+            (20, "gold", false),
+        ];
+        assert_eq!(
+            session_plan(keys),
+            Some("gold"),
+            "the newest live key's plan"
+        );
+        assert_eq!(session_plan([(1, "trial", true)]), None);
     }
 
     #[test]

@@ -33,11 +33,12 @@ pub enum ErrorCode {
     StorageFull,
     StorageUnavailable,
     RetryLimitReached,
+    TaskInProgress,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -60,6 +61,7 @@ impl ErrorCode {
         ErrorCode::StorageFull,
         ErrorCode::StorageUnavailable,
         ErrorCode::RetryLimitReached,
+        ErrorCode::TaskInProgress,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -86,6 +88,7 @@ impl ErrorCode {
             ErrorCode::StorageFull => "STORAGE_FULL",
             ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
+            ErrorCode::TaskInProgress => "TASK_IN_PROGRESS",
         }
     }
 
@@ -94,7 +97,7 @@ impl ErrorCode {
             ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
             ErrorCode::RateLimitExceeded | ErrorCode::EventQuotaExceeded => 429,
             ErrorCode::StorageFull | ErrorCode::StorageUnavailable => 503,
-            ErrorCode::RetryLimitReached => 409,
+            ErrorCode::RetryLimitReached | ErrorCode::TaskInProgress => 409,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
             | ErrorCode::ValidationError
@@ -138,6 +141,7 @@ impl ErrorCode {
             ErrorCode::StorageFull => "Webhook storage full",
             ErrorCode::StorageUnavailable => "Webhook storage unavailable",
             ErrorCode::RetryLimitReached => "Manual attempt limit reached",
+            ErrorCode::TaskInProgress => "A task for this subscription is running",
         }
     }
 
@@ -163,6 +167,12 @@ impl Invalid {
     /// `field: why`.
     pub fn field(field: &str, why: &str) -> Self {
         Invalid(format!("{field}: {why}"))
+    }
+
+    /// A query parameter the endpoint does not take (echoed bounded).
+    pub fn unknown_parameter(name: &str) -> Self {
+        let shown: String = name.chars().take(64).collect();
+        Invalid(format!("{shown}: unknown parameter"))
     }
 }
 
@@ -213,6 +223,9 @@ pub struct Problem {
     pub retry_after_s: Option<u64>,
     /// `Allow` header value, for 405.
     pub allow: Option<&'static str>,
+    /// The running task a `TASK_IN_PROGRESS` answer names (its `task_id`
+    /// member, an RFC 9457 extension).
+    pub task_id: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -224,6 +237,8 @@ struct ProblemBody<'a> {
     detail: &'a str,
     code: &'a str,
     request_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_id: Option<&'a str>,
 }
 
 impl Problem {
@@ -233,6 +248,7 @@ impl Problem {
             detail: detail.into(),
             retry_after_s: None,
             allow: None,
+            task_id: None,
         }
     }
 
@@ -282,6 +298,16 @@ impl Problem {
         self
     }
 
+    /// 409: a task for the same subscription is still queued or running.
+    pub fn task_in_progress(task_id: &str) -> Self {
+        let mut p = Problem::new(
+            ErrorCode::TaskInProgress,
+            format!("task {task_id} is still working on this subscription; follow it at /_postguard/v1/tasks/{task_id}, then retry"),
+        );
+        p.task_id = Some(task_id.to_string());
+        p
+    }
+
     pub fn with_allow(mut self, allow: &'static str) -> Self {
         self.allow = Some(allow);
         self
@@ -301,6 +327,7 @@ impl Problem {
             detail: &self.detail,
             code: self.code.as_str(),
             request_id,
+            task_id: self.task_id.as_deref(),
         };
         serde_json::to_string(&body).unwrap_or_else(|_| {
             format!(

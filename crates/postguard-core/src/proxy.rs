@@ -76,6 +76,19 @@ fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
 /// Body limit, Idempotency-Key (mode and syntax) and header values, in that
 /// order: the first failing check is the answer.
 pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Preflight {
+    let mode = settings.idempotency_mode(&req.method, &req.path);
+    preflight_in(settings, mode, req, request_id)
+}
+
+/// [`preflight`] under a given idempotency `mode`: the gateway's own
+/// mutating endpoints honour a key (`Optional`) whatever the proxy's table
+/// says (CONTRACT §13).
+pub fn preflight_in(
+    settings: &Settings,
+    mode: Mode,
+    req: &Incoming,
+    request_id: &str,
+) -> Preflight {
     let mut out = Preflight {
         early: None,
         claim: None,
@@ -85,7 +98,6 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Prefl
         out.early = Some(Problem::payload_too_large(settings.max_body_bytes));
         return out;
     }
-    let mode = settings.idempotency_mode(&req.method, &req.path);
     let raw = header(&req.headers, "Idempotency-Key").filter(|_| mode != Mode::Off);
     match (raw.map(idempotency::parse_key), mode) {
         (Some(Ok(k)), _) => out.idempotency_key = Some(k),
@@ -156,7 +168,7 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
             let problem = Problem::new(
                 ErrorCode::RateLimitExceeded,
                 format!(
-                    "this API key may send {} requests per {} s; retry after the window resets",
+                    "this credential's budget is {} requests per {} s; retry after the window resets",
                     verdict.limit, verdict.window_s
                 ),
             )
@@ -268,22 +280,57 @@ pub fn origin_request(
     }
 }
 
-/// A CORS preflight forwarded to the origin (no key, so none of the key's
-/// headers and no signature: the origin answers it like any preflight).
+/// A CORS preflight forwarded to the origin. It carries no key, so none of
+/// the key's headers; it is signed like every forwarded request (the
+/// identity fields empty), so an origin can tell it came through the
+/// gateway — and the gateway counts it against the sender's address first
+/// (`limits.unauthenticated_per_minute`).
 pub fn preflight_request(
     cfg: &Config,
     path_and_query: &str,
     headers: &[(String, String)],
     request_id: &str,
+    now_s: u64,
 ) -> OriginRequest {
+    let origin_path = format!(
+        "{}{}",
+        cfg.origin_url.path().trim_end_matches('/'),
+        path_and_query
+    );
+    let client_ip = header(headers, "cf-connecting-ip").map(str::to_string);
+    let signature = origin_signature(
+        &cfg.origin_signing_secret,
+        &Signed {
+            t: now_s,
+            request_id,
+            method: "OPTIONS",
+            path_and_query: &origin_path,
+            body: &[],
+            project: "",
+            key_prefix: "",
+            plan: "",
+            idempotency_key: None,
+            content_type: header(headers, "content-type"),
+            client_ip: client_ip.as_deref(),
+        },
+    );
     let mut headers = forward_request_headers(headers);
-    headers.push(("X-Request-Id".to_string(), request_id.to_string()));
+    let mut added = vec![
+        ("X-Request-Id", request_id),
+        ("X-Postguard-Signature", &signature),
+    ];
+    if let Some(ip) = &client_ip {
+        added.push(("X-Postguard-Client-IP", ip));
+        added.push(("X-Forwarded-For", ip));
+    }
+    for (name, value) in added {
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        headers.push((name.to_string(), value.to_string()));
+    }
     OriginRequest {
         url: format!(
-            "{}{}{}",
-            cfg.origin_url.origin().ascii_serialization(),
-            cfg.origin_url.path().trim_end_matches('/'),
-            path_and_query
+            "{}{origin_path}",
+            cfg.origin_url.origin().ascii_serialization()
         ),
         method: "OPTIONS".to_string(),
         headers,

@@ -127,17 +127,23 @@ pub fn check(
 
 /// The rate-limit response headers of CONTRACT §2, in order.
 pub fn headers(v: &Verdict) -> Vec<(&'static str, String)> {
+    headers_of(v, "default")
+}
+
+/// [`headers`] of the policy called `policy` (e.g. `"unauthenticated"`, the
+/// per-IP limit of requests without a valid credential).
+pub fn headers_of(v: &Verdict, policy: &str) -> Vec<(&'static str, String)> {
     vec![
         ("X-RateLimit-Limit", v.limit.to_string()),
         ("X-RateLimit-Remaining", v.remaining.to_string()),
         ("X-RateLimit-Reset", v.reset_epoch_s.to_string()),
         (
             "RateLimit-Policy",
-            format!("\"default\";q={};w={}", v.limit, v.window_s),
+            format!("\"{policy}\";q={};w={}", v.limit, v.window_s),
         ),
         (
             "RateLimit",
-            format!("\"default\";r={};t={}", v.remaining, v.reset_in_s),
+            format!("\"{policy}\";r={};t={}", v.remaining, v.reset_in_s),
         ),
     ]
 }

@@ -2,11 +2,36 @@
 //! operation, resolved from a method and a path, and [`OPERATIONS`], the same
 //! list as data (for the API document's drift test). The host tests check
 //! that the two never disagree.
+//!
+//! Each route also says who may call it ([`Route::access`]), what it costs a
+//! project's budget ([`Route::cost`]) and whether it honours an
+//! `Idempotency-Key` ([`Route::idempotent`]): the router authenticates,
+//! charges and claims before any handler runs, so a handler cannot forget to.
+//! [`canonical`] is the one reading of a request path, for the router and the
+//! audit log alike.
 
 use crate::{ErrorCode, Problem};
 
 /// The reserved prefix of every gateway-own path.
 pub const PREFIX: &str = "/_postguard/";
+
+/// Who may call an operation: the credential the router checks before the
+/// handler runs (CONTRACT §8, §10, §12; the API document's security schemes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credential: the operation checks a token of its own (a portal link
+    /// in the body, a capture token in the path) or serves a public document.
+    Public,
+    /// The operator's `ADMIN_TOKEN`.
+    Operator,
+    /// The origin's `ORIGIN_TOKEN`.
+    Origin,
+    /// One project's API key, or a portal session for that project (which
+    /// has exactly that key's rights).
+    Project,
+    /// The operator (every project) or one project's key or session (its own).
+    Reader,
+}
 
 /// Every gateway operation: method and path template (`{id}` is one segment).
 /// An inspector's capture URL (`POST /_postguard/inspect/{token}`, Route::
@@ -41,6 +66,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/me"),
     ("POST", "/_postguard/v1/portal-links"),
     ("POST", "/_postguard/v1/portal-sessions"),
+    ("GET", "/_postguard/v1/portal-sessions"),
+    ("DELETE", "/_postguard/v1/portal-sessions"),
+    ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
     ("GET", "/_postguard/v1/openapi.json"),
 ];
 
@@ -110,6 +138,14 @@ pub enum Route {
     Me,
     PortalLinksCreate,
     PortalSessionsCreate,
+    /// The operator's list of a project's portal sessions.
+    PortalSessionsList,
+    /// The operator ends every session of a project.
+    PortalSessionsEnd,
+    /// The operator ends one session.
+    PortalSessionEnd {
+        id: String,
+    },
     OpenApiDocument,
 }
 
@@ -177,8 +213,80 @@ impl Route {
             Me => ("GET", "/_postguard/v1/me"),
             PortalLinksCreate => ("POST", "/_postguard/v1/portal-links"),
             PortalSessionsCreate => ("POST", "/_postguard/v1/portal-sessions"),
+            PortalSessionsList => ("GET", "/_postguard/v1/portal-sessions"),
+            PortalSessionsEnd => ("DELETE", "/_postguard/v1/portal-sessions"),
+            PortalSessionEnd { .. } => ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
             OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
         }
+    }
+
+    /// The credential this operation needs.
+    pub fn access(&self) -> Access {
+        use Route::*;
+        match self {
+            KeysCreate | KeysList | KeyGet { .. } | KeyRevoke { .. } => Access::Operator,
+            PortalLinksCreate
+            | PortalSessionsList
+            | PortalSessionsEnd
+            | PortalSessionEnd { .. } => Access::Operator,
+            EventsPublish => Access::Origin,
+            AuditList | Stats => Access::Reader,
+            InspectCapture { .. } | PortalSessionsCreate | OpenApiDocument => Access::Public,
+            WebhooksCreate
+            | WebhooksList
+            | WebhookGet { .. }
+            | WebhookDelete { .. }
+            | WebhookRotateSecret { .. }
+            | WebhookPatch { .. }
+            | WebhookPause { .. }
+            | WebhookResume { .. }
+            | WebhookTest { .. }
+            | WebhookRecover { .. }
+            | TaskGet { .. }
+            | EventsFeed
+            | InspectorsCreate
+            | InspectorRequests { .. }
+            | DeliveriesList
+            | DeliveryGet { .. }
+            | DeliveryRetry { .. }
+            | DeliveryRedirect { .. }
+            | Me => Access::Project,
+        }
+    }
+
+    /// What one call costs a project's API key or portal session in its
+    /// rate-limit budget (the operator and the origin are never charged):
+    /// the operations that make the gateway work for the caller — reading
+    /// audit shards, sending a ping, re-sending a range of deliveries.
+    /// Every other operation costs 0 (its object call only confirms the key
+    /// is live). README "Costs of the gateway's own endpoints".
+    pub fn cost(&self, costs: &crate::config::RateLimitConfig) -> u32 {
+        match self {
+            Route::AuditList => costs.audit_cost,
+            Route::Stats => costs.stats_cost,
+            Route::WebhookTest { .. } => costs.test_cost,
+            Route::WebhookRecover { .. } => costs.recover_cost,
+            _ => 0,
+        }
+    }
+
+    /// Whether the operation honours an `Idempotency-Key` (CONTRACT §13):
+    /// every mutating one but publishing (whose event `id` is its natural
+    /// key), the portal link exchange (single use by itself) and a capture
+    /// URL (a sink for whatever a sender posts, not the API).
+    pub fn idempotent(&self) -> bool {
+        let (method, _) = self.operation();
+        method != "GET"
+            && !matches!(
+                self,
+                Route::EventsPublish | Route::PortalSessionsCreate | Route::InspectCapture { .. }
+            )
+    }
+
+    /// Whether the router reads a request body for this operation (bounded,
+    /// after authentication) and hands it to the handler.
+    pub fn has_body(&self) -> bool {
+        matches!(self.operation().0, "POST" | "PATCH" | "PUT")
     }
 }
 
@@ -187,8 +295,10 @@ impl Route {
 pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
     use Route::*;
     let method = method.to_ascii_uppercase();
+    // The prefix is stripped once: `/_postguard//_postguard/x` is not `/_postguard/x`.
     let segments: Vec<&str> = path
-        .trim_start_matches(PREFIX)
+        .strip_prefix(PREFIX)
+        .unwrap_or(path)
         .trim_end_matches('/')
         .split('/')
         .collect();
@@ -248,7 +358,17 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "stats"] => ("GET", vec![("GET", Stats)]),
         ["v1", "me"] => ("GET", vec![("GET", Me)]),
         ["v1", "portal-links"] => ("POST", vec![("POST", PortalLinksCreate)]),
-        ["v1", "portal-sessions"] => ("POST", vec![("POST", PortalSessionsCreate)]),
+        ["v1", "portal-sessions"] => (
+            "GET, POST, DELETE",
+            vec![
+                ("POST", PortalSessionsCreate),
+                ("GET", PortalSessionsList),
+                ("DELETE", PortalSessionsEnd),
+            ],
+        ),
+        ["v1", "portal-sessions", s] => {
+            ("DELETE", vec![("DELETE", PortalSessionEnd { id: id(s) })])
+        }
         ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
         _ => return Err(RouteError::NotFound),
     };
@@ -257,6 +377,55 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         .find(|(m, _)| *m == method)
         .map(|(_, r)| r);
     route.ok_or(RouteError::MethodNotAllowed { allow })
+}
+
+/// A request path as the gateway reads it: empty segments (`//`) and `.`
+/// segments dropped, so each gateway path has one spelling for the router
+/// and the audit log. A proxied path is still forwarded as the client sent
+/// it; only [`Canonical::gateway`] is read from this form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Canonical {
+    pub path: String,
+    /// Under the reserved prefix: the gateway answers it.
+    pub gateway: bool,
+}
+
+/// The one reading of a request path (see [`Canonical`]).
+pub fn canonical(path: &str) -> Canonical {
+    let mut out = String::with_capacity(path.len());
+    for segment in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() || path.ends_with('/') {
+        out.push('/');
+    }
+    // The reserved prefix in any spelling (`/_postguard%2F…`) is the
+    // gateway's: such a path is answered (404) and audited here, never
+    // forwarded. Routing reads the path undecoded, so only the plain
+    // spelling of an operation resolves.
+    let decoded = percent_encoding::percent_decode_str(&out).decode_utf8_lossy();
+    let gateway = decoded.starts_with(PREFIX) || decoded == PREFIX.trim_end_matches('/');
+    Canonical { path: out, gateway }
+}
+
+/// What the audit log records of a gateway path: a capture token is a
+/// credential, so a path that names an inspector's capture URL in any
+/// spelling (encoded slashes, other cases, extra segments) is recorded as
+/// the template. (A proxied path is recorded as the origin received it.)
+pub fn audited_path(c: &Canonical) -> std::borrow::Cow<'_, str> {
+    const CAPTURE: &str = "/_postguard/inspect/{token}";
+    if !c.gateway {
+        return c.path.as_str().into();
+    }
+    let decoded = percent_encoding::percent_decode_str(&c.path).decode_utf8_lossy();
+    match decoded
+        .split('/')
+        .any(|s| s.trim().eq_ignore_ascii_case("inspect"))
+    {
+        true => CAPTURE.into(),
+        false => c.path.as_str().into(),
+    }
 }
 
 #[cfg(test)]
@@ -305,6 +474,79 @@ mod tests {
             expected.sort_unstable();
             assert_eq!(listed, expected, "{template}");
         }
+    }
+
+    #[test]
+    fn one_spelling_per_gateway_path() {
+        let c = |p: &str| canonical(p);
+        assert_eq!(c("/_postguard//v1/keys").path, "/_postguard/v1/keys");
+        assert_eq!(c("//_postguard/v1/keys/").path, "/_postguard/v1/keys/");
+        assert_eq!(c("/_postguard/./v1/me").path, "/_postguard/v1/me");
+        assert!(c("//_postguard/v1/me").gateway);
+        assert!(c("/_postguard").gateway);
+        assert!(!c("/_postguardx/v1").gateway);
+        assert!(!c("/orders//1").gateway);
+        assert_eq!(c("").path, "/");
+        assert_eq!(c("/").path, "/");
+        // Routed on the canonical form: the prefix is stripped once.
+        assert_eq!(
+            resolve("POST", &c("/_postguard//inspect/t1").path),
+            Ok(Route::InspectCapture { token: "t1".into() })
+        );
+        assert_eq!(
+            resolve("POST", &c("/_postguard//_postguard/inspect/t1").path),
+            Err(RouteError::NotFound)
+        );
+        assert_eq!(
+            resolve("POST", "/_postguard/inspect%2Ft1"),
+            Err(RouteError::NotFound)
+        );
+    }
+
+    #[test]
+    fn no_spelling_of_a_capture_url_reaches_the_audit_log() {
+        let token = "0123456789abcdef0123456789abcdef0123456789abcdef";
+        for p in [
+            format!("/_postguard/inspect/{token}"),
+            format!("/_postguard//_postguard/inspect/{token}"),
+            format!("//_postguard/inspect//{token}"),
+            format!("/_postguard/inspect%2F{token}"),
+            format!("/_postguard%2Finspect%2F{token}"),
+            format!("/_postguard/%69nspect/{token}"),
+            format!("/_postguard/INSPECT/{token}/x"),
+        ] {
+            let audited = audited_path(&canonical(&p)).into_owned();
+            assert!(!audited.contains(token), "{p} → {audited}");
+        }
+        assert_eq!(
+            audited_path(&canonical("/_postguard/v1/inspectors/insp_1/requests")),
+            "/_postguard/v1/inspectors/insp_1/requests"
+        );
+        assert_eq!(audited_path(&canonical("/inspect/abc")), "/inspect/abc");
+    }
+
+    #[test]
+    fn access_and_costs_follow_the_operation() {
+        let costs = crate::config::RateLimitConfig::default();
+        for (method, template) in OPERATIONS {
+            let route = resolve(method, &concrete(template)).unwrap_or(Route::Me);
+            // Every mutating operation of an authenticated caller honours a key,
+            // but the three that have a key of their own (or none to have).
+            let own_key = matches!(route, Route::EventsPublish | Route::PortalSessionsCreate);
+            assert_eq!(
+                route.idempotent(),
+                *method != "GET" && !own_key,
+                "{template}"
+            );
+            if route.access() != Access::Project && route.access() != Access::Reader {
+                assert_eq!(route.cost(&costs), 0, "{template}");
+            }
+        }
+        assert_eq!(
+            Route::WebhookTest { id: "w".into() }.cost(&costs),
+            costs.test_cost
+        );
+        assert!(costs.test_cost > 0 && costs.recover_cost > 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use postguard_core::routes::{resolve, OPERATIONS};
+use postguard_core::routes::{resolve, Access, OPERATIONS};
 use postguard_core::ErrorCode;
 use serde_json::Value;
 
@@ -144,4 +144,45 @@ fn narrowed_problem_schemas_pair_codes_with_their_status() {
         checked += 1;
     }
     assert!(checked >= 7, "only {checked} problem schemas found");
+}
+
+/// The schemes a route's `Access` admits, as the document names them.
+fn schemes_of(access: Access) -> BTreeSet<&'static str> {
+    let names: &[&str] = match access {
+        Access::Public => &[],
+        Access::Operator => &["operatorToken"],
+        Access::Origin => &["originToken"],
+        Access::Project => &["apiKey", "portalSession"],
+        Access::Reader => &["apiKey", "portalSession", "operatorToken"],
+    };
+    names.iter().copied().collect()
+}
+
+#[test]
+fn every_route_needs_the_credential_the_document_names() {
+    // The router authenticates from `Route::access` before any handler runs: a route without
+    // a requirement cannot be added without the document (and this test) saying so.
+    let doc = read_document().expect("the API document");
+    for (method, path) in documented(&doc) {
+        let concrete: String = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x_1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let route = resolve(&method, &concrete).expect("routed");
+        let security = doc["paths"][&path][method.to_ascii_lowercase()]["security"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let named: BTreeSet<&str> = security
+            .iter()
+            .flat_map(|r| r.as_object().into_iter().flat_map(|o| o.keys()))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            named,
+            schemes_of(route.access()),
+            "{method} {path}: the document's security and the route's access differ"
+        );
+    }
 }

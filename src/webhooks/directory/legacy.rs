@@ -1,7 +1,7 @@
 //! The webhook rows of D1 from before the shards (migrations 0002-0007):
 //! read as the oldest source of the log and the feed, moved into their shard
 //! a whole event at a time when touched again (`shards::adopt`), and swept by
-//! retention until empty (ADR 0017, ADR 0031). Nothing else writes them.
+//! retention until empty (ADR 0017, ADR 0032). Nothing else writes them.
 
 use postguard_core::webhooks::capacity::SWEEP_CHUNK;
 use postguard_core::webhooks::delivery::Status;
@@ -327,8 +327,9 @@ fn changes(r: Option<&D1Result>) -> u64 {
         .map_or(0, |n| n as u64)
 }
 
-/// The rest of the daily sweep: old tasks, expired inspectors and their
-/// captures, old legacy counters and outbox rows.
+/// The rest of the daily sweep: old tasks, expired inspectors with their
+/// captures and budgets, expired portal sessions, old counters and legacy
+/// outbox rows.
 pub async fn sweep_rest(env: &Env, cutoff: u64, now: u64, oldest_day: u64) -> Result<()> {
     let db = db(env)?;
     let results = db
@@ -337,7 +338,11 @@ pub async fn sweep_rest(env: &Env, cutoff: u64, now: u64, oldest_day: u64) -> Re
                 .bind(&[num(cutoff)])?,
             db.prepare("DELETE FROM inspector_requests WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
                 .bind(&[num(now)])?,
+            db.prepare("DELETE FROM inspector_usage WHERE inspector_id IN (SELECT id FROM inspectors WHERE expires_at < ?)")
+                .bind(&[num(now)])?,
             db.prepare("DELETE FROM inspectors WHERE expires_at < ?")
+                .bind(&[num(now)])?,
+            db.prepare("DELETE FROM portal_sessions WHERE expires_at < ?")
                 .bind(&[num(now)])?,
             db.prepare("DELETE FROM webhook_usage WHERE day < ?")
                 .bind(&[num(oldest_day)])?,

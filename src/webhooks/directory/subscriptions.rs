@@ -38,8 +38,10 @@ pub struct New<'a> {
     pub description: Option<&'a str>,
     pub secret: &'a str,
     pub created_at: u64,
-    /// The creating key (none for a portal session: nothing to revoke).
-    pub key_id: Option<&'a str>,
+    /// Its owner: the creating key's id, or for a portal session the
+    /// project's owner name (`portal::subscription_owner`), so that ending
+    /// the project's sessions can pause it.
+    pub owner: &'a str,
     pub rate_limit_per_s: Option<u32>,
 }
 
@@ -52,11 +54,9 @@ pub async fn insert(env: &Env, s: &New<'_>, cap: u32) -> Result<bool> {
                   SELECT ?, ?, ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM subscriptions WHERE project = ?) < ?")
         .bind(&[text(s.id), text(s.project), text(s.url), text(s.events), opt_text(s.description), text(s.secret), num(s.created_at), text(s.project), num(u64::from(cap))])?;
     let mut statements = vec![insert];
-    if let Some(key_id) = s.key_id {
-        statements.push(d
-            .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
-            .bind(&[text(s.id), text(key_id), text(s.id)])?);
-    }
+    statements.push(d
+        .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
+        .bind(&[text(s.id), text(s.owner), text(s.id)])?);
     if let Some(r) = s.rate_limit_per_s {
         statements.push(
             d.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")

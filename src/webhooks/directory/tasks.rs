@@ -35,16 +35,23 @@ pub struct Progress {
     pub cursor_id: Option<String>,
 }
 
-/// Records a new recover task, queued.
+/// Records a new recover task, unless one of its subscription is queued or
+/// running and moved after `stale` (decided in the insert itself: two racing
+/// recovers cannot both pass); whether it was recorded.
 pub async fn insert_recover(
     env: &Env,
     t: &Task,
     project: &str,
     since: u64,
     until: u64,
-) -> Result<()> {
-    db(env)?
-        .prepare("INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    stale: u64,
+) -> Result<bool> {
+    let res = db(env)?
+        .prepare(
+            "INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) \
+             SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS \
+             (SELECT 1 FROM tasks WHERE subscription_id = ? AND state IN (?, ?) AND updated_at > ?)",
+        )
         .bind(&[
             text(&t.id),
             text(project),
@@ -56,10 +63,32 @@ pub async fn insert_recover(
             num(u64::from(t.total)),
             num(t.created_at),
             num(t.updated_at),
+            text(&t.subscription_id),
+            text(TaskState::Queued.as_str()),
+            text(TaskState::Running.as_str()),
+            num(stale),
         ])?
         .run()
         .await?;
-    Ok(())
+    Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
+}
+
+/// The id of the subscription's queued or running task, if any.
+pub async fn running(env: &Env, subscription_id: &str) -> Result<Option<String>> {
+    #[derive(Deserialize)]
+    struct Running {
+        id: String,
+    }
+    let found: Option<Running> = db(env)?
+        .prepare("SELECT id FROM tasks WHERE subscription_id = ? AND state IN (?, ?) ORDER BY created_at DESC LIMIT 1")
+        .bind(&[
+            text(subscription_id),
+            text(TaskState::Queued.as_str()),
+            text(TaskState::Running.as_str()),
+        ])?
+        .first(None)
+        .await?;
+    Ok(found.map(|r| r.id))
 }
 
 /// Task `id` of `project`.

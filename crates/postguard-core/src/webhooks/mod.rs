@@ -15,6 +15,7 @@
 //! on the host, including property tests over arbitrary inputs.
 
 pub mod capacity;
+pub mod capture;
 pub mod delivery;
 pub mod events;
 pub mod fanout;

@@ -282,6 +282,7 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// As stored and shown (`state` of a task).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskState::Queued => "queued",
@@ -354,26 +355,29 @@ pub const INSPECTOR_MAX_REQUESTS: u32 = 100;
 /// The most of a captured body that is kept.
 pub const INSPECTOR_MAX_BODY: usize = 65_536;
 
-/// Whether `url` is a capture URL of this gateway (`origin` = its own
-/// scheme://host[:port]): such a URL passes redirect without the URL rules.
-pub fn is_inspector_url(url: &str, origin: &str) -> bool {
-    url.strip_prefix(origin)
-        .and_then(|rest| rest.strip_prefix("/_postguard/inspect/"))
-        .is_some_and(|token| !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric()))
+/// Whether `url` is a capture URL of this gateway: `public_origin` is the
+/// configured `public_url` — never the origin a request claims in its
+/// `Host` — and an unset one (`""`) names no inspector.
+pub fn is_inspector_url(url: &str, public_origin: &str) -> bool {
+    !public_origin.is_empty()
+        && url
+            .strip_prefix(public_origin)
+            .and_then(|rest| rest.strip_prefix("/_postguard/inspect/"))
+            .is_some_and(|token| {
+                !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric())
+            })
 }
 
-/// The path as the audit log records it: an inspector's capture token is a
-/// credential, so it is never stored.
-pub fn audited_path(path: &str) -> std::borrow::Cow<'_, str> {
-    match path.strip_prefix("/_postguard/inspect/") {
-        Some(_) => "/_postguard/inspect/{token}".into(),
-        None => path.into(),
-    }
-}
-
-/// Either the URL rules accept `url`, or it is one of this gateway's inspectors.
-pub fn check_redirect_url(url: &str, origin: &str, policy: &UrlPolicy) -> Result<String, Invalid> {
-    if is_inspector_url(url, origin) {
+/// The URL rules as every send applies them — a subscription's URL, a
+/// redirect, a test ping — both when the URL is given and again right
+/// before each request goes out (the configuration may have changed since):
+/// the URL rules accept `url`, or it is a capture URL of this gateway.
+pub fn check_target_url(
+    url: &str,
+    public_origin: &str,
+    policy: &UrlPolicy,
+) -> Result<String, Invalid> {
+    if is_inspector_url(url, public_origin) {
         return Ok(url.to_string());
     }
     check_url(url, policy)
@@ -578,11 +582,15 @@ mod tests {
             "https://evil.example/_postguard/inspect/abc",
             o
         ));
-        assert!(check_redirect_url("http://127.0.0.1/x", o, &policy()).is_err());
-        assert_eq!(
-            audited_path("/_postguard/inspect/abc123"),
-            "/_postguard/inspect/{token}"
-        );
-        assert_eq!(audited_path("/orders/1"), "/orders/1");
+        assert!(check_target_url("http://127.0.0.1/x", o, &policy()).is_err());
+        // Without a configured public URL nothing is an inspector, whatever
+        // origin a request claimed.
+        assert!(!is_inspector_url("/_postguard/inspect/abc123", ""));
+        assert!(check_target_url(
+            "http://localhost:8788/_postguard/inspect/abc",
+            "",
+            &policy()
+        )
+        .is_err());
     }
 }

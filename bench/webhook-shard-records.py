@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bytes per webhook record in a WebhookShard (issue 24, ADR 0032), against D1's tables.
+"""Bytes per webhook record in a WebhookShard (issue 24, ADR 0035), against D1's tables.
 
 Builds a SQLite database from the shard's own schema (the SCHEMA constant of
 src/durable/webhook_shard.rs, every table and index), fills it with the rows

@@ -1,4 +1,4 @@
-// Webhooks that scale out with their tenants (issue 24, ADR 0032): what the per-project shards
+// Webhooks that scale out with their tenants (issue 24, ADR 0035): what the per-project shards
 // change on the publish path, side by side with the build before them (BEFORE_ROOT, its own
 // wrangler.toml and build) in the same alternating rounds.
 //   - isolation: the same 16 concurrent publishers on one project, then spread over 8 projects

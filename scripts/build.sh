@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Builds the dashboard (static assets, dashboard/dist/) and the worker (release,
 # wasm32) into build/ with worker-build, using the locally installed
-# wasm-bindgen (no downloads).
+# wasm-bindgen (no downloads). It is wrangler.toml's [build] command, so `wrangler deploy`
+# and `wrangler dev` run it on a fresh clone: it installs what the build lacks first
+# (setup.sh --build; a few checks, well under a second, when everything is there).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
+bash scripts/setup.sh --build
+# Again, now that they exist: ESBUILD_BIN is set only when npm has installed esbuild.
+source scripts/env.sh
 node scripts/build-dashboard.mjs
 # The API document into the assets, for the worker to serve (ADR 0030).
 node scripts/openapi-asset.mjs

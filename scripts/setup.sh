@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything a fresh machine lacks, and skips what is already there:
 # the wasm32 target, worker-build, the wasm-bindgen-cli matching Cargo.lock,
-# Node 22 (from the npm registry, into .tools/), the npm packages, and Debian's
+# Node 22 (from the npm registry, into .tools/), the npm packages (binaryen's
+# wasm-opt, esbuild, wrangler), and — for the tests — the SDKs' tools, Debian's
 # Chromium for the dashboard's browser tests (playwright-core drives it; no
-# browser download).
+# browser download) and schemathesis.
+# `setup.sh --build` stops after the npm packages: what scripts/build.sh (wrangler's
+# [build] command) and wrangler itself need, nothing the tests alone use.
 set -euo pipefail
+case "${1:-}" in
+  --build) BUILD_ONLY=1 ;;
+  "") BUILD_ONLY= ;;
+  *) echo "usage: setup.sh [--build]" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -46,6 +54,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   npm ci --no-audit --no-fund --loglevel=error
   echo "$want" > "$stamp"
 fi
+[ -z "$BUILD_ONLY" ] || exit 0
+
 bash "$ROOT/scripts/setup-clients-rs.sh"
 bash "$ROOT/scripts/setup-clients-py.sh"
 bash "$ROOT/scripts/setup-clients-ts.sh"

@@ -24,10 +24,11 @@ use std::collections::HashMap;
 
 use postguard_core::config::{Config, Plan};
 use postguard_core::credential::Credential;
-use postguard_core::keys::KeyRecord;
+use postguard_core::guard::Caller as CallerView;
+use postguard_core::keys::{self, KeyRecord};
+use postguard_core::limits::{Limits, Policy};
 use postguard_core::portal::{Claims, Kind, Rejected, Signer};
-use postguard_core::rate_limit::Quota;
-use postguard_core::routes::Access;
+use postguard_core::routes::{Access, Budget};
 use postguard_core::{ErrorCode, Problem};
 use worker::Env;
 
@@ -137,10 +138,22 @@ async fn api_key(cred: Credential, env: &Env, rc: &RequestCtx) -> Handled<ApiKey
     }
 }
 
-/// An authenticated API key together with its plan.
+/// An authenticated API key together with its plan (its overrides laid over).
 pub struct Caller {
     pub key: ApiKey,
     pub plan: Plan,
+}
+
+impl Caller {
+    /// What this isolate knows of the key, for its object to compare with
+    /// what the operator last set (and to decide the key's expiry).
+    pub fn view(&self) -> CallerView {
+        CallerView {
+            version: self.key.record.updated_at,
+            expires_at: self.key.record.expires_at,
+            key: keys::secret_tag(&self.key.hash),
+        }
+    }
 }
 
 /// Authenticates the API key and resolves its plan. A plan missing from the
@@ -156,11 +169,8 @@ pub async fn api_caller(
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
     });
-    match cfg.settings.plans.get(&key.record.plan) {
-        Some(plan) => Ok(Caller {
-            plan: plan.clone(),
-            key,
-        }),
+    match key.record.effective_plan(&cfg.settings) {
+        Some(plan) => Ok(Caller { plan, key }),
         None => Err(Problem::new(
             ErrorCode::ConfigInvalid,
             format!(
@@ -177,6 +187,13 @@ pub async fn api_caller(
 pub fn revoked(key: &ApiKey) -> Problem {
     forget(&key.hash);
     Problem::revoked_key()
+}
+
+/// The key's Durable Object says it has expired (or this secret of a
+/// rerolled key's grace ended): drop it from this isolate's cache, 401.
+pub fn expired(key: &ApiKey) -> Problem {
+    forget(&key.hash);
+    Problem::expired_key()
 }
 
 /// A portal session (CONTRACT §12, §13): one project, charged from the
@@ -200,12 +217,18 @@ pub enum Principal {
     Session(Session),
 }
 
-/// The quota of a caller that is never charged: the operator's and the
+/// The limits of a caller that is never charged: the operator's and the
 /// origin's objects only hold their Idempotency-Key records.
-const UNCHARGED: Quota = Quota {
-    limit: u32::MAX,
-    window_ms: 60_000,
-};
+fn uncharged() -> Limits {
+    Limits {
+        policies: vec![Policy {
+            name: "operator".into(),
+            limit: u32::MAX,
+            window_ms: 60_000,
+        }],
+        concurrency: None,
+    }
+}
 
 impl Principal {
     /// The project a key or session belongs to.
@@ -240,8 +263,22 @@ impl Principal {
         }
     }
 
-    pub fn quota(&self) -> Quota {
-        self.plan().map_or(UNCHARGED, Plan::quota)
+    /// The limits a gateway operation of `budget` is charged to: a key's
+    /// gateway policy (or, for `/me` and the idempotency lookup, its API
+    /// policies, looked at for free); a session's gateway policy.
+    pub fn limits(&self, budget: Budget) -> Limits {
+        match (self, budget) {
+            (Principal::Key(c), Budget::Api) => c.plan.limits(),
+            _ => self.plan().map_or_else(uncharged, Plan::gateway_limits),
+        }
+    }
+
+    /// What the caller's isolate knows of its key (`None`: not a key).
+    pub fn view(&self) -> Option<CallerView> {
+        match self {
+            Principal::Key(c) => Some(c.view()),
+            _ => None,
+        }
     }
 
     /// Whether the caller has a budget (a key or a session): its answers
@@ -270,9 +307,14 @@ pub async fn authenticate(
         (Access::Project | Access::Reader, C::Session(t)) => {
             Ok(Principal::Session(session(&t, cfg, rc)?))
         }
-        (Access::Project | Access::Reader, cred @ (C::ApiKey(_) | C::Missing | C::Other)) => {
-            Ok(Principal::Key(api_caller(cred, env, cfg, rc).await?))
-        }
+        (
+            Access::Project | Access::Reader | Access::Key,
+            cred @ (C::ApiKey(_) | C::Missing | C::Other),
+        ) => Ok(Principal::Key(api_caller(cred, env, cfg, rc).await?)),
+        (Access::Key, C::Session(_) | C::Operator | C::Origin) => refuse(
+            ErrorCode::Forbidden,
+            "this endpoint is about an API key's own requests: call it with that key",
+        ),
         (Access::Project, C::Operator | C::Origin) => refuse(
             ErrorCode::Forbidden,
             "this endpoint belongs to a project: call it with one of the project's API keys",

@@ -24,7 +24,7 @@ pub fn per_isolate<T: Clone, E>(
 pub const KEY_GUARD: &str = "KEY_GUARD";
 /// Durable Object namespace: one `AuditShard` per (project, time bucket).
 pub const AUDIT: &str = "AUDIT";
-/// Durable Object namespace: one `WebhookShard` per (project, time bucket) (ADR 0032).
+/// Durable Object namespace: one `WebhookShard` per (project, time bucket) (ADR 0035).
 pub const WEBHOOKS: &str = "WEBHOOKS";
 /// KV namespace holding API keys by hash.
 pub const API_KEYS: &str = "API_KEYS";

@@ -4,7 +4,7 @@
 // (fetch/queue/scheduled), without the shim's per-request proxies (below), and
 // KeyGuard and WebhookShard, which it exports as classes extending DurableObject: the
 // runtime offers JS RPC only on such a class, and the worker calls those objects by RPC
-// (`run`) rather than by fetch (ADR 0018, ADR 0032). Glue only: every decision is in Rust.
+// (`run`) rather than by fetch (ADR 0018, ADR 0035). Glue only: every decision is in Rust.
 import { DurableObject } from 'cloudflare:workers';
 import Generated, { KeyGuard as RustKeyGuard, WebhookShard as RustWebhookShard } from './postguard.js';
 
@@ -93,7 +93,7 @@ export class KeyGuard extends DurableObject {
   }
 }
 
-// The webhook shards (ADR 0032) the same way: the worker calls `run` by JS RPC; `fetch`
+// The webhook shards (ADR 0035) the same way: the worker calls `run` by JS RPC; `fetch`
 // stays for tests and operators reaching an object through the runtime's API.
 export class WebhookShard extends DurableObject {
   #shard = null;

@@ -14,8 +14,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse, AnswerLayout};
-use postguard_core::rate_limit::{self, Verdict};
+use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse};
+use postguard_core::limits::{self, Limits, Policy};
+use postguard_core::rate_limit::Verdict;
 use postguard_core::{ErrorCode, Problem};
 use worker::Env;
 
@@ -53,7 +54,8 @@ fn refusal(verdict: &Verdict, now: u64) -> Reject {
         ),
     )
     .with_retry_after(left_s);
-    Reject::from(problem).with(&rate_limit::headers_of(&seen, POLICY))
+    Reject::from(problem.with_violated(vec![POLICY.to_string()]))
+        .with(&limits::single_headers(&seen, POLICY))
 }
 
 /// 429 at once when this isolate knows the caller's address is over.
@@ -86,15 +88,22 @@ pub async fn charge(
     rc: &RequestCtx,
 ) -> Handled<()> {
     refuse_if_blocked(rc)?;
-    let req = AdmitRequest {
-        cost: 1,
-        quota: cfg.settings.limits.unauthenticated_quota(),
-        claim: None,
-        v: AnswerLayout::NEWEST,
+    let quota = cfg.settings.limits.unauthenticated_quota();
+    let policy = Policy {
+        name: POLICY.to_string(),
+        limit: quota.limit,
+        window_ms: quota.window_ms,
     };
+    let req = AdmitRequest::charge(
+        1,
+        Limits {
+            policies: vec![policy],
+            concurrency: None,
+        },
+    );
     let name = format!("ip:{}", address(rc));
     match call::<Admit>(env, &name, &req, &[]).await {
-        Ok((AdmitResponse::Limited { verdict }, _)) => {
+        Ok((AdmitResponse::Limited { verdict, .. }, _)) => {
             BLOCKED.with(|b| {
                 let mut b = b.borrow_mut();
                 if b.len() >= BLOCKED_MAX {

@@ -7,15 +7,16 @@
 
 use postguard_core::config::Config;
 use postguard_core::guard::{
-    Admit, AdmitRequest, AnswerLayout, Claim, Complete, CompleteRequest, Release, ReleaseRequest,
+    Admit, AdmitRequest, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
+    ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
 use postguard_core::idempotency::StoredResponse;
+use postguard_core::limits::{self, Verdicts};
 use postguard_core::proxy::{
-    self, admission, origin_request, preflight, Admission, Answered, Failure, Incoming, Keep,
-    OriginRequest, Preflight, Settlement,
+    self, admission, origin_request, preflight, Admission, Answered, Failure, Identity, Incoming,
+    Keep, OriginRequest, Preflight, Settlement,
 };
-use postguard_core::rate_limit::{self, Verdict};
 use postguard_core::Problem;
 use worker::{web_sys, Context, Env, Response};
 
@@ -42,38 +43,67 @@ pub async fn proxy(
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
-    // 2 + 3. Rate limit and claim: one round trip to the key's object.
+    // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object.
     let guard = Guard::of(env, &caller.key.record.id)?;
-    let (admitted, replay_body) = admit(&guard, cfg, &caller, &incoming, &pre).await?;
+    let (admitted, replay_body) = admit(&guard, cfg, rc, &caller, &incoming, &pre).await?;
     let rl = match &admitted {
         Admission::Revoked => return Err(auth::revoked(&caller.key).into()),
-        Admission::Refused { verdict, .. }
-        | Admission::Replay { verdict, .. }
-        | Admission::Forward { verdict } => limit_headers(rc, verdict),
+        Admission::Expired => return Err(auth::expired(&caller.key).into()),
+        Admission::Refused { verdicts, .. }
+        | Admission::Replay { verdicts, .. }
+        | Admission::Forward { verdicts, .. } => limit_headers(rc, verdicts),
     };
-    match admitted {
+    let refresh = match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
         Admission::Replay { stored, .. } => return replay(env, rc, stored, replay_body, &rl).await,
-        Admission::Revoked | Admission::Forward { .. } => {}
+        Admission::Forward { refresh, .. } => refresh,
+        Admission::Revoked | Admission::Expired => None,
+    };
+    // 4. Forward, as the key is now (a change the operator made since this
+    // isolate cached the key applies from this request).
+    if refresh.is_some() {
+        auth::forget(&caller.key.hash);
     }
-    // 4. Forward.
+    let meta = match &refresh {
+        Some(p) => p.meta.clone(),
+        None => caller.key.record.meta_header(),
+    };
+    let identity = Identity {
+        plan: refresh
+            .as_ref()
+            .map_or(&caller.key.record.plan, |p| &p.plan),
+        ..Identity::of(&caller.key.record, meta.as_deref())
+    };
     let claim = pre.claim.as_ref();
     let now_s = now_ms() / 1000;
-    let origin = origin_request(
-        cfg,
-        incoming,
-        &caller.key.record,
-        claim,
-        &rc.request_id,
-        now_s,
-    );
+    let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
     let outcome = forward(origin, cfg).await;
-    // 5. Record.
+    // 5. Record (which frees the concurrency slot with the claim), or free
+    // the slot of a request without one once the origin has answered.
     let outcome = match claim {
         Some(c) => record(env, &guard, cfg, rc, ctx, &caller, c, outcome).await,
-        None => outcome,
+        None => {
+            finish_slot(&guard, &caller, rc, ctx);
+            outcome
+        }
     };
     respond(rc, cfg, outcome, &rl)
+}
+
+/// Frees the concurrency slot of a request without a claim, after the
+/// answer (`waitUntil`: it never delays the client). If the call is lost,
+/// the slot's lease frees it.
+fn finish_slot(guard: &Guard, caller: &Caller, rc: &RequestCtx, ctx: &Context) {
+    if caller.plan.limits().concurrency.is_none() {
+        return;
+    }
+    let (guard, slot) = (guard.clone(), rc.request_id.clone());
+    ctx.wait_until(async move {
+        let req = FinishRequest { slot };
+        if let Err(e) = guard.call::<Finish>(&req, &[]).await {
+            worker::console_error!("{} freeing the concurrency slot failed: {}", req.slot, e);
+        }
+    });
 }
 
 /// The client's request, body read under the limit (a request answered
@@ -98,20 +128,30 @@ async fn read(req: http::Client, method: String, max: u64) -> Handled<Incoming> 
     })
 }
 
-/// The one object call: charge the limiter and claim the Idempotency-Key. A
-/// request answered early never claims its key.
+/// The one object call: charge every policy, take a concurrency slot and
+/// claim the Idempotency-Key. A request answered early never claims its key
+/// nor takes a slot.
 async fn admit(
     guard: &Guard,
     cfg: &Config,
+    rc: &RequestCtx,
     caller: &Caller,
     incoming: &Incoming,
     pre: &Preflight,
 ) -> Handled<(Admission, Vec<u8>)> {
+    let limits = caller.plan.limits();
+    let slot = match (limits.concurrency, &pre.early) {
+        (Some(_), None) => Some(Slot {
+            id: rc.request_id.clone(),
+            lease_ms: u64::from(cfg.settings.idempotency.lease_s) * 1000,
+        }),
+        _ => None,
+    };
     let req = AdmitRequest {
-        cost: cfg.settings.cost(&incoming.method, &incoming.path),
-        quota: caller.plan.quota(),
         claim: pre.claim.clone(),
-        v: AnswerLayout::NEWEST,
+        slot,
+        caller: Some(caller.view()),
+        ..AdmitRequest::charge(cfg.settings.cost(&incoming.method, &incoming.path), limits)
     };
     let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
     let next = admission(answer, pre.early.clone())
@@ -119,9 +159,9 @@ async fn admit(
     Ok((next, payload))
 }
 
-fn limit_headers(rc: &RequestCtx, verdict: &Verdict) -> Extra {
-    rc.note(|f| f.rate_limit_remaining = Some(verdict.remaining));
-    rate_limit::headers(verdict)
+fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {
+    rc.note(|f| f.rate_limit_remaining = Some(verdicts.binding_verdict().remaining));
+    limits::headers(verdicts)
 }
 
 /// The stored response of an earlier request with this Idempotency-Key:
@@ -300,7 +340,9 @@ async fn record(
         body_len: usize::try_from(len).unwrap_or(usize::MAX),
     });
     let key_id = caller.key.record.id.clone();
-    let mut done = match proxy::settle(&cfg.settings, &caller.plan, claim, answered) {
+    // The request asked for a concurrency slot when its plan has a quota.
+    let slot = caller.plan.limits().concurrency.is_some();
+    let mut done = match proxy::settle(&cfg.settings, &caller.plan, claim, slot, answered) {
         Settlement::Complete(done) => done,
         // If the call fails, the lease frees the key.
         Settlement::Release(rel) => {

@@ -13,7 +13,7 @@ import { startGateway, poll, bearer, cfg, ORIGIN_TOKEN } from './support/gateway
 
 const CONFIG = {
   origin: { timeout_ms: 1000 },
-  idempotency: { lease_s: 2, max_stored_body_bytes: 1048576 },
+  idempotency: { lease_s: 2, max_stored_body_bytes: 1048576, lookup_grace_s: 0 },
   plans: { short: { requests_per_window: 1000, window_s: 60, idempotency_ttl_s: 2 } },
 };
 

@@ -62,7 +62,7 @@ describe('request to the origin', () => {
     assert.equal(seen.body_sha256, crypto.createHash('sha256').update(body).digest('hex'), 'the body arrives byte-exact');
     assert.equal(seen.body_bytes, body.length);
     const sig = seen.headers['x-postguard-signature'];
-    assert.match(sig, /^t=\d+,v2=[A-Za-z0-9+/]+=*$/);
+    assert.match(sig, /^t=\d+,v2=[A-Za-z0-9+/]+=*,v3=[A-Za-z0-9+/]+=*$/);
     const t = Number(/^t=(\d+)/.exec(sig)[1]);
     assert.ok(Math.abs(t - Date.now() / 1000) < 30, 't is the current unix time in seconds');
     assert.equal(seen.signature_ok, true, seen.signature_error);

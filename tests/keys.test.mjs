@@ -167,8 +167,13 @@ describe('GET / DELETE /_postguard/v1/keys/{id}', () => {
     const res = await gw.admin('GET', `/_postguard/v1/keys/${k.id}`);
     assert.equal(res.status, 200, res.text);
     const { key, ...rest } = k;
-    assert.deepEqual(res.json, rest);
+    const { policies, ...record } = res.json;
+    assert.deepEqual(record, rest);
     assert.ok(!('key' in res.json));
+    // And the state of its one policy, untouched.
+    assert.deepEqual(policies.map(({ name, limit, remaining, window_s }) => ({ name, limit, remaining, window_s })), [
+      { name: 'default', limit: 30, remaining: 30, window_s: 60 },
+    ]);
   });
 
   it('unknown or malformed id → 404 NOT_FOUND', async () => {
@@ -271,10 +276,10 @@ describe('gateway routing', () => {
     problem(r1, { status: 405, code: 'METHOD_NOT_ALLOWED' });
     const allow1 = (r1.headers.allow ?? '').split(',').map((s) => s.trim()).sort();
     assert.deepEqual(allow1, ['GET', 'POST']);
-    const r2 = await gw.admin('PATCH', '/_postguard/v1/keys/key_01ARZ3NDEKTSV4RRFFQ69G5FAV', {});
+    const r2 = await gw.admin('PUT', '/_postguard/v1/keys/key_01ARZ3NDEKTSV4RRFFQ69G5FAV', {});
     problem(r2, { status: 405, code: 'METHOD_NOT_ALLOWED' });
     const allow2 = (r2.headers.allow ?? '').split(',').map((s) => s.trim()).sort();
-    assert.deepEqual(allow2, ['DELETE', 'GET']);
+    assert.deepEqual(allow2, ['DELETE', 'GET', 'PATCH']);
   });
 });
 

@@ -24,6 +24,8 @@ const CONFIG = {
     big: { requests_per_window: 100000, window_s: 60 },
     // The issue's proactive-mode plan: 10 requests per 5 s.
     small: { requests_per_window: 10, window_s: 5 },
+    // Issue 25 item 7's plan: 5 per 5 s, where a fixed reserve of 5 allowed one call per window.
+    tiny: { requests_per_window: 5, window_s: 5 },
   },
   webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 10000 },
@@ -67,7 +69,8 @@ before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   proxy = await startFaultProxy({ target: gw.url, cutRate: 0, seed: FAULT_SEED });
-  receiver = await startReceiver();
+  // /reject/… answers 400 (a delivery dead-lettered after one attempt, for manual retries).
+  receiver = await startReceiver({ behaviour: (r) => ({ status: r.path.startsWith('/reject/') ? 400 : 200 }) });
   captures = await startCaptures(receiver);
 });
 
@@ -123,6 +126,7 @@ describe('Python SDK (clients/python)', () => {
         PG_ORIGIN_TOKEN: ORIGIN_TOKEN,
         PG_PLAN_BIG: 'big',
         PG_PLAN_SMALL: 'small',
+        PG_PLAN_TINY: 'tiny',
         PG_RECEIVER_URL: receiver.url,
         PG_CAPTURES_URL: captures.url,
         PG_REPORT: reportFile,

@@ -1,6 +1,7 @@
 // The Rust SDK (clients/rust) against the real stack: this driver starts the demo origin, the
-// built worker under Miniflare, the TCP fault proxy and a webhook receiver (with a capture
-// endpoint listing what it got), then runs the crate's tests — unit tests and the `#[ignore]`d
+// built worker under Miniflare, two TCP fault proxies (one for the seeded 30 % run, one for the
+// gateway calls whose first answer is cut: the tests run in parallel) and a webhook receiver
+// (with a capture endpoint listing what it got), then runs the crate's tests — unit tests and the `#[ignore]`d
 // integration tests in clients/rust/tests/ — with their URLs and credentials in the
 // environment, and asserts that cargo passed and no test was left out. It also packages the
 // crate (`cargo package --no-verify`) so CI proves it packages as published.
@@ -22,6 +23,8 @@ const CONFIG = {
     big: { requests_per_window: 100000, window_s: 60 },
     // The issue's proactive-mode plan: 10 requests per 5 s.
     small: { requests_per_window: 10, window_s: 5 },
+    // Issue 25 item 7's plan: 5 per 5 s, where a fixed reserve of 5 allowed one call per window.
+    tiny: { requests_per_window: 5, window_s: 5 },
   },
   webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 10000 },
@@ -30,6 +33,7 @@ const CONFIG = {
 let origin;
 let gw;
 let proxy;
+let cutProxy;
 let receiver;
 let captures;
 
@@ -60,7 +64,9 @@ before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   proxy = await startFaultProxy({ target: gw.url, cutRate: 0, seed: FAULT_SEED });
-  receiver = await startReceiver();
+  cutProxy = await startFaultProxy({ target: gw.url, cutRate: 0 });
+  // /reject/… answers 400 (a delivery dead-lettered after one attempt, for manual retries).
+  receiver = await startReceiver({ behaviour: (r) => ({ status: r.path.startsWith('/reject/') ? 400 : 200 }) });
   captures = await startCaptures(receiver);
 });
 
@@ -68,6 +74,7 @@ after(async () => {
   await captures?.close();
   await receiver?.close();
   await proxy?.close();
+  await cutProxy?.close();
   await gw?.dispose();
   await origin?.kill();
 });
@@ -78,6 +85,8 @@ describe('Rust SDK (clients/rust)', () => {
       POSTGUARD_GATEWAY_URL: gw.url,
       POSTGUARD_PROXY_URL: proxy.url,
       POSTGUARD_PROXY_CONTROL_URL: proxy.controlUrl,
+      POSTGUARD_CUT_PROXY_URL: cutProxy.url,
+      POSTGUARD_CUT_PROXY_CONTROL_URL: cutProxy.controlUrl,
       POSTGUARD_ORIGIN_URL: origin.url,
       POSTGUARD_RECEIVER_URL: receiver.url,
       POSTGUARD_CAPTURE_URL: captures.url,
@@ -97,6 +106,7 @@ describe('Rust SDK (clients/rust)', () => {
       assert.deepEqual([failed, ignored, filtered], ['0', '0', '0'], line);
     }
     assert.match(r.out, /fault_proxy_every_operation_succeeds_and_runs_once \.\.\. ok/);
+    assert.match(r.out, /gateway_calls_whose_first_answer_is_cut_take_effect_once \.\.\. ok/);
     assert.ok(figures.some((l) => l.startsWith('FIGURE fault-proxy')), 'the fault-proxy figures were printed');
     // The proxy really cut answers during the run.
     assert.ok(proxy.stats().cuts > 0, `fault proxy stats ${JSON.stringify(proxy.stats())}`);

@@ -132,7 +132,7 @@ describe('fan-out past the queue\'s 100-message batch (issue 15.2)', () => {
     await poll(async () => (await deliveries(p.key, '&status=delivered')).length === 150, { timeout: 60000, message: '150 delivered' });
 
     // Make all 150 overdue (a lost enqueue), then run the cron: it must re-queue every one.
-    // The rows live in the project's shard (ADR 0032): rewritten through its restore.
+    // The rows live in the project's shard (ADR 0035): rewritten through its restore.
     const old = Date.now() - 3_600_000;
     const changes = await rewriteDeliveries(gw, p.name, (d) => ({ ...d, status: 'pending', next_attempt_at: old }));
     assert.equal(changes, 150);

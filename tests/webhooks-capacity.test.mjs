@@ -21,7 +21,7 @@ const CONFIG = {
     deliveries_per_project_per_day: 4,
     manual_attempts_per_delivery: 2,
     d1_high_water_bytes: HIGH_WATER,
-    // The bytes quota this file was written for (the default rose with issue 24, ADR 0032).
+    // The bytes quota this file was written for (the default rose with issue 24, ADR 0035).
     bytes_per_project_per_day: 64 * 2 ** 20,
   },
   plans: { big: { requests_per_window: 100000 } },
@@ -69,7 +69,7 @@ async function publish(name, id) {
 }
 
 /**
- * A project's day counters: what its shards counted (ADR 0032) with what D1 charged the same
+ * A project's day counters: what its shards counted (ADR 0035) with what D1 charged the same
  * day outside them (inspectors and captures), per UTC day; days with nothing left are omitted.
  */
 async function usage(name) {
@@ -83,7 +83,7 @@ async function usage(name) {
   return [...byDay.values()].filter((u) => u.events || u.deliveries || u.bytes).sort((a, b) => a.day - b.day);
 }
 
-/** The stored events of a project, all its shards (ADR 0032). */
+/** The stored events of a project, all its shards (ADR 0035). */
 const storedEvents = async (name) => (await projectRecords(gw, name)).events;
 
 /** Retry-After of a refusal: whole seconds to `at` (epoch ms), within the request's own duration. */

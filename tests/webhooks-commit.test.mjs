@@ -1,7 +1,7 @@
 // A publish whose group commit fails (ADR 0027, CONTRACT §1 and §7): the real built worker under
 // Miniflare with its real D1, Durable Objects and queue, a real local receiver. The fault is
 // real: the event insert inside the shard's transaction throws (tests/support/injected-faults.mjs
-// hands the webhook shards a SQL handle that fails it; ADR 0032), so the shard's transaction
+// hands the webhook shards a SQL handle that fails it; ADR 0035), so the shard's transaction
 // rolls back as a whole. The publish answers 503 STORAGE_UNAVAILABLE with Retry-After (not 500),
 // nothing of it is stored, and once the fault is gone the retry of the same event id is stored
 // and delivered exactly once.

@@ -118,7 +118,7 @@ describe('delivery races (batches dispatched concurrently)', { concurrency: true
       assert.ok(Number.isInteger(failed.next_attempt_at), JSON.stringify(failed));
       // Its next attempt falls due now (rather than in 60 s): the job the queue then hands to a
       // consumer, next to a manual retry's job.
-      // The delivery lives in its project's shard (ADR 0032): rewritten through its restore.
+      // The delivery lives in its project's shard (ADR 0035): rewritten through its restore.
       const due = Date.now();
       assert.equal(await rewriteDeliveries(gw, s.name, (x) => ({ ...x, next_attempt_at: due })), 1);
       // The jobs as the gateway writes them: the delivery with its project and subscription.

@@ -1,4 +1,4 @@
-// Webhook records in per-project shards (issue 24, ADR 0032), end to end: the real built worker
+// Webhook records in per-project shards (issue 24, ADR 0035), end to end: the real built worker
 // under Miniflare with its real D1, Durable Objects and queues, publishing to real local
 // receivers.
 //   - deliveries of the deployment before the shards (legacy D1 rows, and their queue messages

@@ -7,12 +7,12 @@
 use postguard_core::config::Plan;
 use postguard_core::gateway::{seal_key, stored_headers};
 use postguard_core::guard::{
-    Admit, AdmitRequest, AnswerLayout, Claim, Complete, CompleteRequest, Release,
+    Admit, AdmitRequest, Claim, Complete, CompleteRequest, Lookup, Release, Scope,
 };
-use postguard_core::idempotency::{Mode, StoredResponse};
+use postguard_core::idempotency::{self, Mode, StoredResponse};
+use postguard_core::limits::{self, Verdicts};
 use postguard_core::proxy::{self, Admission, Answered, Incoming, Settlement};
-use postguard_core::rate_limit::{self, Verdict};
-use postguard_core::routes::Route;
+use postguard_core::routes::{Budget, Route};
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Response, ResponseBody};
 
@@ -27,7 +27,10 @@ use crate::seal;
 /// What the admission let through: the rate-limit headers every answer
 /// carries (a key's or a session's), and the claim to record under.
 pub struct Pass {
-    pub verdict: Option<Verdict>,
+    /// Every policy's verdict (a key's or a session's).
+    pub verdicts: Option<Verdicts>,
+    /// The record of the Idempotency-Key the route asked about.
+    pub lookup: Option<Box<Lookup>>,
     headers: Extra,
     claim: Option<Claimed>,
 }
@@ -49,11 +52,9 @@ pub enum Admitted {
 /// The plan whose TTL keeps a caller's stored answers: its own, or the
 /// default day for the operator and the origin (which have no plan).
 fn record_plan(who: &Principal) -> Plan {
-    who.plan().cloned().unwrap_or(Plan {
-        requests_per_window: u32::MAX,
-        window_s: 60,
-        idempotency_ttl_s: 86_400,
-    })
+    who.plan()
+        .cloned()
+        .unwrap_or_else(|| Plan::single(u32::MAX, 60))
 }
 
 /// Phase 4: charge the route's cost to a key or a session (which also
@@ -83,54 +84,86 @@ pub async fn admit(
         return match pre.early {
             Some(p) => Err(p.into()),
             None => Ok(Admitted::Run(Pass {
-                verdict: None,
+                verdicts: None,
+                lookup: None,
                 headers: Vec::new(),
                 claim: None,
             })),
         };
     };
-    let quota = who.quota();
+    let budget = route.budget();
+    let limits = who.limits(budget);
+    let smallest = limits.policies.iter().map(|p| p.limit).min().unwrap_or(0);
     let cost = match who.is_charged() {
         // A cost over the plan's quota takes its whole window.
-        true => route.cost(&cfg.settings.rate_limit).min(quota.limit),
+        true => route.cost(&cfg.settings.rate_limit).min(smallest),
         false => 0,
     };
     let guard = Guard::of(env, &name)?;
     let req = AdmitRequest {
-        cost,
-        quota,
         claim: pre.claim.clone(),
-        v: AnswerLayout::NEWEST,
+        scope: match budget {
+            Budget::Api => Scope::Api,
+            Budget::Gateway => Scope::Gateway,
+        },
+        caller: who.view(),
+        lookup: looked_up(route)?,
+        ..AdmitRequest::charge(cost, limits)
     };
     let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
     let next =
         proxy::admission(answer, pre.early).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let headers = |v: &Verdict| -> Extra {
+    let headers = |v: &Verdicts| -> Extra {
         if !who.is_charged() {
             return Vec::new();
         }
-        rc.note(|f| f.rate_limit_remaining = Some(v.remaining));
-        rate_limit::headers(v)
+        rc.note(|f| f.rate_limit_remaining = Some(v.binding_verdict().remaining));
+        limits::headers(v)
     };
     match next {
         Admission::Revoked => Err(revoked(who)),
-        Admission::Refused { problem, verdict } => {
-            Err(Reject::from(problem).with(&headers(&verdict)))
+        Admission::Expired => Err(expired(who)),
+        Admission::Refused { problem, verdicts } => {
+            Err(Reject::from(problem).with(&headers(&verdicts)))
         }
-        Admission::Replay { verdict, stored } => {
+        Admission::Replay { verdicts, stored } => {
             let key = pre.claim.map(|c| c.key).unwrap_or_default();
-            let replayed = replay(cfg, rc, &name, &key, stored, payload, headers(&verdict)).await?;
+            let replayed =
+                replay(cfg, rc, &name, &key, stored, payload, headers(&verdicts)).await?;
             Ok(Admitted::Answered(replayed))
         }
-        Admission::Forward { verdict } => Ok(Admitted::Run(Pass {
-            verdict: who.is_charged().then_some(verdict),
-            headers: headers(&verdict),
+        Admission::Forward {
+            verdicts, lookup, ..
+        } => Ok(Admitted::Run(Pass {
+            headers: headers(&verdicts),
+            verdicts: who.is_charged().then_some(verdicts),
+            lookup,
             claim: pre.claim.map(|claim| Claimed {
                 guard,
                 scope: name,
                 claim,
             }),
         })),
+    }
+}
+
+/// The Idempotency-Key a lookup route names (percent-decoded, then read as
+/// the header would be: 400 `IDEMPOTENCY_KEY_INVALID` when it could not be one).
+fn looked_up(route: &Route) -> Handled<Option<String>> {
+    let Route::IdempotencyLookup { key } = route else {
+        return Ok(None);
+    };
+    let decoded = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+    idempotency::parse_key(&decoded)
+        .map(Some)
+        .map_err(|e| Problem::new(ErrorCode::IdempotencyKeyInvalid, e.to_string()).into())
+}
+
+/// An API key whose object says it has expired.
+fn expired(who: &Principal) -> Reject {
+    match who {
+        Principal::Key(c) => auth::expired(&c.key).into(),
+        other => revoked(other),
     }
 }
 
@@ -218,7 +251,13 @@ pub async fn record(pass: Pass, cx: &Ctx<'_>, outcome: Handled) -> Handled {
         body_len: body.len(),
     };
     let plan = record_plan(&cx.who);
-    match proxy::settle(&cx.cfg.settings, &plan, &claimed.claim, Some(answered)) {
+    match proxy::settle(
+        &cx.cfg.settings,
+        &plan,
+        &claimed.claim,
+        false,
+        Some(answered),
+    ) {
         Settlement::Release(_) => release(&claimed, cx).await,
         Settlement::Complete(done) => complete(&claimed, cx, done, &body).await,
     }
@@ -259,6 +298,7 @@ async fn release(claimed: &Claimed, cx: &Ctx<'_>) {
     let rel = postguard_core::guard::ReleaseRequest {
         key: claimed.claim.key.clone(),
         request_id: claimed.claim.request_id.clone(),
+        slot: false,
     };
     if let Err(e) = claimed.guard.call::<Release>(&rel, &[]).await {
         worker::console_error!("{} release of the claim failed: {}", cx.rc.request_id, e);

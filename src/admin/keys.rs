@@ -1,16 +1,21 @@
-//! Operator API for API keys (`ADMIN_TOKEN`).
+//! Operator API for API keys (`ADMIN_TOKEN`): create, list, get, PATCH,
+//! reroll and revoke (CONTRACT §8, §13).
 //!
 //! KV layout (namespace `API_KEYS`):
-//! - `h:<sha256(key)>` → the key's record (authentication lookups);
-//! - `k:<id>` → `{record, hash}` (revocation by id);
+//! - `h:<sha256(key)>` → the record of that secret (authentication lookups);
+//!   after a reroll the old secret's record carries its own `expires_at`;
+//! - `k:<id>` → `{record, hash, previous}` (the current secret's hash, and the
+//!   secrets of rerolls still in their grace);
 //! - `i:<project>:<reverse time>:<id>` and `a:<reverse time>:<id>` → empty
-//!   values whose metadata is the record (listing, newest first).
+//!   values whose metadata is the record without its meta and overrides
+//!   (listing, newest first; KV metadata holds at most 1 KiB).
 //!
-//! Revocation also flags the key's Durable Object, which every proxied
-//! request consults, so it takes effect at once whatever KV caches hold.
+//! Revocation, a PATCH and a reroll are told to the key's Durable Object,
+//! which every request of the key consults: they apply from the key's next
+//! request whatever KV or an isolate still caches.
 
 use postguard_core::config::OnKeyRevoked;
-use postguard_core::guard::{Revoke, RevokeRequest};
+use postguard_core::guard::{Previous, Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
 use postguard_core::keys::{self, KeyRecord};
 use postguard_core::page::{parse_limit, Page};
@@ -28,10 +33,33 @@ use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{new_ulid_parts, now_ms, random_bytes};
 
+/// An earlier secret of a rerolled key, still working until `until`.
+#[derive(Clone, Serialize, Deserialize)]
+struct OldSecret {
+    hash: String,
+    until: u64,
+}
+
 #[derive(Serialize, Deserialize)]
 struct ById {
     record: KeyRecord,
     hash: String,
+    #[serde(default)]
+    previous: Vec<OldSecret>,
+}
+
+impl ById {
+    /// The secrets of earlier rerolls still within their grace at `now`.
+    fn live_previous(&self, now: u64) -> Vec<Previous> {
+        self.previous
+            .iter()
+            .filter(|p| p.until > now)
+            .map(|p| Previous {
+                key: keys::secret_tag(&p.hash),
+                until: p.until,
+            })
+            .collect()
+    }
 }
 
 #[derive(Serialize)]
@@ -49,30 +77,40 @@ fn index_entries(rec: &KeyRecord) -> [String; 2] {
     ]
 }
 
-async fn write_all(kv: &KvStore, rec: &KeyRecord, hash: &str) -> Handled<()> {
-    // Index entries last on create, so a listed key is always resolvable.
-    kv.put(&auth::hash_entry(hash), serde_json::to_string(rec)?)?
+/// Every KV entry of the key: each secret's record, the entry by id, the
+/// index entries (written last, so a listed key is always resolvable).
+async fn write_all(kv: &KvStore, by_id: &ById) -> Handled<()> {
+    let rec = &by_id.record;
+    kv.put(&auth::hash_entry(&by_id.hash), serde_json::to_string(rec)?)?
         .execute()
         .await?;
-    let by_id = ById {
-        record: rec.clone(),
-        hash: hash.to_string(),
-    };
-    kv.put(&format!("k:{}", rec.id), serde_json::to_string(&by_id)?)?
+    for old in &by_id.previous {
+        let mut theirs = rec.clone();
+        theirs.expires_at = Some(rec.expires_at.map_or(old.until, |e| e.min(old.until)));
+        kv.put(
+            &auth::hash_entry(&old.hash),
+            serde_json::to_string(&theirs)?,
+        )?
+        .execute()
+        .await?;
+    }
+    kv.put(&format!("k:{}", rec.id), serde_json::to_string(by_id)?)?
         .execute()
         .await?;
     for name in index_entries(rec) {
-        kv.put(&name, "")?.metadata(rec)?.execute().await?;
+        kv.put(&name, "")?.metadata(rec.listed())?.execute().await?;
     }
     Ok(())
 }
 
+fn new_secret() -> Handled<[u8; 32]> {
+    Ok(random_bytes::<32>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?)
+}
+
 pub async fn create(cx: &Ctx<'_>) -> Handled {
-    let input = keys::parse_create(&cx.body, &cx.cfg.settings)?;
-    let secret =
-        random_bytes::<32>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
-    let key = ids::new_api_key(&secret);
     let (now, rnd) = new_ulid_parts();
+    let input = keys::parse_create(&cx.body, &cx.cfg.settings, now)?;
+    let key = ids::new_api_key(&new_secret()?);
     let record = KeyRecord {
         id: ids::key_id(now, rnd),
         prefix: ids::key_prefix(&key),
@@ -81,16 +119,111 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         name: input.name,
         created_at: now,
         revoked_at: None,
+        expires_at: input.expires_at,
+        meta: input.meta,
+        overrides: input.overrides,
+        updated_at: 0,
     };
     let kv = cx.env.kv(bindings::API_KEYS)?;
     let hash = ids::sha256_hex(&key);
-    write_all(&kv, &record, &hash).await?;
-    auth::forget(&hash);
+    let by_id = ById {
+        record,
+        hash,
+        previous: Vec::new(),
+    };
+    write_all(&kv, &by_id).await?;
+    auth::forget(&by_id.hash);
     let created = Created {
-        record: &record,
+        record: &by_id.record,
         key: &key,
     };
     http::json(cx.rc, 201, &created, &[])
+}
+
+/// Tells the key's object what the operator set: from the key's next
+/// request, every isolate's admission uses it.
+async fn tell_object(cx: &Ctx<'_>, by_id: &ById) -> Handled<()> {
+    let Some(profile) = keys::profile(
+        &by_id.record,
+        &cx.cfg.settings,
+        by_id.live_previous(now_ms()),
+    ) else {
+        return Err(Problem::new(
+            postguard_core::ErrorCode::ConfigInvalid,
+            format!(
+                "plans: the key's plan '{}' is not configured",
+                by_id.record.plan
+            ),
+        )
+        .into());
+    };
+    call::<Update>(cx.env, &by_id.record.id, &UpdateRequest { profile }, &[]).await?;
+    Ok(())
+}
+
+/// `PATCH /_postguard/v1/keys/{id}` `{name?, plan?, meta?, overrides?,
+/// expires_at?}` → 200 key. A revoked key cannot be changed (404 as for an
+/// unknown id would hide it: 400 says why).
+pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
+    let kv = cx.env.kv(bindings::API_KEYS)?;
+    let mut found = by_id(&kv, id).await?;
+    if found.record.revoked_at.is_some() {
+        return Err(Invalid::from("the key is revoked: it cannot be changed").into());
+    }
+    found.record = keys::apply_patch(&found.record, &cx.body, &cx.cfg.settings, now_ms())?;
+    // The object first: the change applies from the next request even while
+    // KV still serves the old record.
+    tell_object(cx, &found).await?;
+    write_all(&kv, &found).await?;
+    forget_all(&found);
+    http::json(cx.rc, 200, &found.record, &[])
+}
+
+#[derive(Serialize)]
+struct Rerolled<'a> {
+    #[serde(flatten)]
+    record: &'a KeyRecord,
+    key: &'a str,
+    previous_expires_at: u64,
+}
+
+/// `POST /_postguard/v1/keys/{id}/reroll {grace_s?}` → 201 `{…key, key,
+/// previous_expires_at}`: a new secret for the same key (its id, prefix,
+/// counters and records); the old one works until `previous_expires_at`.
+pub async fn reroll(cx: &Ctx<'_>, id: &str) -> Handled {
+    let grace_s = keys::parse_reroll(&cx.body)?;
+    let kv = cx.env.kv(bindings::API_KEYS)?;
+    let mut found = by_id(&kv, id).await?;
+    if found.record.revoked_at.is_some() {
+        return Err(Invalid::from("the key is revoked: it cannot be rerolled").into());
+    }
+    let now = now_ms();
+    let key = keys::rerolled_key(&found.record.prefix, &new_secret()?);
+    let until = now + grace_s * 1000;
+    let old = OldSecret {
+        hash: std::mem::replace(&mut found.hash, ids::sha256_hex(&key)),
+        until,
+    };
+    found.previous.retain(|p| p.until > now);
+    found.previous.push(old);
+    found.record.updated_at = now.max(found.record.updated_at + 1);
+    tell_object(cx, &found).await?;
+    write_all(&kv, &found).await?;
+    forget_all(&found);
+    let out = Rerolled {
+        record: &found.record,
+        key: &key,
+        previous_expires_at: until,
+    };
+    http::json(cx.rc, 201, &out, &[])
+}
+
+/// Drops every secret of the key from this isolate's cache.
+fn forget_all(found: &ById) {
+    auth::forget(&found.hash);
+    for p in &found.previous {
+        auth::forget(&p.hash);
+    }
 }
 
 fn bad_cursor() -> Invalid {
@@ -140,9 +273,60 @@ async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
     found.ok_or_else(|| Problem::not_found("API key", id).into())
 }
 
+#[derive(Serialize)]
+struct WithState<'a> {
+    #[serde(flatten)]
+    record: &'a KeyRecord,
+    /// Each API policy now (a cost-0 look at the key's object).
+    policies: Vec<PolicyState>,
+    /// The concurrency quota: requests in flight of `limit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inflight: Option<postguard_core::limits::Inflight>,
+}
+
+#[derive(Serialize)]
+pub(super) struct PolicyState {
+    name: String,
+    limit: u32,
+    remaining: u32,
+    reset: u64,
+    window_s: u64,
+}
+
+/// Each policy's verdict as `/me` and `GET /keys/{id}` show it.
+pub(super) fn policy_states(v: &postguard_core::limits::Verdicts) -> Vec<PolicyState> {
+    v.said
+        .iter()
+        .map(|s| PolicyState {
+            name: s.name.clone(),
+            limit: s.verdict.limit,
+            remaining: s.verdict.remaining,
+            reset: s.verdict.reset_epoch_s,
+            window_s: s.verdict.window_s,
+        })
+        .collect()
+}
+
+/// `GET /_postguard/v1/keys/{id}`: the key, its metadata and overrides, and
+/// the state of each of its policies.
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    use postguard_core::guard::{Admit, AdmitRequest};
     let found = by_id(&cx.env.kv(bindings::API_KEYS)?, id).await?;
-    http::json(cx.rc, 200, &found.record, &[])
+    let plan = found.record.effective_plan(&cx.cfg.settings);
+    let verdicts = match (&plan, found.record.revoked_at) {
+        (Some(plan), None) => {
+            let peek = AdmitRequest::charge(0, plan.limits());
+            let (answer, _) = call::<Admit>(cx.env, &found.record.id, &peek, &[]).await?;
+            answer.verdicts()
+        }
+        _ => None,
+    };
+    let out = WithState {
+        record: &found.record,
+        policies: verdicts.as_ref().map(policy_states).unwrap_or_default(),
+        inflight: verdicts.and_then(|v| v.inflight),
+    };
+    http::json(cx.rc, 200, &out, &[])
 }
 
 /// Revokes a key: flags its Durable Object first (effective immediately for
@@ -160,9 +344,9 @@ pub async fn revoke(cx: &Ctx<'_>, id: &str) -> Handled {
     call::<Revoke>(env, &found.record.id, &RevokeRequest {}, &[]).await?;
     if found.record.revoked_at.is_none() {
         found.record.revoked_at = Some(now_ms());
-        write_all(&kv, &found.record, &found.hash).await?;
+        write_all(&kv, &found).await?;
     }
-    auth::forget(&found.hash);
+    forget_all(&found);
     let at = found.record.revoked_at.unwrap_or_else(now_ms);
     let mode = cfg.settings.webhooks.on_key_revoked;
     let mut n = subscriptions_of_revoked(env, &found.record.id, at, mode).await?;
@@ -200,7 +384,7 @@ const LIVE_KEYS_CHECKED: u64 = 100;
 /// confirmed by its own object, which holds the authoritative revoked flag,
 /// so a revocation elsewhere a moment ago is not missed.
 async fn has_live_key(cx: &Ctx<'_>, kv: &KvStore, revoked: &KeyRecord) -> Handled<bool> {
-    use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse, AnswerLayout};
+    use postguard_core::guard::{Admit, AdmitRequest, AdmitResponse};
     let listed = kv
         .list()
         .prefix(format!("i:{}:", revoked.project))
@@ -220,16 +404,11 @@ async fn has_live_key(cx: &Ctx<'_>, kv: &KvStore, revoked: &KeyRecord) -> Handle
         .filter(|r| r.id != revoked.id && r.revoked_at.is_none());
     for other in candidates {
         // A peek (cost 0) writes nothing; the key's own plan keeps its
-        // window's length as it is.
-        let Some(plan) = cx.cfg.settings.plans.get(&other.plan) else {
+        // windows' lengths as they are.
+        let Some(plan) = other.effective_plan(&cx.cfg.settings) else {
             return Ok(true);
         };
-        let peek = AdmitRequest {
-            cost: 0,
-            quota: plan.quota(),
-            claim: None,
-            v: AnswerLayout::NEWEST,
-        };
+        let peek = AdmitRequest::charge(0, plan.limits());
         match call::<Admit>(cx.env, &other.id, &peek, &[]).await? {
             (AdmitResponse::Revoked, _) => continue,
             _ => return Ok(true),

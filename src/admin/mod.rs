@@ -43,7 +43,9 @@ pub struct Ctx<'a> {
     pub body: Vec<u8>,
     /// What the caller's budget said when the router charged it (a key's or
     /// a session's; `None` for a caller without one).
-    pub verdict: Option<postguard_core::rate_limit::Verdict>,
+    pub verdicts: Option<postguard_core::limits::Verdicts>,
+    /// The record of the Idempotency-Key a lookup route asked about.
+    pub lookup: Option<Box<postguard_core::guard::Lookup>>,
 }
 
 impl Ctx<'_> {
@@ -87,7 +89,8 @@ pub async fn route(
         rc,
         who,
         body: incoming.body,
-        verdict: pass.verdict,
+        verdicts: pass.verdicts.clone(),
+        lookup: pass.lookup.clone(),
     };
     // 5. Handle.
     let outcome = dispatch(route, &cx).await;
@@ -129,6 +132,9 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::KeysList => keys::list(cx).await,
         Route::KeyGet { id } => keys::get(cx, &id).await,
         Route::KeyRevoke { id } => keys::revoke(cx, &id).await,
+        Route::KeyPatch { id } => keys::patch(cx, &id).await,
+        Route::KeyReroll { id } => keys::reroll(cx, &id).await,
+        Route::IdempotencyLookup { .. } => me::idempotency(cx).await,
         Route::WebhooksCreate => subscriptions::create(cx).await,
         Route::WebhooksList => subscriptions::list(cx).await,
         Route::WebhookGet { id } => subscriptions::get(cx, &id).await,

@@ -8,20 +8,24 @@
 //! can never interleave between check and claim. Alarm scheduling happens
 //! after the writes and only ever moves an alarm earlier.
 //!
-//! Tables: `meta(k, v)` (window, revoked), `idem(k, record, expires_at)`,
-//! `idem_body(k, seq, data)` (response bodies in chunks under the row limit).
-//! Expired records are deleted by the alarm in bounded batches.
+//! Tables: `meta(k, v)` (`windows` — or a build's single `window` before
+//! several policies, read as the `default` policy's —, `revoked`, `profile`),
+//! `idem(k, record, expires_at)`, `idem_body(k, seq, data)` (response bodies
+//! in chunks under the row limit), `slots(id, until)` (concurrency slots of
+//! requests at the origin). Expired records and slots are deleted by the
+//! alarm in bounded batches.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use postguard_core::frame;
 use postguard_core::guard::{
-    self, Admit, AdmitRequest, AdmitResponse, Complete, GuardError, Operation, Release, Reply,
-    Revoke,
+    self, Admit, AdmitRequest, AdmitResponse, Complete, Finish, GuardError, GuardState, Operation,
+    Profile, Release, Reply, Revoke, Update,
 };
 use postguard_core::idempotency::Record;
+use postguard_core::limits::{Windows, DEFAULT_POLICY};
 use postguard_core::rate_limit::Window;
-use postguard_core::store::{self, GuardStore, LimiterState};
+use postguard_core::store::{self, GuardStore};
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
@@ -48,6 +52,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idem (k TEXT PRIMARY KEY, record TEXT NOT NULL, expires_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS idem_expires ON idem(expires_at);
 CREATE TABLE IF NOT EXISTS idem_body (k TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (k, seq));
+CREATE TABLE IF NOT EXISTS slots (id TEXT PRIMARY KEY, until INTEGER NOT NULL);
 ";
 
 /// Body chunk size: well under SQLite-in-DO's 2 MB row limit.
@@ -62,9 +67,10 @@ pub struct KeyGuard {
     /// The object's SQL handle, fetched once (each fetch is two JS calls).
     sql: SqlStorage,
     schema_ready: Cell<bool>,
-    /// The key's limiter state, loaded once from `meta` and written through:
-    /// this object is the only writer, so memory and storage never disagree.
-    limiter: Cell<Option<LimiterState>>,
+    /// The key's revoked flag, windows and profile, loaded once from `meta`
+    /// and written through: this object is the only writer, so memory and
+    /// storage never disagree.
+    limiter: RefCell<Option<GuardState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
 }
@@ -92,7 +98,7 @@ fn int(v: u64) -> SqlStorageValue {
 /// The storage port over the object's SQLite tables.
 struct Sql<'a> {
     sql: &'a SqlStorage,
-    limiter: &'a Cell<Option<LimiterState>>,
+    limiter: &'a RefCell<Option<GuardState>>,
 }
 
 type Sr<T> = std::result::Result<T, GuardError>;
@@ -128,41 +134,93 @@ impl Sql<'_> {
     }
 }
 
-impl GuardStore for Sql<'_> {
-    type Error = GuardError;
-
-    fn limiter(&mut self) -> Sr<LimiterState> {
-        if let Some(state) = self.limiter.get() {
-            return Ok(state);
-        }
-        let state = LimiterState {
-            revoked: self.meta_get("revoked")?.is_some(),
-            // Stored but unreadable fails closed (never a fresh window).
-            window: self
-                .meta_get("window")?
-                .map(|s| serde_json::from_slice(s.as_bytes()).unwrap_or(Window::UNREADABLE)),
-        };
-        self.limiter.set(Some(state));
-        Ok(state)
-    }
-
-    fn put_window(&mut self, window: Window) -> Sr<()> {
-        self.meta_put("window", &serde_json::to_string(&window).map_err(storage)?)?;
-        let current = self.limiter()?;
-        self.limiter.set(Some(LimiterState {
-            window: Some(window),
-            ..current
-        }));
+impl Sql<'_> {
+    /// Applies `f` to the cached state (loaded first if needed).
+    fn with_state(&mut self, f: impl FnOnce(&mut GuardState)) -> Sr<()> {
+        let mut state = self.state()?;
+        f(&mut state);
+        *self.limiter.borrow_mut() = Some(state);
         Ok(())
     }
 
+    fn count(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<u32> {
+        let values = self.column(query, binds)?;
+        Ok(match values.into_iter().next() {
+            Some(SqlStorageValue::Integer(n)) => u32::try_from(n).unwrap_or(u32::MAX),
+            _ => 0,
+        })
+    }
+}
+
+/// Stored but unreadable JSON fails closed: windows read as used up (never
+/// a fresh window), a profile as none (the worker's record then applies).
+fn read_windows(windows: Option<String>, legacy: Option<String>) -> Windows {
+    let unreadable = || vec![(DEFAULT_POLICY.to_string(), Window::UNREADABLE)];
+    match (windows, legacy) {
+        (Some(text), _) => serde_json::from_slice(text.as_bytes()).unwrap_or_else(|_| unreadable()),
+        (None, Some(text)) => {
+            let w = serde_json::from_slice(text.as_bytes()).unwrap_or(Window::UNREADABLE);
+            vec![(DEFAULT_POLICY.to_string(), w)]
+        }
+        (None, None) => Vec::new(),
+    }
+}
+
+impl GuardStore for Sql<'_> {
+    type Error = GuardError;
+
+    fn state(&mut self) -> Sr<GuardState> {
+        if let Some(state) = self.limiter.borrow().as_ref() {
+            return Ok(state.clone());
+        }
+        let state = GuardState {
+            revoked: self.meta_get("revoked")?.is_some(),
+            windows: read_windows(self.meta_get("windows")?, self.meta_get("window")?),
+            profile: self
+                .meta_get("profile")?
+                .and_then(|p| serde_json::from_slice(p.as_bytes()).ok()),
+        };
+        *self.limiter.borrow_mut() = Some(state.clone());
+        Ok(state)
+    }
+
+    fn put_windows(&mut self, windows: &Windows) -> Sr<()> {
+        self.meta_put("windows", &serde_json::to_string(windows).map_err(storage)?)?;
+        self.with_state(|s| s.windows = windows.clone())
+    }
+
     fn put_revoked(&mut self, at_ms: u64) -> Sr<()> {
-        let current = self.limiter()?;
         self.meta_put("revoked", &at_ms.to_string())?;
-        self.limiter.set(Some(LimiterState {
-            revoked: true,
-            ..current
-        }));
+        self.with_state(|s| s.revoked = true)
+    }
+
+    fn put_profile(&mut self, profile: &Profile) -> Sr<()> {
+        self.meta_put("profile", &serde_json::to_string(profile).map_err(storage)?)?;
+        self.with_state(|s| s.profile = Some(profile.clone()))
+    }
+
+    fn slots_in_use(&mut self, now_ms: u64) -> Sr<u32> {
+        self.count(
+            "SELECT COUNT(*) FROM slots WHERE until > ?",
+            vec![int(now_ms)],
+        )
+    }
+
+    fn put_slot(&mut self, id: &str, until_ms: u64) -> Sr<()> {
+        self.exec(
+            "INSERT INTO slots (id, until) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET until = excluded.until",
+            vec![id.into(), int(until_ms)],
+        )?;
+        Ok(())
+    }
+
+    fn delete_slot(&mut self, id: &str) -> Sr<()> {
+        self.exec("DELETE FROM slots WHERE id = ?", vec![id.into()])?;
+        Ok(())
+    }
+
+    fn delete_expired_slots(&mut self, now_ms: u64) -> Sr<()> {
+        self.exec("DELETE FROM slots WHERE until <= ?", vec![int(now_ms)])?;
         Ok(())
     }
 
@@ -303,7 +361,7 @@ impl KeyGuard {
             (Ok(_), None) => Err(GuardError::Storage("transaction did not run".into())),
         };
         if result.is_err() {
-            self.limiter.set(None);
+            *self.limiter.borrow_mut() = None;
         }
         result
     }
@@ -314,7 +372,7 @@ impl KeyGuard {
     fn directly<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Sr<T>) -> Sr<T> {
         let result = f(&mut self.store()?);
         if result.is_err() {
-            self.limiter.set(None);
+            *self.limiter.borrow_mut() = None;
         }
         result
     }
@@ -361,8 +419,12 @@ impl KeyGuard {
         let now = now_ms();
         // A 429 (or a peek) with the limiter in memory writes nothing: no
         // transaction to open, no alarm to arm.
-        let known = self.limiter.get();
-        if let Some(answer) = known.and_then(|state| store::admit_in_memory(state, req, now)) {
+        let fast = self
+            .limiter
+            .borrow()
+            .as_ref()
+            .and_then(|state| store::admit_in_memory(state, req, now));
+        if let Some(answer) = fast {
             return Ok((answer, Vec::new()));
         }
         let done = match store::admit_needs_transaction(req) {
@@ -399,6 +461,15 @@ impl KeyGuard {
                 let now = now_ms();
                 Ok((self.atomically(|s| store::revoke(s, now))?, Vec::new()))
             })),
+            Finish::PATH => reply::<Finish>(decode::<Finish>(body).and_then(|(r, _)| {
+                Ok((self.directly(|s| store::finish(s, &r.slot))?, Vec::new()))
+            })),
+            Update::PATH => reply::<Update>(decode::<Update>(body).and_then(|(r, _)| {
+                Ok((
+                    self.atomically(|s| store::update(s, &r.profile))?,
+                    Vec::new(),
+                ))
+            })),
             // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
             other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
@@ -406,11 +477,23 @@ impl KeyGuard {
         }
     }
 
-    async fn arm(&self, at: Option<u64>) -> Sr<()> {
-        match at {
-            Some(at) => self.alarm_by(at).await.map_err(storage),
+    /// Arms the sweep for something written that expires at `expires_at`.
+    async fn arm(&self, expires_at: Option<u64>) -> Sr<()> {
+        match expires_at {
+            Some(at) => {
+                let due = store::sweep_at(at, self.lookup_grace_ms());
+                self.alarm_by(due).await.map_err(storage)
+            }
             None => Ok(()),
         }
+    }
+
+    /// `idempotency.lookup_grace_s` in ms. The worker validated the config
+    /// before calling; if it cannot be read here, records are swept at expiry.
+    fn lookup_grace_ms(&self) -> u64 {
+        crate::runtime::config(&self.env)
+            .map(|c| u64::from(c.settings.idempotency.lookup_grace_s) * 1000)
+            .unwrap_or(0)
     }
 }
 
@@ -445,7 +528,7 @@ impl DurableObject for KeyGuard {
             sql: state.storage().sql(),
             state,
             schema_ready: Cell::new(false),
-            limiter: Cell::new(None),
+            limiter: RefCell::new(None),
             alarm_at: Cell::new(0),
         }
     }
@@ -463,7 +546,7 @@ impl DurableObject for KeyGuard {
         self.alarm_at.set(0);
         let now = now_ms();
         let swept = self
-            .atomically(|s| store::sweep(s, now, SWEEP_BATCH))
+            .atomically(|s| store::sweep(s, now, SWEEP_BATCH, self.lookup_grace_ms()))
             .map_err(err)?;
         // After the commit: an object whose record is gone is never replayed.
         crate::replays::delete(&self.env, swept.objects).await;

@@ -1,6 +1,6 @@
 //! `WebhookShard`: one SQLite-backed Durable Object per (project, time
 //! bucket) holding that bucket's events, deliveries, attempts and outbox
-//! state (ADR 0032). A thin adapter: every write is a function of
+//! state (ADR 0035). A thin adapter: every write is a function of
 //! `postguard_core::webhooks::records` run over [`Sql`] (the
 //! `WebhookStore` port) inside one `transactionSync`, so a call commits all
 //! or nothing; this file holds the SQL and nothing else decides.
@@ -41,7 +41,7 @@ extern "C" {
 
 /// No `project` column: the shard is one project's. The outbox is the
 /// deliveries with no `queued_at` (a partial index), the manual-attempt
-/// count a column: fewer rows per event than D1's tables (ADR 0032).
+/// count a column: fewer rows per event than D1's tables (ADR 0035).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (id TEXT PRIMARY KEY, event_type TEXT NOT NULL, payload TEXT NOT NULL,
   created_at INTEGER NOT NULL, request_id TEXT);

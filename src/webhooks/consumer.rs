@@ -1,7 +1,7 @@
 //! The queue consumer: one message = one delivery job. It only does I/O; the
 //! decisions are `postguard_core::webhooks::delivery`, applied to the
 //! records by `postguard_core::webhooks::records` inside each delivery's
-//! shard (ADR 0009, ADR 0032):
+//! shard (ADR 0009, ADR 0035):
 //! read the batch's subscriptions (one D1 query) → claim in each shard
 //! ([`records::claim`]: plan, then the claim or the hold, atomically; one
 //! call per shard, in parallel) → throttle → sign and send → enqueue the

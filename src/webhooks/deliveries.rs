@@ -1,6 +1,6 @@
 //! The delivery log (`/_postguard/v1/deliveries`): list with filters and
 //! cursor (newest first across the project's shards and the legacy rows),
-//! one delivery with every attempt, manual retry and redirect (ADR 0032).
+//! one delivery with every attempt, manual retry and redirect (ADR 0035).
 
 use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
 use postguard_core::config::Config;

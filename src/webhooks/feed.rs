@@ -1,7 +1,7 @@
 //! `GET /_postguard/v1/events` (API key, own project): the events as
 //! published, with their delivery summary, for reconciliation and for local
 //! development without a public URL, paged across the project's shards and
-//! the legacy rows (ADR 0032). Retention as deliveries.
+//! the legacy rows (ADR 0035). Retention as deliveries.
 
 use super::shards;
 use crate::admin::Ctx;

@@ -1,4 +1,4 @@
-//! Group commit of concurrent publishes (ADR 0024, ADR 0032). The
+//! Group commit of concurrent publishes (ADR 0024, ADR 0035). The
 //! publishes one isolate holds at the same time queue here; one of them,
 //! the leader, takes a group of them ([`fanout::take_group`]) and stores it
 //! through the one write path ([`write::store`]): one D1 read of the

@@ -38,7 +38,7 @@ pub use crate::d1::{num, text};
 pub struct Job {
     pub delivery_id: String,
     /// The delivery's project and subscription: with the id, they name its
-    /// shard and its receiver without a lookup (ADR 0032). Absent in the
+    /// shard and its receiver without a lookup (ADR 0035). Absent in the
     /// messages of the deployment before the shards (legacy D1 rows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,

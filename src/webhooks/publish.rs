@@ -1,7 +1,7 @@
 //! `POST /_postguard/v1/events` (origin, `ORIGIN_TOKEN`): the event, its
 //! deliveries and their outbox state are written in one transaction of the
 //! project's current shard, the first attempts are handed to the queue, and
-//! only then the answer is 202 (ADR 0032). The request joins the publishes
+//! only then the answer is 202 (ADR 0035). The request joins the publishes
 //! running beside it in this isolate (`super::group`, ADR 0024), which store
 //! through the one write path (`super::write`).
 //!

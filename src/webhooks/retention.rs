@@ -1,4 +1,4 @@
-//! The delivery log's retention (the daily cron, ADR 0032): whole shards
+//! The delivery log's retention (the daily cron, ADR 0035): whole shards
 //! whose bucket ended before `retention.deliveries_days` are dropped (each
 //! object deletes its storage) and leave the directory; then the legacy D1
 //! rows past the cutoff, in chunks until none is left (ADR 0017): one round

@@ -1,4 +1,4 @@
-//! Calls to the webhook shards (ADR 0032): which shard holds what, the
+//! Calls to the webhook shards (ADR 0035): which shard holds what, the
 //! limits a shard admits against, pages merged across a project's shards
 //! (and the legacy D1 rows, the oldest source), and moving a legacy event
 //! into its shard when it is touched again.

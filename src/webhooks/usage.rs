@@ -1,4 +1,4 @@
-//! D1's bound (ADR 0017, ADR 0032), the I/O half: D1's size as the isolate
+//! D1's bound (ADR 0017, ADR 0035), the I/O half: D1's size as the isolate
 //! last saw it (it holds the shard directory, the subscriptions, tasks and
 //! inspectors: at its mark every publish waits for retention), and the
 //! admission and charge of an inspector or a capture (their daily counter

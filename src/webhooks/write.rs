@@ -1,4 +1,4 @@
-//! The one write path of every event (ADR 0032): HTTP publishes (through
+//! The one write path of every event (ADR 0035): HTTP publishes (through
 //! `super::group`), the operational `postguard.subscription.disabled`, and
 //! anything later work publishes. [`store`] reads the projects'
 //! subscriptions (one D1 read), plans each event's deliveries

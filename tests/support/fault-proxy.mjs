@@ -4,9 +4,14 @@
 // Idempotency-Key exists for.
 //
 // Module:  const p = await startFaultProxy({ target: gw.url, cutRate: 0.3, seed: 7 });
-//          p.url, p.stats() → {connections, cuts}, p.setCutRate(x), await p.close()
-// Control: p.controlUrl — GET /stats → {connections, cuts, cut_rate}; POST /cut-rate?value=0.5;
-//          POST /reset (counters to 0). For test drivers in other languages.
+//          p.url, p.stats() → {connections, cuts}, p.setCutRate(x), p.cutNext(n), await p.close()
+// Control: p.controlUrl — GET /stats → {connections, cuts, cut_rate, cut_next}; POST /cut-rate?value=0.5;
+//          POST /cut-next?count=1; POST /reset (counters and cut-next to 0). For test drivers in
+//          other languages.
+//
+// cutNext(n) cuts the next n responses whatever the rate, then lets answers through again: a
+// test that must see one particular call lose its answer (and be retried) does not depend on
+// the draw.
 //
 // Cutting happens per connection, at the first byte the gateway sends back: nothing of that
 // response reaches the client, so it sees a reset. A client that reuses a kept-alive
@@ -43,6 +48,7 @@ export async function startFaultProxy({ target, cutRate = 0, seed = Date.now(), 
   const random = prng(seed);
   const counters = { connections: 0, cuts: 0 };
   let rate = cutRate;
+  let forced = 0; // responses still to cut whatever the rate
   const sockets = new Set();
 
   const track = (s) => {
@@ -65,7 +71,9 @@ export async function startFaultProxy({ target, cutRate = 0, seed = Date.now(), 
     up.on('data', (chunk) => {
       if (armed) {
         armed = false;
-        if (random() < rate) {
+        const cut = forced > 0 || random() < rate;
+        if (forced > 0) forced -= 1;
+        if (cut) {
           counters.cuts += 1;
           client.destroy();
           up.destroy();
@@ -93,7 +101,13 @@ export async function startFaultProxy({ target, cutRate = 0, seed = Date.now(), 
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(obj));
     };
-    if (req.method === 'GET' && url.pathname === '/stats') return reply(200, { ...counters, cut_rate: rate });
+    if (req.method === 'GET' && url.pathname === '/stats') return reply(200, { ...counters, cut_rate: rate, cut_next: forced });
+    if (req.method === 'POST' && url.pathname === '/cut-next') {
+      const n = Number(url.searchParams.get('count') ?? 1);
+      if (!(Number.isInteger(n) && n >= 0)) return reply(400, { error: 'count must be a whole number' });
+      forced = n;
+      return reply(200, { cut_next: forced });
+    }
     if (req.method === 'POST' && url.pathname === '/cut-rate') {
       const v = Number(url.searchParams.get('value'));
       if (!(v >= 0 && v <= 1)) return reply(400, { error: 'value must be within 0..1' });
@@ -103,6 +117,7 @@ export async function startFaultProxy({ target, cutRate = 0, seed = Date.now(), 
     if (req.method === 'POST' && url.pathname === '/reset') {
       counters.connections = 0;
       counters.cuts = 0;
+      forced = 0;
       return reply(200, { ok: true });
     }
     return reply(404, { error: 'unknown control endpoint' });
@@ -113,9 +128,12 @@ export async function startFaultProxy({ target, cutRate = 0, seed = Date.now(), 
     url: `http://${host}:${port}`,
     controlUrl: `http://${host}:${controlPort}`,
     seed,
-    stats: () => ({ ...counters, cut_rate: rate }),
+    stats: () => ({ ...counters, cut_rate: rate, cut_next: forced }),
     setCutRate(v) {
       rate = v;
+    },
+    cutNext(n = 1) {
+      forced = n;
     },
     async close() {
       for (const s of sockets) s.destroy();

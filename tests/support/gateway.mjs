@@ -218,6 +218,12 @@ function withHarnessDefaults(config, publicUrl) {
   return JSON.stringify(parsed);
 }
 
+/** Whether starting failed only because the chosen port was taken meanwhile. */
+function isAddressInUse(e) {
+  const text = `${e?.code ?? ''} ${e?.message ?? ''} ${e?.cause?.code ?? ''}`;
+  return /ADDRESS_IN_USE|EADDRINUSE|address already in use/i.test(text);
+}
+
 export async function startGateway({
   vars = {},
   secrets = { ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET: TEST_SIGNING_SECRET },
@@ -233,17 +239,30 @@ export async function startGateway({
   const { modules, modulesRoot } = buildModules(toml);
   const v = { ...vars };
   if (originUrl !== undefined) v.ORIGIN_URL = originUrl;
-  const port = await freePort();
-  if (harnessDefaults) {
-    v.POSTGUARD_CONFIG = withHarnessDefaults(v.POSTGUARD_CONFIG ?? toml.vars?.POSTGUARD_CONFIG, `http://127.0.0.1:${port}`);
+  // The port is chosen before Miniflare binds it (public_url must name it), so another
+  // process on this shared machine can take it in between: then start again on another.
+  let mf;
+  let readyUrl;
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const vp = { ...v };
+    if (harnessDefaults) {
+      vp.POSTGUARD_CONFIG = withHarnessDefaults(vp.POSTGUARD_CONFIG ?? toml.vars?.POSTGUARD_CONFIG, `http://127.0.0.1:${port}`);
+    }
+    const v4 = miniflareOptionsFromToml(toml, { vars: vp, secrets, persistDir, modules, modulesRoot });
+    v4.port = port;
+    v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
+    if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
+    patchOptions?.(v4); // benchmarks vary one setting, e.g. the queue consumer's batch size
+    mf = new Miniflare(convertV4MiniflareOptions(v4));
+    try {
+      readyUrl = await mf.ready;
+      break;
+    } catch (e) {
+      await mf.dispose().catch(() => {});
+      if (attempt >= 5 || !isAddressInUse(e)) throw e;
+    }
   }
-  const v4 = miniflareOptionsFromToml(toml, { vars: v, secrets, persistDir, modules, modulesRoot });
-  v4.port = port;
-  v4.log = new Log(verbose ? LogLevel.DEBUG : LogLevel.WARN);
-  if (inspectorPort !== undefined) v4.inspectorPort = inspectorPort; // bench/profile.mjs
-  patchOptions?.(v4); // benchmarks vary one setting, e.g. the queue consumer's batch size
-  const mf = new Miniflare(convertV4MiniflareOptions(v4));
-  const readyUrl = await mf.ready;
   if (migrate) await applyD1Migrations(mf, toml);
   const url = new URL(readyUrl).origin;
 

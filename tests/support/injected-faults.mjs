@@ -45,7 +45,7 @@ export class KeyGuard extends RealKeyGuard {
   constructor(state, env) { super(faultyState(state), env); }
 }
 
-// The webhook shards (ADR 0032), their SQL handle shadowed the same way.
+// The webhook shards (ADR 0035), their SQL handle shadowed the same way.
 export class WebhookShard extends RealWebhookShard {
   constructor(state, env) { super(faultyState(state), env); }
 }

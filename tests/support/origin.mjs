@@ -31,9 +31,9 @@ export const MAX_SIGNATURE_AGE_S = 300;
  * The string postguard signs: `v2` and each field on its own line (ADR 0015, README "Security").
  * `identity` holds the forwarded header values (absent ones sign as '').
  */
-export function canonicalString({ t, requestId, method, target, bodySha256, identity = {} }) {
-  return [
-    'v2',
+export function canonicalString({ t, requestId, method, target, bodySha256, identity = {}, version = 'v2' }) {
+  const lines = [
+    version,
     t,
     requestId ?? '',
     method,
@@ -45,7 +45,10 @@ export function canonicalString({ t, requestId, method, target, bodySha256, iden
     identity.idempotencyKey ?? '',
     identity.contentType ?? '',
     identity.clientIp ?? '',
-  ].join('\n');
+  ];
+  // v3 also covers the key's metadata (X-Postguard-Key-Meta).
+  if (version === 'v3') lines.push(identity.keyMeta ?? '');
+  return lines.join('\n');
 }
 
 /** The identity fields of a forwarded request, from its (lower-cased) headers. */
@@ -57,13 +60,16 @@ export function identityOf(headers) {
     idempotencyKey: headers['idempotency-key'],
     contentType: headers['content-type'],
     clientIp: headers['x-postguard-client-ip'],
+    keyMeta: headers['x-postguard-key-meta'],
   };
 }
 
 /**
- * Verify `t=<unix s>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, canonicalString)>`: the secret, a
- * fresh `t` (within MAX_SIGNATURE_AGE_S), and every signed field as received — a replay with a
- * changed project, plan, key prefix, Idempotency-Key, content type or client IP fails.
+ * Verify `t=<unix s>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, canonicalString)>[,v3=…]`: the
+ * secret, a fresh `t` (within MAX_SIGNATURE_AGE_S), and every signed field as received — a replay
+ * with a changed project, plan, key prefix, Idempotency-Key, content type or client IP fails; when
+ * `v3` is there (every gateway since keys carry metadata), it must verify too, and it also covers
+ * X-Postguard-Key-Meta.
  */
 export function verifySignature({ secret, header, requestId, method, target, bodySha256, identity, nowS = Date.now() / 1000 }) {
   if (typeof header !== 'string' || header.length === 0) return { ok: false, reason: 'missing' };
@@ -78,11 +84,15 @@ export function verifySignature({ secret, header, requestId, method, target, bod
   if (!/^\d+$/.test(parts.t ?? '') || !parts.v2) return { ok: false, reason: 'malformed' };
   const t = Number(parts.t);
   if (Math.abs(nowS - t) > MAX_SIGNATURE_AGE_S) return { ok: false, reason: 'stale timestamp', t };
-  const msg = canonicalString({ t: parts.t, requestId, method, target, bodySha256, identity });
-  const expected = crypto.createHmac('sha256', secret).update(msg).digest();
-  const got = Buffer.from(parts.v2, 'base64');
-  const ok = got.length === expected.length && crypto.timingSafeEqual(got, expected);
-  return { ok, reason: ok ? null : 'mismatch', t };
+  const matches = (version, given) => {
+    const msg = canonicalString({ t: parts.t, requestId, method, target, bodySha256, identity, version });
+    const expected = crypto.createHmac('sha256', secret).update(msg).digest();
+    const got = Buffer.from(given, 'base64');
+    return got.length === expected.length && crypto.timingSafeEqual(got, expected);
+  };
+  if (!matches('v2', parts.v2)) return { ok: false, reason: 'mismatch', t };
+  if (parts.v3 !== undefined && !matches('v3', parts.v3)) return { ok: false, reason: 'v3 mismatch', t };
+  return { ok: true, reason: null, t, v3: parts.v3 !== undefined };
 }
 
 function createStats() {
@@ -212,6 +222,7 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
     if (stats.requests.length > MAX_RECORDS) stats.requests.splice(0, stats.requests.length - MAX_RECORDS);
     if (log) console.log(`[origin] ${req.method} ${target} key=${idemKey ?? '-'} exec=${execution} sig=${sig.ok}`);
     res.on('close', () => {
+      record.ended_at = Date.now(); // with `at`: how long the request was in flight here
       if (!res.writableFinished) record.closed_early = true;
     });
 

@@ -1,4 +1,4 @@
-// Reading and seeding the webhook shards (WebhookShard objects, ADR 0032) straight through
+// Reading and seeding the webhook shards (WebhookShard objects, ADR 0035) straight through
 // Miniflare's Durable Object API and the D1 directory, as tests and bench/ need it: the
 // records a test used to read from D1's webhook tables now live in the project's shards.
 

@@ -5,8 +5,9 @@ in environment variables:
 PG_GATEWAY_URL, PG_ORIGIN_URL            the gateway under Miniflare, the demo origin
 PG_PROXY_URL, PG_PROXY_CONTROL_URL       the TCP fault proxy in front of the gateway
 PG_ADMIN_TOKEN, PG_ORIGIN_TOKEN          operator and origin credentials
-PG_PLAN_BIG, PG_PLAN_SMALL               plan names: generous, and 10 requests per 5 s
-PG_RECEIVER_URL, PG_CAPTURES_URL         a webhook receiver; GET the captures URL for what it received
+PG_PLAN_BIG, PG_PLAN_SMALL, PG_PLAN_TINY plan names: generous, 10 requests per 5 s, 5 per 5 s
+PG_RECEIVER_URL, PG_CAPTURES_URL         a webhook receiver (paths under /reject/ answer 400);
+                                         GET the captures URL for what it received
 PG_REPORT                                a file to write the measured figures into (JSON lines)
 
 Without PG_GATEWAY_URL the integration tests are skipped (the unit tests still run);
@@ -38,6 +39,7 @@ class Env:
     origin_token: str
     plan_big: str
     plan_small: str
+    plan_tiny: str
     receiver: str
     captures: str
     report_file: str | None
@@ -59,6 +61,7 @@ def env() -> Env:
         origin_token=e["PG_ORIGIN_TOKEN"],
         plan_big=e["PG_PLAN_BIG"],
         plan_small=e["PG_PLAN_SMALL"],
+        plan_tiny=e["PG_PLAN_TINY"],
         receiver=e["PG_RECEIVER_URL"],
         captures=e["PG_CAPTURES_URL"],
         report_file=e.get("PG_REPORT"),

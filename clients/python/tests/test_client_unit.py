@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -252,3 +253,128 @@ async def test_async_audit_iterator_follows_the_cursor() -> None:
         rows = [row["request_id"] async for row in c.iter_audit(method="POST")]
     assert rows == ["a", "b"]
     assert seen[1].url.params["cursor"] == "c1" and seen[1].url.params["method"] == "POST"
+
+
+# --- the retry rule (issue 23 item 1) ------------------------------------------------------
+
+
+def test_a_mutating_call_without_a_key_is_not_retried_after_a_lost_answer() -> None:
+    seen, handler = scripted([httpx.ReadError("reset"), httpx.Response(200)])
+    with pytest.raises(postguard.NetworkError) as e:
+        client(handler, []).request("PATCH", "/orders/1", {"a": 1}, idempotency_key=False)
+    assert len(seen) == 1 and "idempotency-key" not in seen[0].headers
+    assert e.value.idempotency_key is None
+    seen, handler = scripted([httpx.Response(503), httpx.Response(200)])
+    with pytest.raises(postguard.ServerError):
+        client(handler, []).request("DELETE", "/orders/1", idempotency_key=False)
+    assert len(seen) == 1
+    # Not executed (429): retried even without a key.
+    seen, handler = scripted([problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "1"}), httpx.Response(204)])
+    assert client(handler, [], proactive=False).request("DELETE", "/o", idempotency_key=False).attempts == 2
+    # The same call with a key (the default) is retried, with that key.
+    seen, handler = scripted([httpx.ReadError("reset"), httpx.Response(503), httpx.Response(200)])
+    assert client(handler, []).request("PATCH", "/orders/1", {"a": 1}).attempts == 3
+    assert len({r.headers["idempotency-key"] for r in seen}) == 1
+
+
+GATEWAY_CALLS: list[tuple[str, Callable[[Client], object]]] = [
+    ("create_key", lambda c: c.create_key("p", "trial")),
+    ("revoke_key", lambda c: c.revoke_key("key_1")),
+    ("create_portal_link", lambda c: c.create_portal_link("p")),
+    ("create_webhook", lambda c: c.create_webhook("https://r.example/h", ["*"])),
+    ("update_webhook", lambda c: c.update_webhook("sub_1", description="d")),
+    ("delete_webhook", lambda c: c.delete_webhook("sub_1")),
+    ("rotate_webhook_secret", lambda c: c.rotate_webhook_secret("sub_1")),
+    ("pause_webhook", lambda c: c.pause_webhook("sub_1")),
+    ("resume_webhook", lambda c: c.resume_webhook("sub_1")),
+    ("test_webhook", lambda c: c.test_webhook("sub_1")),
+    ("recover_webhook", lambda c: c.recover_webhook("sub_1", since=0)),
+    ("retry_delivery", lambda c: c.retry_delivery("dlv_1")),
+    ("redirect_delivery", lambda c: c.redirect_delivery("dlv_1", "https://r.example/x")),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), GATEWAY_CALLS, ids=[n for n, _ in GATEWAY_CALLS])
+def test_every_mutating_gateway_call_carries_one_key_and_is_retried(
+    name: str, call: Callable[[Client], object]
+) -> None:
+    seen, handler = scripted([httpx.ReadError("reset"), httpx.Response(502), httpx.Response(201, json={})])
+    call(client(handler, []))
+    assert len(seen) == 3, f"{name}: retried after a lost answer and a 502"
+    keys = {r.headers.get("idempotency-key") for r in seen}
+    assert len(keys) == 1 and None not in keys, f"{name}: one key on every attempt: {keys}"
+    assert len({r.content for r in seen}) == 1, "the same bytes every time"
+
+
+def test_the_callers_key_is_sent_by_typed_methods() -> None:
+    seen, handler = scripted([httpx.Response(201, json={})] * 3)
+    c = client(handler, [])
+    c.create_key("p", "trial", idempotency_key="onboard-p")
+    c.rotate_webhook_secret("sub_1", idempotency_key="rotate-2026-12")
+    c.redirect_delivery("dlv_1", "https://r.example/x", idempotency_key="inspect-dlv_1")
+    assert [r.headers["idempotency-key"] for r in seen] == ["onboard-p", "rotate-2026-12", "inspect-dlv_1"]
+
+
+def test_publish_fixes_the_event_id_once_for_every_attempt() -> None:
+    seen, handler = scripted([httpx.ReadError("reset"), httpx.Response(202, json={"id": "x"})])
+    c = Client(
+        "http://gw.test", origin_token="org", transport=httpx.MockTransport(handler), _sleep=lambda s: None
+    )
+    c.publish_event("p", "order.paid", {"n": 1})
+    ids = [json.loads(r.content)["id"] for r in seen]
+    assert len(ids) == 2 and ids[0] == ids[1] and ids[0].startswith("evt_") and len(ids[0]) == 36
+    seen, handler = scripted([httpx.Response(202, json={"id": "evt_mine"})])
+    c = Client("http://gw.test", origin_token="org", transport=httpx.MockTransport(handler))
+    c.publish_event("p", "t", event_id="evt_mine")
+    assert json.loads(seen[0].content)["id"] == "evt_mine"
+
+
+# --- on_attempt exposes the planned delay (issue 25 item 7) --------------------------------
+
+
+def test_on_attempt_reports_the_planned_retry_delay() -> None:
+    _, handler = scripted(
+        [
+            httpx.ReadError("x"),
+            problem(429, "RATE_LIMIT_EXCEEDED", {"retry-after": "3"}),
+            problem(400, "VALIDATION_ERROR"),
+        ]
+    )
+    seen: list[postguard.AttemptInfo] = []
+    sleeps: list[float] = []
+    with pytest.raises(postguard.ValidationError):
+        client(handler, sleeps, on_attempt=seen.append, proactive=False).request("POST", "/a")
+    assert [a.retry_in_s for a in seen] == [0.5, 6.0, None]  # 0.5 · 2^0; Retry-After 3 s · 2^1; final
+    assert sleeps == [0.5, 6.0], "the hook saw exactly the waits that followed"
+
+
+# --- secrets never print (issue 23 item 9) ------------------------------------------------
+
+SECRETS: dict[str, Any] = {
+    "api_key": "pgk_Zx81mQv0Lr5Tn2Wc7Ye4Ua9Ib3Od6Pf1Gh8Jk0Sl5M",
+    "admin_token": "adm_live_4f9c2e7a1b8d3f6e0a5c9b2d7e1f4a8c",
+    "origin_token": "org_live_9b1e5d3c7f2a8e4b6d0c1f9a3e7b5d2c",
+}
+
+
+@pytest.mark.anyio
+async def test_repr_str_and_vars_of_the_clients_show_no_secret() -> None:
+    import logging
+    import pprint
+
+    with Client("https://api.example.com", **SECRETS) as sync_client:
+        async with AsyncClient("https://api.example.com", **SECRETS) as async_client:
+            for c in (sync_client, async_client):
+                shown = [repr(c), str(c), f"{c}", f"{c!r}", pprint.pformat(vars(c)), repr(c._tokens)]
+                record = logging.LogRecord("t", logging.INFO, __file__, 1, "client %r", (c,), None)
+                shown.append(record.getMessage())
+                for text in shown:
+                    for name, secret in SECRETS.items():
+                        assert secret not in text and secret[4:20] not in text, f"{name} in {text}"
+                assert "api.example.com" in repr(c) and "api_key" in repr(c), repr(c)
+
+
+def test_the_redacted_token_is_still_sent() -> None:
+    seen, handler = scripted([httpx.Response(200, json={})])
+    Client("http://gw.test", transport=httpx.MockTransport(handler), **SECRETS).me()
+    assert seen[0].headers["authorization"] == f"Bearer {SECRETS['api_key']}"

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from postguard import RateLimitInfo, RetryPolicy, Throttle, backoff_delay, decide, parse_rate_limit
+from postguard import (
+    RateLimitInfo,
+    RetryPolicy,
+    Throttle,
+    backoff_delay,
+    decide,
+    is_retryable,
+    parse_rate_limit,
+    replay_safe,
+    reserve_for,
+)
 from postguard._core import Outcome, parse_retry_after
 
 POLICY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=60.0, jitter=0.3)
@@ -88,6 +98,26 @@ class TestDecide:
     def test_final(self, outcome: Outcome) -> None:
         assert not decide(1, outcome, POLICY, 0.0).retry
 
+    @pytest.mark.parametrize("outcome", [Outcome(None), Outcome(502), Outcome(503), Outcome(504)])
+    def test_maybe_executed_is_retried_only_when_replay_safe(self, outcome: Outcome) -> None:
+        # A lost answer or a 502/503/504 may have run: a mutating call without a key is
+        # not sent again (issue 23 item 1); with a key the gateway replays the first answer.
+        assert not decide(1, outcome, POLICY, 0.0, replay_safe=False).retry
+        assert decide(1, outcome, POLICY, 0.0, replay_safe=True).retry
+        assert not is_retryable(outcome, replay_safe=False)
+
+    @pytest.mark.parametrize(
+        "outcome",
+        [Outcome(429, "RATE_LIMIT_EXCEEDED", 2.0), Outcome(409, "IDEMPOTENCY_KEY_IN_PROGRESS", 1.0)],
+    )
+    def test_not_executed_is_retried_without_a_key_too(self, outcome: Outcome) -> None:
+        assert decide(1, outcome, POLICY, 0.0, replay_safe=False).retry
+
+    def test_replay_safe(self) -> None:
+        assert replay_safe("POST", "k") and replay_safe("DELETE", "k")
+        assert not replay_safe("POST", None) and not replay_safe("patch", None)
+        assert replay_safe("GET", None) and replay_safe("HEAD", None)
+
     def test_bounded_attempts(self) -> None:
         delays = []
         attempts = 1
@@ -155,7 +185,12 @@ class TestThrottle:
         assert sent == 9  # 9 left, all of them in flight now
         assert th.next_wait(0.1) == pytest.approx(5.0)
 
-    def test_default_threshold_keeps_five_in_reserve(self) -> None:
+    def test_reserve_is_a_tenth_of_the_limit_at_least_one_never_all(self) -> None:
+        assert [reserve_for(n) for n in (1, 2, 5, 10, 19, 20, 60, 2000)] == [0, 1, 1, 1, 1, 2, 6, 200]
+        assert [reserve_for(10, t) for t in (0, 5, 50)] == [0, 5, 9]  # explicit: absolute, ≤ limit − 1
+        assert reserve_for(0) == 0
+
+    def test_default_reserve_on_a_ten_per_window_plan_keeps_one(self) -> None:
         th = Throttle()
         th.on_send(0.0)
         th.on_response(0.1, info(9, 5))
@@ -163,7 +198,20 @@ class TestThrottle:
         while th.next_wait(0.1) == 0.0:
             th.on_send(0.1)
             sent += 1
-        assert sent == 4  # 9 - 4 in flight = 5 = the reserve
+        assert sent == 8  # 9 - 8 in flight = 1 = a tenth of 10
+
+    def test_default_reserve_on_a_five_per_window_plan_sends_four(self) -> None:
+        # Issue 25 item 7: the old fixed reserve of 5 (capped at limit − 1) let one call
+        # through per window on this plan; a tenth (at least 1) lets four.
+        for threshold, expected in ((None, 4), (5, 1)):
+            th = Throttle(threshold)
+            th.on_send(0.0)
+            th.on_response(0.1, RateLimitInfo(4, 5.0, 5, 5.0))
+            sent = 1
+            while th.next_wait(0.1) == 0.0:
+                th.on_send(0.1)
+                sent += 1
+            assert sent == expected, threshold
 
     def test_out_of_order_answers_keep_the_lowest_remaining(self) -> None:
         th = Throttle(threshold=0)

@@ -39,15 +39,20 @@ def poll(fn: Any, *, timeout: float = 15.0, interval: float = 0.1, what: str = "
 
 
 class Counter:
-    """An ``on_attempt`` hook counting what the SDK saw (thread-safe)."""
+    """An ``on_attempt`` hook counting what the SDK saw (thread-safe): statuses, and the
+    ``X-RateLimit-Remaining`` of every answer that had one."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.statuses: list[int | None] = []
+        self.remaining: list[int] = []
 
     def __call__(self, a: AttemptInfo) -> None:
         with self.lock:
             self.statuses.append(a.status)
+            left = a.headers.get("x-ratelimit-remaining") if a.headers is not None else None
+            if a.status != 429 and left is not None and left.isdigit():
+                self.remaining.append(int(left))
 
     def count(self, status: int) -> int:
         with self.lock:
@@ -165,7 +170,7 @@ CALLS, TASKS, IDEAL_S = 40, 8, 15.0
 
 
 def _run_sync_threads(env: Any, key: str) -> tuple[int, float, int]:
-    """The default threshold: one sync client shared by 8 threads."""
+    """The default reserve: one sync client shared by 8 threads."""
     seen = Counter()
     todo = iter(range(CALLS))
     lock = threading.Lock()
@@ -224,8 +229,11 @@ async def test_proactive_threshold_zero_uses_the_whole_budget(env: Any, new_key:
     )
     assert done == CALLS
     assert seen.count(429) == 0
-    # The issue's bound: within 25 % of the ideal 15 s (4 windows of 10, 3 waits of 5 s).
-    assert elapsed <= IDEAL_S * 1.25, f"elapsed {elapsed:.2f} s"
+    # What the SDK promises is the whole budget without a 429; the time against the ideal
+    # 15 s (4 windows of 10) is reported, not bounded: on a loaded machine it measures the
+    # machine (issue 28).
+    assert min(seen.remaining) == 0, "the whole budget was used: some answer left 0"
+    assert elapsed >= IDEAL_S - 1, f"four windows are needed ({elapsed:.2f} s)"
 
 
 @pytest.mark.anyio
@@ -254,9 +262,139 @@ async def test_proactive_default_threshold_and_proactive_off(env: Any, new_key: 
         elapsed_s=round(elapsed_off, 2),
     )
     assert done_default == CALLS
-    assert default_429 == 0, f"429s seen at the default threshold: {default_429}"
+    assert default_429 == 0, f"429s seen at the default reserve: {default_429}"
     assert done_off == CALLS, "every call succeeded despite the 429s"
     assert seen_off.count(429) > 0, "without the limiter, 8 tasks do run into the limit"
+
+
+def test_six_calls_on_a_five_per_window_plan_before_and_after(env: Any, new_key: Any, report: Any) -> None:
+    """Issue 25 item 7: a fixed reserve of 5 (capped at limit − 1 = 4) let a 5-per-5 s key
+    send one call per window; the default is now a tenth of the limit, at least 1. The old
+    setting (threshold=5) and the new default side by side, on two keys."""
+
+    def six(threshold: int | None) -> dict[str, Any]:
+        seen = Counter()
+        key = new_key(env.plan_tiny).key
+        with Client(env.gateway, api_key=key, threshold=threshold, on_attempt=seen) as c:
+            t0 = time.monotonic()
+            for i in range(6):
+                c.request("POST", "/py/six", {"i": i})
+            return {
+                "elapsed_s": round(time.monotonic() - t0, 2),
+                "remaining": seen.remaining,
+                "429s": seen.count(429),
+            }
+
+    with ThreadPoolExecutor(2) as pool:
+        after_f, before_f = pool.submit(six, None), pool.submit(six, 5)
+        after, before = after_f.result(timeout=120), before_f.result(timeout=120)
+    report("six_calls_5_per_5s", before_threshold_5=before, after_default=after)
+    assert after["429s"] == before["429s"] == 0
+    assert before["remaining"] == [4] * 6, "the old reserve: every call alone in its window"
+    assert min(after["remaining"]) <= 3, f"several calls in one window: {after['remaining']}"
+    assert min(after["remaining"]) >= 1, f"one unit always kept: {after['remaining']}"
+
+
+# --- 3b. the gateway's own mutating calls through the cutting proxy (issue 23 item 1) ----
+
+
+class Answers:
+    """An ``on_attempt`` hook keeping every attempt by Idempotency-Key."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str | None, list[AttemptInfo]] = {}
+
+    def __call__(self, a: AttemptInfo) -> None:
+        self.by_key.setdefault(a.idempotency_key, []).append(a)
+
+
+def test_gateway_calls_whose_first_answer_is_cut_take_effect_once(
+    env: Any, admin: Client, report: Any
+) -> None:
+    """create_key, create_webhook, rotate_webhook_secret, retry_delivery, redirect_delivery
+    and create_portal_link each lose their first answer after the gateway ran them (the
+    proxy's cut-next); the SDK retries with the same key and must get the stored answer:
+    one key, one subscription, one rotation, one more attempt, one redirect, one link."""
+    control = env.proxy_control
+    httpx.post(f"{control}/reset").raise_for_status()
+    httpx.post(f"{control}/cut-rate", params={"value": "0"}).raise_for_status()
+    answers = Answers()
+    policy = RetryPolicy(max_attempts=8, base_delay_s=0.05)
+    figures: dict[str, Any] = {}
+
+    def cut_once(name: str, call: Any) -> Any:
+        key = f"py-{name}-{uuid.uuid4()}"
+        cuts = httpx.get(f"{control}/stats").json()["cuts"]
+        httpx.post(f"{control}/cut-next", params={"count": "1"}).raise_for_status()
+        out = call(key)
+        assert httpx.get(f"{control}/stats").json()["cuts"] == cuts + 1, f"{name}: its first answer was cut"
+        seen = answers.by_key.get(key, [])
+        assert seen and seen[0].status is None, f"{name}: the first attempt lost its answer"
+        last = seen[-1]
+        assert last.attempt >= 2 and last.headers is not None
+        assert last.headers.get("idempotent-replayed") == "true", (
+            f"{name}: the retry got the stored answer, not a second execution ({[a.status for a in seen]})"
+        )
+        figures[name] = {"attempts": last.attempt, "statuses": [a.status for a in seen]}
+        return out
+
+    project = f"py-cut-{uuid.uuid4().hex[:8]}"
+    with Client(env.proxy, admin_token=env.admin_token, retry=policy, on_attempt=answers) as operator:
+        created = cut_once(
+            "create_key", lambda k: operator.create_key(project, env.plan_big, idempotency_key=k)
+        )
+        listed = admin.list_keys(project=project).data
+        assert [x["id"] for x in listed] == [created["id"]], "one live key per call"
+
+        with Client(env.proxy, api_key=created["key"], retry=policy, on_attempt=answers) as c:
+            assert c.me()["project"] == project, "the key that came back works"
+            url = f"{env.receiver}/reject/{project}"
+            sub = cut_once("create_webhook", lambda k: c.create_webhook(url, ["*"], idempotency_key=k))
+            assert [x["id"] for x in c.list_webhooks().data] == [sub["id"]], "one subscription per call"
+
+            first = admin.publish_event(project, "py.cut", {"n": 1})["id"]
+            dead = poll(
+                lambda: next(
+                    (d for d in c.list_deliveries(status="dead_letter").data if d["event_id"] == first), None
+                ),
+                timeout=20,
+                what="the delivery dead-lettered (the receiver answers 400)",
+            )
+            assert dead["attempts_made"] == 1
+
+            fresh = cut_once("rotate_secret", lambda k: c.rotate_webhook_secret(sub["id"], idempotency_key=k))
+            second = admin.publish_event(project, "py.cut", {"n": 2})["id"]
+            d2 = captured(env, second)
+            assert len(d2["headers"]["webhook-signature"].split(" ")) == 2, "the original and one new secret"
+            assert postguard.verify(d2["body"], d2["headers"], sub["secret"]).id == second, (
+                "the predecessor still verifies during the overlap"
+            )
+            assert postguard.verify(d2["body"], d2["headers"], fresh["secret"]).id == second
+
+            cut_once("retry", lambda k: c.retry_delivery(dead["id"], idempotency_key=k))
+            target = f"{env.receiver}/redirected/{project}"
+            cut_once("redirect", lambda k: c.redirect_delivery(dead["id"], target, idempotency_key=k))
+            # A last, uncut retry through the same queue: the log is complete once it shows.
+            with Client(env.gateway, api_key=created["key"]) as direct:
+                direct.retry_delivery(dead["id"])
+
+            def paths() -> list[str]:
+                return [httpx.URL(a["url"]).path for a in c.get_delivery(dead["id"])["attempts"]]
+
+            def complete() -> list[str] | None:
+                p = paths()
+                sent = sum(x.startswith("/reject/") for x in p)
+                return p if sent >= 3 and any(x.startswith("/redirected/") for x in p) else None
+
+            log = poll(complete, timeout=20, what="the retry, the redirect and the last retry in the log")
+            assert sum(x.startswith("/reject/") for x in log) == 3, f"one attempt per retry call: {log}"
+            assert sum(x.startswith("/redirected/") for x in log) == 1, f"one redirect per call: {log}"
+
+        link = cut_once("portal_link", lambda k: operator.create_portal_link(project, idempotency_key=k))
+    token = link["url"].split("#portal=", 1)[1]
+    session = httpx.post(f"{env.gateway}/_postguard/v1/portal-sessions", json={"token": token})
+    assert session.status_code == 201 and session.json()["project"] == project, session.text
+    report("gateway_calls_cut_once", **figures)
 
 
 # --- 4. webhooks: a real delivery verified, a tampered one refused, rotated secrets -------

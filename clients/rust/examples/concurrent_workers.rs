@@ -1,6 +1,6 @@
 //! Several workers of one process sharing one client: one limiter, one budget. With the
-//! default threshold the client waits for the window's reset before the key runs dry, so in
-//! normal operation no 429 is ever received.
+//! default reserve (a tenth of the limit) the client waits for the window's reset before the
+//! key runs dry, so in normal operation no 429 is ever received.
 //!
 //! `POSTGUARD_URL=… POSTGUARD_API_KEY=pgk_… cargo run --example concurrent_workers`
 

@@ -3,6 +3,13 @@
 //! Each method uses the client's token: an API key for `me`, webhooks, deliveries,
 //! audit and stats; `ADMIN_TOKEN` for keys and portal links; `ORIGIN_TOKEN` for
 //! publishing events.
+//!
+//! Every mutating method sends one Idempotency-Key for all its attempts, and the gateway
+//! honours it on its own endpoints (CONTRACT §13): a retry after a lost answer gets the
+//! stored answer, never a second key, subscription, rotation, link, retry or redirect.
+//! Each has a `…_with` twin taking [`RequestOptions`], e.g. to give your own key
+//! (`RequestOptions::default().idempotency_key("onboard-acme")`). `publish_event` is
+//! keyed by its event id instead.
 
 use futures_util::stream::{self, Stream, TryStreamExt};
 use reqwest::Method;
@@ -195,9 +202,18 @@ impl Client {
         path: &str,
         body: Body,
     ) -> Result<T, Error> {
-        self.request(method, path, body, RequestOptions::default())
-            .await?
-            .json()
+        self.call_with(method, path, body, RequestOptions::default())
+            .await
+    }
+
+    async fn call_with<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body,
+        opts: RequestOptions,
+    ) -> Result<T, Error> {
+        self.request(method, path, body, opts).await?.json()
     }
 
     async fn page<T: DeserializeOwned>(
@@ -246,7 +262,16 @@ impl Client {
 
     /// `POST /webhooks` → the subscription with its secret (shown once).
     pub async fn create_webhook(&self, sub: &NewSubscription) -> Result<Subscription, Error> {
-        self.call(Method::POST, &format!("{V1}/webhooks"), Body::json(sub)?)
+        self.create_webhook_with(sub, RequestOptions::default())
+            .await
+    }
+    pub async fn create_webhook_with(
+        &self,
+        sub: &NewSubscription,
+        opts: RequestOptions,
+    ) -> Result<Subscription, Error> {
+        let path = format!("{V1}/webhooks");
+        self.call_with(Method::POST, &path, Body::json(sub)?, opts)
             .await
     }
     pub async fn list_webhooks(&self, query: Query<'_>) -> Result<Page<Subscription>, Error> {
@@ -257,8 +282,11 @@ impl Client {
         self.call(Method::GET, &path, Body::Empty).await
     }
     pub async fn delete_webhook(&self, id: &str) -> Result<(), Error> {
+        self.delete_webhook_with(id, RequestOptions::default())
+            .await
+    }
+    pub async fn delete_webhook_with(&self, id: &str, opts: RequestOptions) -> Result<(), Error> {
         let path = format!("{V1}/webhooks/{}", segment(id)?);
-        let opts = RequestOptions::default();
         self.request(Method::DELETE, &path, Body::Empty, opts)
             .await?;
         Ok(())
@@ -266,12 +294,22 @@ impl Client {
     /// `POST /webhooks/{id}/rotate-secret` → the new secret; the old one keeps signing
     /// alongside it for 24 h.
     pub async fn rotate_webhook_secret(&self, id: &str) -> Result<String, Error> {
+        self.rotate_webhook_secret_with(id, RequestOptions::default())
+            .await
+    }
+    pub async fn rotate_webhook_secret_with(
+        &self,
+        id: &str,
+        opts: RequestOptions,
+    ) -> Result<String, Error> {
         #[derive(Deserialize)]
         struct Rotated {
             secret: String,
         }
         let path = format!("{V1}/webhooks/{}/rotate-secret", segment(id)?);
-        let r: Rotated = self.call(Method::POST, &path, Body::Empty).await?;
+        let r: Rotated = self
+            .call_with(Method::POST, &path, Body::Empty, opts)
+            .await?;
         Ok(r.secret)
     }
 
@@ -298,16 +336,31 @@ impl Client {
     }
     /// `POST /deliveries/{id}/retry` → 202 (one more attempt).
     pub async fn retry_delivery(&self, id: &str) -> Result<Response, Error> {
-        let path = format!("{V1}/deliveries/{}/retry", segment(id)?);
-        self.request(Method::POST, &path, Body::Empty, RequestOptions::default())
+        self.retry_delivery_with(id, RequestOptions::default())
             .await
+    }
+    pub async fn retry_delivery_with(
+        &self,
+        id: &str,
+        opts: RequestOptions,
+    ) -> Result<Response, Error> {
+        let path = format!("{V1}/deliveries/{}/retry", segment(id)?);
+        self.request(Method::POST, &path, Body::Empty, opts).await
     }
     /// `POST /deliveries/{id}/redirect {url}` → 202 (sent once to `url`).
     pub async fn redirect_delivery(&self, id: &str, url: &str) -> Result<Response, Error> {
+        self.redirect_delivery_with(id, url, RequestOptions::default())
+            .await
+    }
+    pub async fn redirect_delivery_with(
+        &self,
+        id: &str,
+        url: &str,
+        opts: RequestOptions,
+    ) -> Result<Response, Error> {
         let path = format!("{V1}/deliveries/{}/redirect", segment(id)?);
         let body = Body::json(&serde_json::json!({ "url": url }))?;
-        self.request(Method::POST, &path, body, RequestOptions::default())
-            .await
+        self.request(Method::POST, &path, body, opts).await
     }
 
     // --- events (ORIGIN_TOKEN) ---
@@ -370,11 +423,22 @@ impl Client {
         plan: &str,
         name: Option<&str>,
     ) -> Result<ApiKey, Error> {
+        self.create_key_with(project, plan, name, RequestOptions::default())
+            .await
+    }
+    pub async fn create_key_with(
+        &self,
+        project: &str,
+        plan: &str,
+        name: Option<&str>,
+        opts: RequestOptions,
+    ) -> Result<ApiKey, Error> {
         let mut body = serde_json::json!({ "project": project, "plan": plan });
         if let Some(n) = name {
             body["name"] = n.into();
         }
-        self.call(Method::POST, &format!("{V1}/keys"), Body::from(body))
+        let path = format!("{V1}/keys");
+        self.call_with(Method::POST, &path, Body::from(body), opts)
             .await
     }
     pub async fn list_keys(
@@ -390,14 +454,12 @@ impl Client {
     }
     /// `DELETE /keys/{id}`: revoked at once.
     pub async fn revoke_key(&self, id: &str) -> Result<(), Error> {
+        self.revoke_key_with(id, RequestOptions::default()).await
+    }
+    pub async fn revoke_key_with(&self, id: &str, opts: RequestOptions) -> Result<(), Error> {
         let path = format!("{V1}/keys/{}", segment(id)?);
-        self.request(
-            Method::DELETE,
-            &path,
-            Body::Empty,
-            RequestOptions::default(),
-        )
-        .await?;
+        self.request(Method::DELETE, &path, Body::Empty, opts)
+            .await?;
         Ok(())
     }
     /// `POST /portal-links {project, ttl_s?}` → a signed dashboard link for one project.
@@ -406,16 +468,22 @@ impl Client {
         project: &str,
         ttl_s: Option<u64>,
     ) -> Result<PortalLink, Error> {
+        self.create_portal_link_with(project, ttl_s, RequestOptions::default())
+            .await
+    }
+    pub async fn create_portal_link_with(
+        &self,
+        project: &str,
+        ttl_s: Option<u64>,
+        opts: RequestOptions,
+    ) -> Result<PortalLink, Error> {
         let mut body = serde_json::json!({ "project": project });
         if let Some(t) = ttl_s {
             body["ttl_s"] = t.into();
         }
-        self.call(
-            Method::POST,
-            &format!("{V1}/portal-links"),
-            Body::from(body),
-        )
-        .await
+        let path = format!("{V1}/portal-links");
+        self.call_with(Method::POST, &path, Body::from(body), opts)
+            .await
     }
 }
 

@@ -9,7 +9,7 @@ use reqwest::{Method, Url};
 
 use crate::clock::{Clock, FastRandom, Random, SystemClock};
 use crate::error::{Error, Problem};
-use crate::retry::{decide, Decision, Outcome, RetryPolicy};
+use crate::retry::{decide, replay_safe, Decision, Outcome, RetryPolicy};
 use crate::throttle::{Limiter, LimiterState, RateInfo, ThrottleConfig};
 
 /// The user agent every request carries.
@@ -51,6 +51,10 @@ pub struct RequestOptions {
     /// for POST, PUT, PATCH and DELETE. Pass your own to make a retry *across*
     /// process restarts land on the same operation.
     pub idempotency_key: Option<String>,
+    /// Send no Idempotency-Key (e.g. a route the gateway runs with idempotency `off`).
+    /// A mutating call without one is not retried after a lost answer or 502/503/504,
+    /// since it may have run; 429 and 409 in progress are still retried.
+    pub without_idempotency_key: bool,
     /// Extra headers.
     pub headers: Vec<(String, String)>,
     /// Overrides the client's per-attempt timeout.
@@ -62,6 +66,11 @@ pub struct RequestOptions {
 impl RequestOptions {
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
+        self
+    }
+    /// See [`RequestOptions::without_idempotency_key`].
+    pub fn without_idempotency_key(mut self) -> Self {
+        self.without_idempotency_key = true;
         self
     }
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
@@ -160,7 +169,7 @@ pub struct Metrics {
     pub throttle_waits: u64,
 }
 
-/// Builds a [`Client`].
+/// Builds a [`Client`]. Its `Debug` shows whether a token is set, never the token.
 pub struct ClientBuilder {
     base_url: String,
     token: Option<String>,
@@ -172,6 +181,18 @@ pub struct ClientBuilder {
     hook: Option<ResponseHook>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("base_url", &self.base_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .field("throttle", &self.throttle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -295,9 +316,10 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the token.
+        // Whether a token is set, never the token (a manual impl: a derive would print it).
         f.debug_struct("Client")
             .field("base_url", &self.inner.base.as_str())
+            .field("token", &self.inner.auth.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }
@@ -322,6 +344,8 @@ struct Call<'a> {
     headers: HeaderMap,
     body: Body,
     key: Option<String>,
+    /// Whether a lost answer may be retried ([`replay_safe`]).
+    replay_safe: bool,
     timeout: Duration,
 }
 
@@ -427,8 +451,9 @@ impl Client {
     ///
     /// Mutating methods get one Idempotency-Key for the whole call (generated or from
     /// `opts`), sent unchanged on every retry. Network errors, 502/503/504, 429 and 409
-    /// `IDEMPOTENCY_KEY_IN_PROGRESS` are retried (GETs too); other answers ≥ 400 are
-    /// returned as errors at once.
+    /// `IDEMPOTENCY_KEY_IN_PROGRESS` are retried (GETs too); a mutating call sent
+    /// [`without_idempotency_key`](RequestOptions::without_idempotency_key) only after
+    /// 429 and 409. Other answers ≥ 400 are returned as errors at once.
     pub async fn request(
         &self,
         method: Method,
@@ -436,15 +461,20 @@ impl Client {
         body: Body,
         opts: RequestOptions,
     ) -> Result<Response, Error> {
-        let key = is_mutating(&method).then(|| {
-            opts.idempotency_key
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+        // A key given as an `Idempotency-Key` header counts as the caller's own.
+        let given = opts.idempotency_key.clone().or_else(|| {
+            opts.headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
+                .map(|(_, value)| value.clone())
         });
+        let key = (is_mutating(&method) && !opts.without_idempotency_key)
+            .then(|| given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()));
         let call = Call {
             url: self.url(path)?,
             headers: self.headers(&body, key.as_deref(), &opts)?,
             timeout: opts.timeout.unwrap_or(self.inner.timeout),
+            replay_safe: replay_safe(&method, key.is_some()),
             method,
             path,
             body,
@@ -463,6 +493,7 @@ impl Client {
                 attempt,
                 failure.outcome(),
                 failure.retry_after(),
+                call.replay_safe,
                 &*self.inner.random,
             );
             let Decision::RetryAfter(wait) = decision else {
@@ -571,6 +602,9 @@ impl Client {
             );
         }
         for (name, value) in &opts.headers {
+            if name.eq_ignore_ascii_case("idempotency-key") {
+                continue; // the call's key, inserted above once
+            }
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::Invalid(format!("header name {name:?}")))?;
             h.append(n, HeaderValue::from_str(value).map_err(|_| invalid(name))?);

@@ -1,5 +1,11 @@
 //! The retry rule, as pure functions: which outcomes are retried and how long to wait.
 //!
+//! 429 and 409 `IDEMPOTENCY_KEY_IN_PROGRESS` were not executed: always retried. A lost
+//! answer and 502/503/504 may have been executed: retried only when a second attempt cannot
+//! run the operation twice ([`replay_safe`]: a safe method, or a call carrying an
+//! Idempotency-Key, which the gateway answers with the stored result). A mutating call
+//! without a key is never retried after such a failure.
+//!
 //! `delay = max(Retry-After, base) · 2^attempt + jitter(0..30 %)`, capped at
 //! `max_delay`; `Retry-After` is a floor that the cap never lowers. A server that asks
 //! for more than `max_delay` is not waited for: the call fails with that answer, so a
@@ -52,14 +58,24 @@ pub enum Outcome<'a> {
     Status { status: u16, code: Option<&'a str> },
 }
 
-/// Whether an outcome is worth another attempt with the same Idempotency-Key.
-pub fn is_retryable(outcome: Outcome<'_>) -> bool {
+/// Whether a second attempt of a call is harmless when the first may have run: a safe
+/// method (`GET`, `HEAD`, `OPTIONS`), or a call that carries an Idempotency-Key.
+pub fn replay_safe(method: &reqwest::Method, has_idempotency_key: bool) -> bool {
+    use reqwest::Method;
+    has_idempotency_key || matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Whether an outcome is worth another attempt of a call that is (or is not)
+/// [`replay_safe`].
+pub fn is_retryable(outcome: Outcome<'_>, replay_safe: bool) -> bool {
     match outcome {
-        Outcome::Transport => true,
-        Outcome::Status { status, code } => {
-            matches!(status, 429 | 502 | 503 | 504)
-                || (status == 409 && code == Some("IDEMPOTENCY_KEY_IN_PROGRESS"))
-        }
+        Outcome::Transport => replay_safe,
+        Outcome::Status { status, code } => match status {
+            429 => true,
+            409 => code == Some("IDEMPOTENCY_KEY_IN_PROGRESS"),
+            502..=504 => replay_safe,
+            _ => false,
+        },
     }
 }
 
@@ -90,15 +106,17 @@ pub enum Decision {
     GiveUp,
 }
 
-/// Decides after the attempt numbered `attempt` (0 = the first one) failed with `outcome`.
+/// Decides after the attempt numbered `attempt` (0 = the first one) of a call that is (or
+/// is not) [`replay_safe`] failed with `outcome`.
 pub fn decide(
     policy: &RetryPolicy,
     attempt: u32,
     outcome: Outcome<'_>,
     retry_after: Option<Duration>,
+    replay_safe: bool,
     random: &dyn Random,
 ) -> Decision {
-    if !is_retryable(outcome) || attempt.saturating_add(1) >= policy.max_attempts {
+    if !is_retryable(outcome, replay_safe) || attempt.saturating_add(1) >= policy.max_attempts {
         return Decision::GiveUp;
     }
     if retry_after.is_some_and(|ra| ra > policy.max_delay) {
@@ -220,16 +238,22 @@ mod tests {
     #[test]
     fn which_outcomes_are_retried() {
         for s in [429, 502, 503, 504] {
-            assert!(is_retryable(Outcome::Status {
-                status: s,
-                code: None
-            }));
+            assert!(is_retryable(
+                Outcome::Status {
+                    status: s,
+                    code: None
+                },
+                true
+            ));
         }
-        assert!(is_retryable(Outcome::Transport));
-        assert!(is_retryable(Outcome::Status {
-            status: 409,
-            code: Some("IDEMPOTENCY_KEY_IN_PROGRESS")
-        }));
+        assert!(is_retryable(Outcome::Transport, true));
+        assert!(is_retryable(
+            Outcome::Status {
+                status: 409,
+                code: Some("IDEMPOTENCY_KEY_IN_PROGRESS")
+            },
+            false
+        ));
         for (s, code) in [
             (400, Some("VALIDATION_ERROR")),
             (401, Some("INVALID_API_KEY")),
@@ -241,11 +265,62 @@ mod tests {
             (500, None),
             (501, None),
         ] {
-            assert!(
-                !is_retryable(Outcome::Status { status: s, code }),
-                "{s} {code:?}"
+            for safe in [true, false] {
+                assert!(
+                    !is_retryable(Outcome::Status { status: s, code }, safe),
+                    "{s} {code:?}"
+                );
+            }
+        }
+    }
+
+    /// Issue 23 item 1: a mutating call without an Idempotency-Key is not sent again after
+    /// an answer that may have been executed; 429 was not executed and is retried anyway.
+    #[test]
+    fn no_key_no_retry_of_a_mutating_call() {
+        use reqwest::Method;
+        let unsafe_post = replay_safe(&Method::POST, false);
+        assert!(!unsafe_post);
+        assert!(replay_safe(&Method::POST, true));
+        assert!(replay_safe(&Method::DELETE, true));
+        assert!(!replay_safe(&Method::PATCH, false));
+        assert!(replay_safe(&Method::GET, false));
+        let r = Fixed::new(&[0.0]);
+        let p = policy();
+        for outcome in [
+            Outcome::Transport,
+            Outcome::Status {
+                status: 502,
+                code: None,
+            },
+            Outcome::Status {
+                status: 503,
+                code: Some("ORIGIN_UNREACHABLE"),
+            },
+            Outcome::Status {
+                status: 504,
+                code: None,
+            },
+        ] {
+            assert_eq!(
+                decide(&p, 0, outcome, None, unsafe_post, &r),
+                Decision::GiveUp,
+                "{outcome:?}"
+            );
+            assert_eq!(
+                decide(&p, 0, outcome, None, true, &r),
+                Decision::RetryAfter(MS(100)),
+                "{outcome:?}"
             );
         }
+        let busy = Outcome::Status {
+            status: 429,
+            code: Some("RATE_LIMIT_EXCEEDED"),
+        };
+        assert_eq!(
+            decide(&p, 0, busy, Some(MS(1000)), unsafe_post, &r),
+            Decision::RetryAfter(MS(1000))
+        );
     }
 
     /// The whole schedule of one call that keeps failing, on a fake clock: the sleeps
@@ -266,7 +341,7 @@ mod tests {
                 status: 503,
                 code: None,
             };
-            match decide(&p, attempt, outcome, ra, &random) {
+            match decide(&p, attempt, outcome, ra, true, &random) {
                 Decision::RetryAfter(d) => clock.sleep(d),
                 Decision::GiveUp => break,
             }
@@ -291,20 +366,20 @@ mod tests {
             status: 422,
             code: Some("IDEMPOTENCY_KEY_REUSE_CONFLICT"),
         };
-        assert_eq!(decide(&p, 0, conflict, None, &r), Decision::GiveUp);
+        assert_eq!(decide(&p, 0, conflict, None, true, &r), Decision::GiveUp);
         let busy = Outcome::Status {
             status: 429,
             code: Some("RATE_LIMIT_EXCEEDED"),
         };
         let long = Some(Duration::from_secs(61));
-        assert_eq!(decide(&p, 0, busy, long, &r), Decision::GiveUp);
+        assert_eq!(decide(&p, 0, busy, long, true, &r), Decision::GiveUp);
         let ok = Some(Duration::from_secs(60));
         assert_eq!(
-            decide(&p, 0, busy, ok, &r),
+            decide(&p, 0, busy, ok, true, &r),
             Decision::RetryAfter(Duration::from_secs(60))
         );
         assert_eq!(
-            decide(&RetryPolicy::none(), 0, busy, None, &r),
+            decide(&RetryPolicy::none(), 0, busy, None, true, &r),
             Decision::GiveUp
         );
     }

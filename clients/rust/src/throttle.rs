@@ -4,7 +4,7 @@
 //! headers of every response and decides, for a given time, whether a call may be sent
 //! now. [`Limiter`] wraps it in a mutex and does the waiting.
 //!
-//! The budget a call may use is `remaining − in_flight − threshold`: `remaining` is the
+//! The budget a call may use is `remaining − in_flight − reserve`: `remaining` is the
 //! lowest value the server reported in the current window (responses can arrive out of
 //! order), `in_flight` counts calls sent and not answered yet (they may already have
 //! been counted by the server, so this errs on the safe side). The end of the window is
@@ -26,8 +26,10 @@ pub struct ThrottleConfig {
     /// Off: calls are sent at once and 429s are left to the retry rule.
     pub enabled: bool,
     /// Calls wait for the reset when the budget would fall to this many or fewer
-    /// (`0` uses the whole budget). Capped at `limit − 1` so a window always admits one.
-    pub threshold: u32,
+    /// (`Some(0)` uses the whole budget). Capped at `limit − 1` so a window always admits
+    /// one. `None` (the default): a tenth of the limit the gateway advertises, at least 1
+    /// ([`reserve_for`]).
+    pub threshold: Option<u32>,
     /// Spread calls evenly over the window (`window / limit` apart) instead of bursting.
     pub pacing: bool,
 }
@@ -36,10 +38,18 @@ impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             enabled: true,
-            threshold: 5,
+            threshold: None,
             pacing: false,
         }
     }
+}
+
+/// The budget kept in reserve on a plan of `limit` per window: `threshold` when given,
+/// else a tenth of the limit rounded down and at least 1 (for other processes sharing the
+/// key) — and never the whole budget: at most `limit − 1`, so every window admits a call.
+pub fn reserve_for(limit: u32, threshold: Option<u32>) -> u32 {
+    let wanted = threshold.unwrap_or_else(|| (limit / 10).max(1));
+    wanted.min(limit.saturating_sub(1))
 }
 
 /// The rate-limit fields of one response.
@@ -62,9 +72,11 @@ impl RateInfo {
     pub fn from_headers(headers: &HeaderMap, status: u16, unix_now: Duration) -> Self {
         let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let num = |name: &str| get(name).and_then(|v| v.trim().parse::<u64>().ok());
-        let ietf = get("ratelimit").map(parse_params).unwrap_or_default();
+        let ietf = get("ratelimit").map(binding).unwrap_or_default();
+        // Limit and window of the same policy as `r` and `t`, by name.
         let policy = get("ratelimit-policy")
-            .map(parse_params)
+            .and_then(|v| members(v).find(|(name, _)| Some(*name) == ietf.name))
+            .map(|(_, p)| p)
             .unwrap_or_default();
         // `X-RateLimit-Reset` is whole seconds and may read up to 1 s before the real end
         // (postguard sends floor(now) + t): one second more keeps the wait from ending early.
@@ -103,36 +115,50 @@ pub fn parse_retry_after(value: &str, unix_now: Duration) -> Option<Duration> {
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct Params {
+struct Params<'a> {
+    name: Option<&'a str>,
     r: Option<u64>,
     t: Option<u64>,
     q: Option<u64>,
     w: Option<u64>,
 }
 
-/// The integer parameters of `RateLimit`/`RateLimit-Policy` items
-/// (`"default";r=47;t=13, "burst";r=3;t=1`); with several policies the tightest wins.
-fn parse_params(value: &str) -> Params {
-    let mut out = Params::default();
-    for item in value.split(',') {
-        for param in item.split(';').skip(1) {
+/// The members of a `RateLimit`/`RateLimit-Policy` list
+/// (`"burst";r=3;t=1, "minute";r=47;t=13`): each name with its integer parameters.
+fn members(value: &str) -> impl Iterator<Item = (&str, Params<'_>)> {
+    value.split(',').map(|item| {
+        let mut parts = item.split(';');
+        let name = parts.next().unwrap_or_default().trim().trim_matches('"');
+        let mut out = Params {
+            name: Some(name),
+            ..Params::default()
+        };
+        for param in parts {
             let Some((k, v)) = param.split_once('=') else {
                 continue;
             };
-            let Ok(n) = v.trim().parse::<u64>() else {
-                continue;
-            };
-            let slot = match k.trim() {
-                "r" => &mut out.r,
-                "t" => &mut out.t,
-                "q" => &mut out.q,
-                "w" => &mut out.w,
-                _ => continue,
-            };
-            *slot = Some(slot.map_or(n, |old| old.min(n)));
+            let n = v.trim().parse::<u64>().ok();
+            match k.trim() {
+                "r" => out.r = n,
+                "t" => out.t = n,
+                "q" => out.q = n,
+                "w" => out.w = n,
+                _ => {}
+            }
         }
-    }
-    out
+        (name, out)
+    })
+}
+
+/// The policy that binds: of the `RateLimit` members with both `r` and `t` (time windows;
+/// a concurrency quota has no `t`), the one with the fewest remaining — postguard lists
+/// it first. Its numbers are never mixed with another policy's.
+fn binding(value: &str) -> Params<'_> {
+    members(value)
+        .map(|(_, p)| p)
+        .filter(|p| p.r.is_some() && p.t.is_some())
+        .min_by_key(|p| p.r)
+        .unwrap_or_default()
 }
 
 /// What a call should do now.
@@ -203,10 +229,12 @@ impl LimiterState {
                 Admit::WaitForResponse
             };
         };
-        let threshold = cfg
-            .threshold
-            .min(self.limit.map_or(u32::MAX, |l| l.saturating_sub(1)));
-        if available > threshold {
+        // The limit is known whenever `available` is, but for a server that sends only
+        // `remaining`: then keep the explicit threshold, or one call, back.
+        let reserve = self.limit.map_or(cfg.threshold.unwrap_or(1), |l| {
+            reserve_for(l, cfg.threshold)
+        });
+        if available > reserve {
             return match self.pacing_slot(cfg) {
                 Some(slot) if slot > now => Admit::WaitUntil(slot),
                 _ => Admit::Go,
@@ -409,7 +437,7 @@ mod tests {
     fn cfg(threshold: u32) -> ThrottleConfig {
         ThrottleConfig {
             enabled: true,
-            threshold,
+            threshold: Some(threshold),
             pacing: false,
         }
     }
@@ -447,14 +475,24 @@ mod tests {
         let at = S(1_000_000) + MS(400);
         let reset_in = RateInfo::from_headers(&h, 200, at).reset_in;
         assert_eq!(reset_in, Some(MS(20_600)));
-        // Only the IETF fields; several policies: the tightest wins.
+        // Only the IETF fields; several policies: the binding one (fewest remaining, a
+        // time window), with its own limit and window — never another policy's.
         let mut ietf = HeaderMap::new();
         ietf.insert(
             "ratelimit",
-            "\"a\";r=9;t=30, \"b\";r=2;t=1".parse().unwrap(),
+            "\"a\";r=9;t=30, \"b\";r=2;t=1, \"inflight\";r=1"
+                .parse()
+                .unwrap(),
+        );
+        ietf.insert(
+            "ratelimit-policy",
+            "\"a\";q=30;w=60, \"b\";q=10;w=1, \"inflight\";q=5;qu=\"concurrent-requests\""
+                .parse()
+                .unwrap(),
         );
         let i = RateInfo::from_headers(&ietf, 200, S(0));
         assert_eq!((i.remaining, i.reset_in), (Some(2), Some(S(1))));
+        assert_eq!((i.limit, i.window), (Some(10), Some(S(1))));
         // An HTTP-date Retry-After.
         let at = std::time::UNIX_EPOCH + S(1_000_030);
         let date = httpdate::fmt_http_date(at);
@@ -484,7 +522,7 @@ mod tests {
         }
         assert_eq!(s.in_flight(), 9);
         assert_eq!(s.decide(MS(10), &cfg(0)), Admit::WaitUntil(MS(5010)));
-        // Threshold 5 keeps five in reserve.
+        // An explicit threshold of 5 keeps five in reserve.
         let mut t = LimiterState::default();
         let g = t.on_send(MS(0));
         t.on_response(MS(10), g, &info(10, 9, 5));
@@ -498,6 +536,38 @@ mod tests {
             })
             .count();
         assert_eq!(sent, 4, "9 remaining − 5 reserved");
+    }
+
+    #[test]
+    fn the_default_reserve_is_a_tenth_of_the_limit_at_least_one_never_all() {
+        let got: Vec<_> = [1, 2, 5, 10, 19, 20, 60, 2000]
+            .iter()
+            .map(|&l| reserve_for(l, None))
+            .collect();
+        assert_eq!(got, [0, 1, 1, 1, 1, 2, 6, 200]);
+        let explicit: Vec<_> = [0, 5, 50]
+            .iter()
+            .map(|&t| reserve_for(10, Some(t)))
+            .collect();
+        assert_eq!(explicit, [0, 5, 9], "absolute, capped at limit − 1");
+        assert_eq!(reserve_for(0, None), 0);
+    }
+
+    /// Issue 25 item 7: on a 5-per-5 s plan the old fixed reserve of 5 (capped at 4) let
+    /// one call through per window; the relative default lets four.
+    #[test]
+    fn the_default_reserve_sends_four_of_five() {
+        for (config, expected) in [(ThrottleConfig::default(), 4), (cfg(5), 1)] {
+            let mut s = LimiterState::default();
+            let g = s.on_send(MS(0));
+            s.on_response(MS(10), g, &info(5, 4, 5));
+            let mut sent = 1;
+            while s.decide(MS(10), &config) == Admit::Go {
+                s.on_send(MS(10));
+                sent += 1;
+            }
+            assert_eq!(sent, expected, "{config:?}");
+        }
     }
 
     #[test]
@@ -622,8 +692,11 @@ mod tests {
 
     /// 8 tasks × 5 calls against a 10-per-5 s key on a fake clock, with uneven latencies
     /// so answers arrive out of order; returns (429s seen, elapsed).
-    fn simulate(threshold: u32) -> (u32, Duration) {
-        let config = cfg(threshold);
+    fn simulate(threshold: Option<u32>) -> (u32, Duration) {
+        let config = ThrottleConfig {
+            threshold,
+            ..ThrottleConfig::default()
+        };
         let mut gw = FakeGateway {
             limit: 10,
             window_ms: 5000,
@@ -694,7 +767,7 @@ mod tests {
 
     #[test]
     fn simulated_forty_calls_threshold_zero_take_the_ideal_fifteen_seconds() {
-        let (rejected, elapsed) = simulate(0);
+        let (rejected, elapsed) = simulate(Some(0));
         println!("threshold 0: {elapsed:?}");
         assert_eq!(rejected, 0);
         // Four windows: 0 s, 5 s, 10 s, 15 s (+ the latency of each window's first call).
@@ -702,11 +775,20 @@ mod tests {
     }
 
     #[test]
-    fn simulated_forty_calls_default_threshold_never_see_a_429() {
-        let (rejected, elapsed) = simulate(5);
+    fn simulated_forty_calls_old_threshold_five_never_see_a_429() {
+        let (rejected, elapsed) = simulate(Some(5));
         println!("threshold 5: {elapsed:?}");
         assert_eq!(rejected, 0);
         // Five calls per window: eight windows.
         assert!(elapsed >= S(35), "{elapsed:?}");
+    }
+
+    #[test]
+    fn simulated_forty_calls_default_reserve_never_see_a_429() {
+        let (rejected, elapsed) = simulate(None);
+        println!("default reserve: {elapsed:?}");
+        assert_eq!(rejected, 0);
+        // Nine calls per window (one in reserve): five windows, the last starting at 20 s.
+        assert!(elapsed >= S(20) && elapsed < S(25), "{elapsed:?}");
     }
 }

@@ -235,6 +235,234 @@ async fn fault_proxy_every_operation_succeeds_and_runs_once() {
 }
 
 // -------------------------------------------------------------------------------------------
+// 1b. The gateway's own mutating calls lose their first answer (issue 23 item 1).
+
+/// POSTs to the cut proxy's control endpoint.
+async fn control(path: &str) {
+    plain(&env("POSTGUARD_CUT_PROXY_CONTROL_URL"))
+        .request(Method::POST, path, Body::Empty, RequestOptions::default())
+        .await
+        .unwrap();
+}
+
+async fn cuts_so_far() -> u64 {
+    let stats: Value = plain(&env("POSTGUARD_CUT_PROXY_CONTROL_URL"))
+        .request(
+            Method::GET,
+            "/stats",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    stats["cuts"].as_u64().unwrap()
+}
+
+/// Runs one logical call whose first answer the proxy cuts, with its own Idempotency-Key,
+/// and checks that it ended in a replay of that first execution. Returns the call's output
+/// and its attempts.
+async fn cut_once<T, F, Fut>(name: &str, events: &Events, call: F) -> (T, u32)
+where
+    F: FnOnce(RequestOptions) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let key = format!("rs-{name}-{}", uuid_like());
+    let before = cuts_so_far().await;
+    control("/cut-next?count=1").await;
+    let out = call(RequestOptions::default().idempotency_key(&key))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        cuts_so_far().await,
+        before + 1,
+        "{name}: its first answer was cut"
+    );
+    let seen: Vec<_> = events
+        .all()
+        .into_iter()
+        .filter(|e| e.idempotency_key.as_deref() == Some(key.as_str()))
+        .collect();
+    assert_eq!(
+        seen[0].status, None,
+        "{name}: the first attempt lost its answer"
+    );
+    let last = seen.last().unwrap();
+    assert!(last.attempt >= 2 && last.status.is_some_and(|s| s < 300));
+    assert!(
+        last.replayed,
+        "{name}: the retry got the stored answer, not a second execution ({:?})",
+        seen.iter().map(|e| e.status).collect::<Vec<_>>()
+    );
+    (out, last.attempt)
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn gateway_calls_whose_first_answer_is_cut_take_effect_once() {
+    let events = Events::default();
+    let through_proxy = |token: &str| {
+        Client::builder(env("POSTGUARD_CUT_PROXY_URL"))
+            .token(token)
+            .retry(RetryPolicy {
+                max_attempts: 8,
+                base_delay: Duration::from_millis(50),
+                ..RetryPolicy::default()
+            })
+            .on_response(events.hook())
+            .build()
+            .unwrap()
+    };
+    control("/reset").await;
+    let project = format!("rust-cut-{}", &uuid_like()[..8]);
+    let operator = through_proxy(&env("POSTGUARD_ADMIN_TOKEN"));
+
+    // create_key: one live key for the project.
+    let (created, a_key) = cut_once("create_key", &events, |o| {
+        operator.create_key_with(&project, "big", None, o)
+    })
+    .await;
+    let keys = admin()
+        .list_keys(&[("project", &project)], None)
+        .await
+        .unwrap();
+    let ids: Vec<_> = keys.data.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(ids, [created.id.as_str()], "one live key per call");
+    let token = created.key.clone().unwrap();
+    let client = through_proxy(&token);
+    assert_eq!(client.me().await.unwrap().project, project, "the key works");
+
+    // create_webhook: one subscription.
+    let new = NewSubscription {
+        url: format!("{}/reject/{project}", env("POSTGUARD_RECEIVER_URL")),
+        events: vec!["*".into()],
+        description: None,
+    };
+    let (sub, a_sub) = cut_once("create_webhook", &events, |o| {
+        client.create_webhook_with(&new, o)
+    })
+    .await;
+    let subs = client.list_webhooks(&[]).await.unwrap();
+    let ids: Vec<_> = subs.data.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, [sub.id.as_str()], "one subscription per call");
+
+    // A delivery the receiver refuses (400): dead-lettered after its first attempt.
+    let publisher = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(env("POSTGUARD_ORIGIN_TOKEN"))
+        .build()
+        .unwrap();
+    let first = publisher
+        .publish_event(&project, "rust.cut", &json!({ "n": 1 }), None)
+        .await
+        .unwrap();
+    let dead = poll(
+        "the delivery dead-lettered",
+        Duration::from_secs(20),
+        || {
+            let (client, first) = (client.clone(), first.clone());
+            async move {
+                let page = client
+                    .list_deliveries(&[("status", "dead_letter")], None)
+                    .await
+                    .ok()?;
+                page.data.into_iter().find(|d| d.event_id == first)
+            }
+        },
+    )
+    .await;
+    assert_eq!(dead.attempts_made, 1);
+
+    // rotate_secret: one rotation, so the original secret still signs during the overlap.
+    let (fresh, a_rot) = cut_once("rotate_secret", &events, |o| {
+        client.rotate_webhook_secret_with(&sub.id, o)
+    })
+    .await;
+    let second = publisher
+        .publish_event(&project, "rust.cut", &json!({ "n": 2 }), None)
+        .await
+        .unwrap();
+    let (body, headers) = captured(&second, 1).await;
+    let sigs = headers["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .split(' ')
+        .count();
+    assert_eq!(sigs, 2, "the original secret and one new one sign");
+    let original = sub.secret.clone().unwrap();
+    assert!(
+        webhook::verify(&body, &headers, &[&original]).is_ok(),
+        "the predecessor still verifies"
+    );
+    assert!(webhook::verify(&body, &headers, &[&fresh]).is_ok());
+
+    // retry and redirect: one more attempt each in the delivery's log. A last, uncut retry
+    // goes through the same queue after them: the log is complete once it shows.
+    let (_, a_retry) = cut_once("retry", &events, |o| {
+        client.retry_delivery_with(&dead.id, o)
+    })
+    .await;
+    let target = format!("{}/redirected/{project}", env("POSTGUARD_RECEIVER_URL"));
+    let (_, a_redirect) = cut_once("redirect", &events, |o| {
+        client.redirect_delivery_with(&dead.id, &target, o)
+    })
+    .await;
+    Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(&token)
+        .build()
+        .unwrap()
+        .retry_delivery(&dead.id)
+        .await
+        .unwrap();
+    let count = |urls: &[String], part: &str| urls.iter().filter(|u| u.contains(part)).count();
+    let urls = poll(
+        "the retries and the redirect in the log",
+        Duration::from_secs(20),
+        || {
+            let (client, id) = (client.clone(), dead.id.clone());
+            async move {
+                let d = client.get_delivery(&id).await.ok()?;
+                let urls: Vec<String> = d.attempts.into_iter().map(|a| a.url).collect();
+                (count(&urls, "/reject/") >= 3 && count(&urls, "/redirected/") >= 1).then_some(urls)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        count(&urls, "/reject/"),
+        3,
+        "one attempt per retry call: {urls:?}"
+    );
+    assert_eq!(
+        count(&urls, "/redirected/"),
+        1,
+        "one redirect per call: {urls:?}"
+    );
+
+    // portal_link: the replayed link exchanges for a session.
+    let (link, a_link) = cut_once("portal_link", &events, |o| {
+        operator.create_portal_link_with(&project, None, o)
+    })
+    .await;
+    let (_, token) = link.url.split_once("#portal=").unwrap();
+    let session: Value = plain(&env("POSTGUARD_GATEWAY_URL"))
+        .request(
+            Method::POST,
+            "/_postguard/v1/portal-sessions",
+            Body::from(json!({ "token": token })),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(session["project"], json!(project));
+    println!(
+        "FIGURE gateway-calls-cut-once: attempts create_key={a_key} create_webhook={a_sub} rotate_secret={a_rot} retry={a_retry} redirect={a_redirect} portal_link={a_link}, each a replay"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
 // 2. Retries of failed executions; a second call while the first runs.
 
 #[tokio::test]
@@ -350,7 +578,9 @@ async fn a_call_while_the_first_is_in_progress_waits_for_its_result() {
 // -------------------------------------------------------------------------------------------
 // 3. Proactive throttling: 8 tasks, 40 calls, a plan of 10 per 5 s.
 
-async fn forty_calls(throttle: ThrottleConfig, retry: RetryPolicy) -> (Duration, u64, Client) {
+/// 40 calls from 8 tasks; returns the time, the 429s, the client, and the lowest
+/// `X-RateLimit-Remaining` an answer reported.
+async fn forty_calls(throttle: ThrottleConfig, retry: RetryPolicy) -> (Duration, u64, Client, u64) {
     let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
         .token(new_key("small").await)
         .throttle(throttle)
@@ -362,6 +592,7 @@ async fn forty_calls(throttle: ThrottleConfig, retry: RetryPolicy) -> (Duration,
         .map(|t| {
             let c = client.clone();
             tokio::spawn(async move {
+                let mut lowest = u64::MAX;
                 for i in 0..5 {
                     let body = Body::from(json!({ "task": t, "call": i }));
                     let res = c
@@ -369,41 +600,104 @@ async fn forty_calls(throttle: ThrottleConfig, retry: RetryPolicy) -> (Duration,
                         .await
                         .unwrap_or_else(|e| panic!("task {t} call {i}: {e}"));
                     assert_eq!(res.status, 201);
+                    let left = res
+                        .header("x-ratelimit-remaining")
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    lowest = lowest.min(left);
                 }
+                lowest
             })
         })
         .collect();
+    let mut lowest = u64::MAX;
     for t in tasks {
-        t.await.unwrap();
+        lowest = lowest.min(t.await.unwrap());
     }
     let elapsed = started.elapsed();
     let m = client.metrics();
-    (elapsed, m.rejected_429, client)
+    (elapsed, m.rejected_429, client, lowest)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
-async fn proactive_default_threshold_receives_no_429() {
-    let (elapsed, rejected, client) =
+async fn proactive_default_reserve_receives_no_429() {
+    let (elapsed, rejected, client, lowest) =
         forty_calls(ThrottleConfig::default(), RetryPolicy::default()).await;
     let m = client.metrics();
     println!(
-        "FIGURE proactive threshold=5: calls=40 429s={rejected} elapsed={:.2}s throttle_waits={}",
+        "FIGURE proactive default reserve (1 of 10): calls=40 429s={rejected} elapsed={:.2}s throttle_waits={} lowest_remaining={lowest}",
         elapsed.as_secs_f64(),
         m.throttle_waits
     );
     assert_eq!(rejected, 0);
     assert_eq!(m.attempts, 40, "no retries were needed");
+    assert!(lowest >= 1, "one of ten kept in reserve (lowest {lowest})");
+}
+
+/// Issue 25 item 7: on a 5-per-5 s plan the old fixed reserve of 5 (capped at 4) let one
+/// call through per window; the default now keeps one. The old setting and the new
+/// default side by side, six sequential calls each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn six_calls_on_a_five_per_window_plan_before_and_after() {
+    async fn six(threshold: Option<u32>) -> (Duration, Vec<u64>, u64) {
+        let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+            .token(new_key("tiny").await)
+            .throttle(ThrottleConfig {
+                threshold,
+                ..ThrottleConfig::default()
+            })
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let mut remaining = Vec::new();
+        for i in 0..6 {
+            let body = Body::from(json!({ "i": i }));
+            let res = client
+                .request(Method::POST, "/six", body, RequestOptions::default())
+                .await
+                .unwrap();
+            remaining.push(
+                res.header("x-ratelimit-remaining")
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            );
+        }
+        (started.elapsed(), remaining, client.metrics().rejected_429)
+    }
+    let ((after_t, after, after_429), (before_t, before, before_429)) =
+        tokio::join!(six(None), six(Some(5)));
+    println!(
+        "FIGURE six calls on 5 per 5 s: before (threshold 5) {:.2}s remaining={before:?}; after (default) {:.2}s remaining={after:?}",
+        before_t.as_secs_f64(),
+        after_t.as_secs_f64()
+    );
+    assert_eq!((after_429, before_429), (0, 0));
+    assert_eq!(
+        before, [4; 6],
+        "the old reserve: every call alone in its window"
+    );
+    assert!(
+        after.iter().any(|&r| r <= 3),
+        "several calls in one window: {after:?}"
+    );
+    assert!(
+        after.iter().all(|&r| r >= 1),
+        "one unit always kept: {after:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
 async fn proactive_threshold_zero_uses_the_whole_budget_without_a_429() {
     let throttle = ThrottleConfig {
-        threshold: 0,
+        threshold: Some(0),
         ..ThrottleConfig::default()
     };
-    let (elapsed, rejected, client) = forty_calls(throttle, RetryPolicy::default()).await;
+    let (elapsed, rejected, client, lowest) = forty_calls(throttle, RetryPolicy::default()).await;
     let secs = elapsed.as_secs_f64();
     println!(
         "FIGURE proactive threshold=0: calls=40 429s={rejected} elapsed={secs:.2}s ideal=15s deviation={:+.1}%",
@@ -411,12 +705,11 @@ async fn proactive_threshold_zero_uses_the_whole_budget_without_a_429() {
     );
     assert_eq!(rejected, 0);
     assert_eq!(client.metrics().attempts, 40);
-    // 40 calls at 10 per 5 s need four windows: 15 s is the least possible; the issue
-    // asks for no more than 25 % above it.
-    assert!(
-        (11.25..=18.75).contains(&secs),
-        "elapsed {secs:.2}s, ideal 15 s"
-    );
+    // What the SDK promises: the whole budget (an answer reports 0 left), no 429. 40 calls at
+    // 10 per 5 s need four windows (15 s at least); how far above the time lies measures the
+    // machine (issue 28), so it is printed, not bounded.
+    assert_eq!(lowest, 0, "the whole budget was used");
+    assert!(secs >= 14.0, "four windows are needed: {secs:.2}s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,7 +724,7 @@ async fn proactive_off_absorbs_429s_through_retry_after() {
         max_attempts: 12,
         ..RetryPolicy::default()
     };
-    let (elapsed, rejected, client) = forty_calls(off, retry).await;
+    let (elapsed, rejected, client, _) = forty_calls(off, retry).await;
     let m = client.metrics();
     println!(
         "FIGURE proactive off: calls=40 429s={rejected} retries={} elapsed={:.2}s",
@@ -451,7 +744,7 @@ async fn pacing_spreads_the_calls_over_the_window() {
     let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
         .token(new_key("small").await)
         .throttle(ThrottleConfig {
-            threshold: 0,
+            threshold: Some(0),
             pacing: true,
             ..ThrottleConfig::default()
         })

@@ -293,3 +293,188 @@ async fn a_path_cannot_send_the_token_elsewhere() {
         assert!(matches!(e, Error::Invalid(_)), "{path}: {e:?}");
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Issue 23 item 1: a mutating call is retried only when it carries an Idempotency-Key.
+
+#[tokio::test]
+async fn a_mutating_call_without_a_key_is_not_retried_after_a_lost_answer() {
+    let clock = Arc::new(FakeClock::default());
+    let (url, seen) = serve(vec![(0, vec![], String::new()), ok(200)]);
+    let e = client(&url, &clock, 5)
+        .request(
+            Method::PATCH,
+            "/orders/1",
+            Body::from(json!({"a": 1})),
+            RequestOptions::default().without_idempotency_key(),
+        )
+        .await
+        .unwrap_err();
+    let Error::Transport {
+        attempts,
+        idempotency_key,
+        ..
+    } = e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!((attempts, idempotency_key), (1, None));
+    assert_eq!(seen.lock().unwrap().len(), 1, "one attempt only");
+    assert!(header(&seen.lock().unwrap()[0], "idempotency-key").is_none());
+
+    let (url, seen) = serve(vec![problem(503, "ORIGIN_UNREACHABLE", None), ok(200)]);
+    let e = client(&url, &clock, 5)
+        .request(
+            Method::DELETE,
+            "/orders/1",
+            Body::Empty,
+            RequestOptions::default().without_idempotency_key(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((e.status(), e.problem().unwrap().attempts), (Some(503), 1));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    // 429 was not executed: retried even without a key.
+    let (url, _) = serve(vec![problem(429, "RATE_LIMIT_EXCEEDED", Some(1)), ok(200)]);
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::DELETE,
+            "/orders/1",
+            Body::Empty,
+            RequestOptions::default().without_idempotency_key(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.attempts, 2);
+    assert!(res.idempotency_key.is_none(), "no key was sent");
+}
+
+/// A body every typed answer deserialises from (unknown fields are ignored).
+fn any_resource() -> Reply {
+    let body = json!({"id": "x_1", "prefix": "pgk_x", "project": "p", "plan": "trial", "name": null,
+        "created_at": 1, "revoked_at": null, "key": "pgk_x", "url": "https://r.example/h", "events": ["*"],
+        "description": null, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "expires_at": 2});
+    (
+        201,
+        vec![("content-type", "application/json".to_owned())],
+        body.to_string(),
+    )
+}
+
+#[tokio::test]
+async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost_answer() {
+    use postguard_client::api::NewSubscription;
+    let sub = NewSubscription {
+        url: "https://r.example/h".into(),
+        events: vec!["*".into()],
+        description: None,
+    };
+    let names = [
+        "create_key",
+        "revoke_key",
+        "create_portal_link",
+        "create_webhook",
+        "delete_webhook",
+        "rotate_webhook_secret",
+        "retry_delivery",
+        "redirect_delivery",
+    ];
+    for name in names {
+        let (url, seen) = serve(vec![
+            (0, vec![], String::new()),
+            problem(502, "ORIGIN_UNREACHABLE", None),
+            any_resource(),
+        ]);
+        let clock = Arc::new(FakeClock::default());
+        let c = client(&url, &clock, 5);
+        let done = match name {
+            "create_key" => c.create_key("p", "trial", None).await.map(drop),
+            "revoke_key" => c.revoke_key("key_1").await,
+            "create_portal_link" => c.create_portal_link("p", None).await.map(drop),
+            "create_webhook" => c.create_webhook(&sub).await.map(drop),
+            "delete_webhook" => c.delete_webhook("sub_1").await,
+            "rotate_webhook_secret" => c.rotate_webhook_secret("sub_1").await.map(drop),
+            "retry_delivery" => c.retry_delivery("dlv_1").await.map(drop),
+            _ => c
+                .redirect_delivery("dlv_1", "https://r.example/x")
+                .await
+                .map(drop),
+        };
+        done.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.len(),
+            3,
+            "{name}: retried after a lost answer and a 502"
+        );
+        let keys: Vec<_> = seen.iter().map(|h| header(h, "idempotency-key")).collect();
+        assert!(keys[0].is_some(), "{name} sends a key");
+        assert!(keys.iter().all(|k| *k == keys[0]), "{name}: {keys:?}");
+    }
+    // The caller's own key, through the `_with` twins.
+    let (url, seen) = serve(vec![any_resource()]);
+    let clock = Arc::new(FakeClock::default());
+    let opts = RequestOptions::default().idempotency_key("onboard-p");
+    client(&url, &clock, 5)
+        .create_key_with("p", "trial", None, opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&seen.lock().unwrap()[0], "idempotency-key"),
+        Some("onboard-p")
+    );
+}
+
+#[tokio::test]
+async fn a_key_given_as_a_header_is_the_calls_key_and_sent_once() {
+    let (url, seen) = serve(vec![(0, vec![], String::new()), ok(201)]);
+    let clock = Arc::new(FakeClock::default());
+    let res = client(&url, &clock, 5)
+        .request(
+            Method::POST,
+            "/orders",
+            Body::from(json!({})),
+            RequestOptions::default().header("Idempotency-Key", "order-42"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.idempotency_key.as_deref(), Some("order-42"));
+    let seen = seen.lock().unwrap();
+    for head in seen.iter() {
+        let keys: Vec<_> = head
+            .iter()
+            .filter(|l| l.starts_with("idempotency-key:"))
+            .collect();
+        assert_eq!(
+            keys,
+            ["idempotency-key: order-42"],
+            "one key header per attempt"
+        );
+    }
+    assert_eq!(seen.len(), 2);
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 23 item 9: the client's Debug shows no secret.
+
+#[test]
+fn debug_of_the_client_and_its_builder_shows_no_token() {
+    const TOKEN: &str = "pgk_Zx81mQv0Lr5Tn2Wc7Ye4Ua9Ib3Od6Pf1Gh8Jk0Sl5M";
+    let builder = Client::builder("https://api.example.com").token(TOKEN);
+    let shown_builder = [format!("{builder:?}"), format!("{builder:#?}")];
+    let client = builder.build().unwrap();
+    let shown = [
+        format!("{client:?}"),
+        format!("{client:#?}"),
+        format!("{:?}", client.clone()),
+    ];
+    for text in shown_builder.iter().chain(&shown) {
+        assert!(!text.contains(TOKEN), "{text}");
+        assert!(!text.contains(&TOKEN[4..20]), "{text}");
+        assert!(text.contains("api.example.com"), "{text}");
+        assert!(text.contains("<redacted>"), "says a token is set: {text}");
+    }
+    let anonymous = Client::builder("https://api.example.com").build().unwrap();
+    assert!(format!("{anonymous:?}").contains("token: None"));
+}

@@ -7,7 +7,7 @@ let rejected = 0;
 const pg = new Postguard({
   baseUrl: process.env.POSTGUARD_URL ?? 'http://127.0.0.1:8787',
   apiKey: process.env.POSTGUARD_API_KEY ?? '',
-  throttle: { threshold: 0 }, // use the whole budget (default keeps 5 in reserve); add pacing: true to spread calls
+  throttle: { threshold: 0 }, // use the whole budget (the default keeps a tenth in reserve); add pacing: true to spread calls
   onResponse: (r) => {
     if (r.status === 429) rejected += 1;
   },

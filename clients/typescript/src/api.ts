@@ -13,9 +13,11 @@ const seg = (id: string) => encodeURIComponent(id);
 const q = (o: object | undefined) => o as Record<string, QueryValue> | undefined;
 
 /**
- * The gateway's own endpoints, typed, on top of `request()`. Creating calls the gateway does not
- * deduplicate (a subscription, a key, a secret rotation, a portal link, an inspector) are not
- * retried after a lost answer — a retry could create a second one; 429 is still retried.
+ * The gateway's own endpoints, typed, on top of `request()`. Every mutating call carries one
+ * Idempotency-Key for all its attempts (`idempotencyKey` in the options to give your own), and
+ * the gateway honours it on its own endpoints (CONTRACT §13): a retry after a lost answer gets
+ * the stored answer — one subscription, key, rotation, link, inspector, retry or redirect per
+ * call, never two. `events.publish` is keyed by its event id instead.
  */
 export class Postguard extends PostguardClient {
   constructor(options: ClientOptions) {
@@ -61,7 +63,7 @@ export class Postguard extends PostguardClient {
 
   readonly webhooks = {
     create: (input: SubscriptionInput, o?: CallOptions): Promise<CreatedSubscription> =>
-      this.call('POST', `${V1}/webhooks`, { ...o, body: input, retrySafe: false }),
+      this.call('POST', `${V1}/webhooks`, { ...o, body: input }),
     list: (query: PageQuery = {}, o?: CallOptions): Promise<Page<Subscription>> => this.call('GET', `${V1}/webhooks`, { ...o, query: q(query) }),
     get: (id: string, o?: CallOptions): Promise<Subscription> => this.call('GET', `${V1}/webhooks/${seg(id)}`, o),
     update: (id: string, patch: Partial<SubscriptionInput>, o?: CallOptions): Promise<Subscription> =>
@@ -71,7 +73,7 @@ export class Postguard extends PostguardClient {
     },
     /** A new secret; the old one keeps signing alongside it for 24 h. */
     rotateSecret: (id: string, o?: CallOptions): Promise<{ secret: string }> =>
-      this.call('POST', `${V1}/webhooks/${seg(id)}/rotate-secret`, { ...o, retrySafe: false }),
+      this.call('POST', `${V1}/webhooks/${seg(id)}/rotate-secret`, o),
     pause: (id: string, o?: CallOptions): Promise<Subscription> => this.call('POST', `${V1}/webhooks/${seg(id)}/pause`, o),
     resume: (id: string, o?: CallOptions): Promise<Subscription> => this.call('POST', `${V1}/webhooks/${seg(id)}/resume`, o),
     /** Sends one signed `postguard.ping` and reports how the receiver answered. */
@@ -92,7 +94,8 @@ export class Postguard extends PostguardClient {
   readonly events = {
     /**
      * Publish as the origin (`originToken`). The event id is generated here when absent, so a
-     * retried publish is a no-op at the gateway rather than a second event.
+     * retried publish is a no-op at the gateway rather than a second event (the id is the
+     * publish's natural key; the gateway does not key `POST /events` by Idempotency-Key).
      */
     publish: async (input: PublishInput, o?: CallOptions): Promise<{ id: string }> => {
       const id = input.id ?? `evt_${(await uuidv4()).replace(/-/g, '')}`;
@@ -107,7 +110,7 @@ export class Postguard extends PostguardClient {
   };
 
   readonly inspectors = {
-    create: (o?: CallOptions): Promise<Inspector> => this.call('POST', `${V1}/inspectors`, { ...o, retrySafe: false }),
+    create: (o?: CallOptions): Promise<Inspector> => this.call('POST', `${V1}/inspectors`, o),
     requests: (id: string, query: PageQuery = {}, o?: CallOptions): Promise<Page<InspectedRequest>> =>
       this.call('GET', `${V1}/inspectors/${seg(id)}/requests`, { ...o, query: q(query) }),
   };
@@ -115,7 +118,7 @@ export class Postguard extends PostguardClient {
   /** Operator endpoints (`adminToken`). */
   readonly keys = {
     create: (input: { project: string; plan?: string; name?: string }, o?: CallOptions): Promise<CreatedApiKey> =>
-      this.call('POST', `${V1}/keys`, { ...o, auth: 'admin', body: input, retrySafe: false }),
+      this.call('POST', `${V1}/keys`, { ...o, auth: 'admin', body: input }),
     list: (query: { project?: string } & PageQuery = {}, o?: CallOptions): Promise<Page<ApiKey>> =>
       this.call('GET', `${V1}/keys`, { ...o, auth: 'admin', query: q(query) }),
     revoke: async (id: string, o?: CallOptions): Promise<void> => {
@@ -126,6 +129,6 @@ export class Postguard extends PostguardClient {
   /** Operator: a signed link opening the dashboard for one project (default 1 h, at most 24 h). */
   readonly portalLinks = {
     create: (input: { project: string; ttl_s?: number }, o?: CallOptions): Promise<PortalLink> =>
-      this.call('POST', `${V1}/portal-links`, { ...o, auth: 'admin', body: input, retrySafe: false }),
+      this.call('POST', `${V1}/portal-links`, { ...o, auth: 'admin', body: input }),
   };
 }

@@ -3,6 +3,7 @@ import { systemClock, type Clock } from './clock.js';
 import { ApiError, IdempotencyKeyReuseError, NetworkError, PostguardError, RetriesExhaustedError, type Problem } from './errors.js';
 import { RateLimiter, type ThrottleOptions } from './limiter.js';
 import { readRateLimit } from './ratelimit-headers.js';
+import { MUTATING_METHODS, isRetryable, replaySafe } from './retry.js';
 import { VERSION } from './version.js';
 
 export type Credential = 'apiKey' | 'admin' | 'origin' | 'none';
@@ -46,8 +47,11 @@ export interface RequestOptions {
   body?: unknown;
   query?: Record<string, QueryValue>;
   headers?: Record<string, string>;
-  /** Your key for this operation; default: generated once per call (mutating methods only). */
-  idempotencyKey?: string;
+  /**
+   * Your key for this operation; default: generated once per call (mutating methods only).
+   * `null` sends none — then a lost answer of a mutating call is not retried (it may have run).
+   */
+  idempotencyKey?: string | null;
   /** Which configured credential to send (default `apiKey`), or `token` to give one. */
   auth?: Credential;
   token?: string;
@@ -55,9 +59,10 @@ export interface RequestOptions {
   maxAttempts?: number;
   signal?: AbortSignal;
   /**
-   * Whether a lost answer may be retried: true for GET/HEAD and for calls carrying an
-   * Idempotency-Key (the gateway answers a retry with the stored result). Set false for
-   * routes where the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
+   * Whether a lost answer (network error, timeout, 502/503/504) may be retried: by default true
+   * for GET/HEAD/OPTIONS and for calls carrying an Idempotency-Key (the gateway answers a retry
+   * with the stored result), false for a mutating call without one. Set false for routes where
+   * the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
    */
   retrySafe?: boolean;
 }
@@ -100,8 +105,6 @@ export interface RetryInfo {
 
 /** The gateway replays stored answers up to 100 MiB; allow those, and a little more. */
 const DEFAULT_MAX_RESPONSE_BYTES = 128 * 1024 * 1024;
-const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
-const RETRY_STATUSES = new Set([502, 503, 504]);
 
 /**
  * A UUIDv4 from Web Crypto (randomUUID needs a secure context in browsers; getRandomValues does
@@ -188,6 +191,12 @@ function asProblem(body: unknown): Problem | undefined {
   return body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Problem) : undefined;
 }
 
+/** A key given as a per-call `Idempotency-Key` header (any case) rather than as `idempotencyKey`. */
+function keyHeader(headers: Record<string, string> | undefined): string | undefined {
+  const name = Object.keys(headers ?? {}).find((k) => k.toLowerCase() === 'idempotency-key');
+  return name === undefined ? undefined : headers?.[name];
+}
+
 /** One attempt's outcome: an answer, or a failure without one. */
 type Attempt =
   | { kind: 'response'; res: Response; body: unknown }
@@ -195,38 +204,41 @@ type Attempt =
 
 export class PostguardClient {
   readonly baseUrl: string;
-  private readonly opts: ClientOptions;
-  private readonly clock: Clock;
-  private readonly random: () => number;
-  private readonly fetchImpl: typeof fetch;
-  private readonly limiter: RateLimiter;
+  // ECMAScript private fields, not TypeScript `private`: the options hold the credentials, and
+  // `console.log(client)`, `util.inspect` and `JSON.stringify` never show a `#` field.
+  readonly #opts: ClientOptions;
+  readonly #clock: Clock;
+  readonly #random: () => number;
+  readonly #fetch: typeof fetch;
+  readonly #limiter: RateLimiter;
 
   constructor(options: ClientOptions) {
     if (!options?.baseUrl) throw new TypeError('PostguardClient: baseUrl is required');
-    this.opts = options;
+    this.#opts = { ...options };
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
-    this.clock = options.clock ?? systemClock;
-    this.random = options.random ?? Math.random;
-    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
-    this.limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.clock);
+    this.#clock = options.clock ?? systemClock;
+    this.#random = options.random ?? Math.random;
+    this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.#limiter = new RateLimiter(options.throttle === false ? { enabled: false } : (options.throttle ?? {}), this.#clock);
   }
 
   /** Calls of this client sent and not yet answered. */
   get inFlight(): number {
-    return this.limiter.pending;
+    return this.#limiter.pending;
   }
 
   /**
    * Any call through the gateway (the origin's own API, or a gateway endpoint). A mutating
-   * method gets one Idempotency-Key for the whole call, sent unchanged on every retry.
+   * method gets one Idempotency-Key for the whole call, sent unchanged on every retry; it is
+   * retried after a lost answer only because it carries that key (see `retry.ts`).
    * Resolves for status < 400; throws ApiError (or IdempotencyKeyReuseError) for an error that
    * is not retried, RetriesExhaustedError when every attempt failed.
    */
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
-    const key = MUTATING.has(m) ? (options.idempotencyKey ?? (await (this.opts.generateIdempotencyKey ?? uuidv4)())) : options.idempotencyKey;
-    const retrySafe = options.retrySafe ?? (key !== undefined || m === 'GET' || m === 'HEAD' || m === 'OPTIONS');
-    const maxAttempts = Math.max(1, options.maxAttempts ?? this.opts.maxAttempts ?? 5);
+    const key = await this.#key(m, options.idempotencyKey !== undefined ? options.idempotencyKey : keyHeader(options.headers));
+    const retrySafe = replaySafe(m, key, options.retrySafe);
+    const maxAttempts = Math.max(1, options.maxAttempts ?? this.#opts.maxAttempts ?? 5);
     const url = this.url(path, options.query);
     const headers = this.headers(options, key);
     const { payload, contentType } = encodeBody(options.body);
@@ -237,7 +249,7 @@ export class PostguardClient {
       const outcome = await this.attempt(url, init, options);
       const last = attempt + 1 >= maxAttempts;
       if (outcome.kind === 'failure') {
-        if (!retrySafe) throw outcome.error;
+        if (!isRetryable({}, retrySafe)) throw outcome.error;
         if (last) throw this.exhausted(m, path, attempt + 1, key, outcome.error);
         await this.pause(m, path, attempt, key, undefined, outcome.error, undefined, options.signal);
         continue;
@@ -248,24 +260,24 @@ export class PostguardClient {
         return { status: res.status, headers: res.headers, data: body as T, replayed: info.replayed, requestId: info.requestId, idempotencyKey: key, attempts: attempt + 1 };
       }
       const err = this.apiError(m, path, res, body, attempt + 1, key);
-      if (!this.retryable(res.status, err.code, retrySafe)) throw err;
+      if (!isRetryable({ status: res.status, code: err.code }, retrySafe)) throw err;
       if (last) throw this.exhausted(m, path, attempt + 1, key, err);
-      const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.clock.now());
+      const retryAfter = parseRetryAfter(res.headers.get('retry-after'), this.#clock.now());
       await this.pause(m, path, attempt, key, res.status, err, retryAfter, options.signal);
     }
   }
 
-  /** 429 and 409-in-progress were not executed: always safe. 502/503/504 only when a retry cannot duplicate. */
-  private retryable(status: number, code: string | undefined, retrySafe: boolean): boolean {
-    if (status === 429) return true;
-    if (status === 409) return code === 'IDEMPOTENCY_KEY_IN_PROGRESS';
-    return retrySafe && RETRY_STATUSES.has(status);
+  /** The call's Idempotency-Key: the caller's, none (`null`), or a new one for a mutating method. */
+  async #key(method: string, given: string | null | undefined): Promise<string | undefined> {
+    if (given === null) return undefined;
+    if (given !== undefined || !MUTATING_METHODS.has(method)) return given;
+    return (this.#opts.generateIdempotencyKey ?? uuidv4)();
   }
 
   private async attempt(url: string, init: RequestInit, options: RequestOptions): Promise<Attempt> {
-    await this.limiter.acquire(options.signal);
-    const sentAt = this.clock.now();
-    const timeoutMs = options.timeoutMs ?? this.opts.timeoutMs ?? 30_000;
+    await this.#limiter.acquire(options.signal);
+    const sentAt = this.#clock.now();
+    const timeoutMs = options.timeoutMs ?? this.#opts.timeoutMs ?? 30_000;
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(new NetworkError(`no answer within ${timeoutMs} ms`, { timedOut: true })), timeoutMs);
     const onAbort = () => ctl.abort(options.signal?.reason);
@@ -273,13 +285,13 @@ export class PostguardClient {
     let answered = false;
     let res: Response | undefined;
     try {
-      res = await this.fetchImpl(url, { ...init, signal: ctl.signal });
+      res = await this.#fetch(url, { ...init, signal: ctl.signal });
       answered = true;
-      const body = await readBody(res, this.opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
-      this.limiter.release(readRateLimit(res.headers), sentAt, this.clock.now(), true);
+      const body = await readBody(res, this.#opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
+      this.#limiter.release(readRateLimit(res.headers), sentAt, this.#clock.now(), true);
       return { kind: 'response', res, body };
     } catch (e) {
-      this.limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.clock.now(), answered);
+      this.#limiter.release(res ? readRateLimit(res.headers) : undefined, sentAt, this.#clock.now(), answered);
       if (options.signal?.aborted) throw options.signal.reason;
       if (e instanceof ResponseTooLargeError) throw e; // the same answer would come again
       const reason = ctl.signal.aborted ? ctl.signal.reason : e;
@@ -304,9 +316,9 @@ export class PostguardClient {
     retryAfterMs: number | undefined,
     signal?: AbortSignal,
   ): Promise<void> {
-    const delayMs = backoffDelay(attempt, retryAfterMs, this.random, this.opts.backoff);
-    this.opts.onRetry?.({ method, path, attempt: attempt + 1, delayMs, idempotencyKey: key, status, error });
-    await this.clock.sleep(delayMs, signal);
+    const delayMs = backoffDelay(attempt, retryAfterMs, this.#random, this.#opts.backoff);
+    this.#opts.onRetry?.({ method, path, attempt: attempt + 1, delayMs, idempotencyKey: key, status, error });
+    await this.#clock.sleep(delayMs, signal);
   }
 
   private report(method: string, path: string, attempt: number, key: string | undefined, res: Response): ResponseInfo {
@@ -320,7 +332,7 @@ export class PostguardClient {
       replayed: res.headers.get('idempotent-replayed') === 'true',
       headers: res.headers,
     };
-    this.opts.onResponse?.(info);
+    this.#opts.onResponse?.(info);
     return info;
   }
 
@@ -364,9 +376,11 @@ export class PostguardClient {
 
   private headers(options: RequestOptions, key: string | undefined): Record<string, string> {
     const h: Record<string, string> = { accept: 'application/json, application/problem+json;q=0.9, */*;q=0.5' };
-    const ua = this.opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
+    const ua = this.#opts.userAgent ?? `postguard-client-typescript/${VERSION}`;
     if (ua !== false) h['user-agent'] = ua;
-    Object.assign(h, this.opts.headers, options.headers);
+    Object.assign(h, this.#opts.headers, options.headers);
+    // The call's key is set below, once: a key given as a header is not sent a second time.
+    for (const name of Object.keys(h)) if (name.toLowerCase() === 'idempotency-key') delete h[name];
     const token = options.token ?? this.credential(options.auth ?? 'apiKey');
     if (token !== undefined) h.authorization = `Bearer ${token}`;
     if (key !== undefined) h['idempotency-key'] = key;
@@ -375,7 +389,7 @@ export class PostguardClient {
 
   private credential(kind: Credential): string | undefined {
     if (kind === 'none') return undefined;
-    const token = kind === 'admin' ? this.opts.adminToken : kind === 'origin' ? this.opts.originToken : this.opts.apiKey;
+    const token = kind === 'admin' ? this.#opts.adminToken : kind === 'origin' ? this.#opts.originToken : this.#opts.apiKey;
     if (token === undefined) {
       const opt = kind === 'admin' ? 'adminToken' : kind === 'origin' ? 'originToken' : 'apiKey';
       throw new PostguardError(`this call needs the client option ${opt}`);

@@ -4,7 +4,8 @@ export {
   type ClientOptions, type RequestOptions, type PostguardResponse, type ResponseInfo, type RetryInfo, type Credential, type QueryValue,
 } from './client.js';
 export { backoffDelay, parseRetryAfter, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.js';
-export { RateLimiter, type ThrottleOptions } from './limiter.js';
+export { isRetryable, replaySafe, MUTATING_METHODS, type FailedAttempt } from './retry.js';
+export { RateLimiter, reserveFor, type ThrottleOptions } from './limiter.js';
 export { readRateLimit, type RateLimitInfo } from './ratelimit-headers.js';
 export { systemClock, type Clock } from './clock.js';
 export {

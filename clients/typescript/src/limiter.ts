@@ -6,7 +6,8 @@ export interface ThrottleOptions {
   enabled?: boolean;
   /**
    * Budget kept in reserve: a call is sent only if at least `threshold` units remain after it
-   * (default 5; 0 uses the whole budget). Capped at limit − 1 so a small plan still moves.
+   * (0 uses the whole budget). Capped at limit − 1 so a small plan still moves. Default: a
+   * tenth of the limit the gateway advertises, at least 1 (see `reserveFor`).
    */
   threshold?: number;
   /** Spread calls evenly over the window (window / limit apart) instead of sending in bursts. */
@@ -36,20 +37,36 @@ function bounds(info: RateLimitInfo, sentAt: number, receivedAt: number): { low:
   return undefined;
 }
 
+/** The default reserve's share of the plan's limit. */
+const RESERVE_SHARE = 0.1;
+
+/**
+ * The budget kept in reserve on a plan of `limit` per window: `threshold` when given, else a
+ * tenth of the limit rounded down and at least 1 (for other processes sharing the key) — and
+ * never the whole budget: at most limit − 1, so every window admits at least one call.
+ */
+export function reserveFor(limit: number, threshold?: number): number {
+  const wanted = threshold === undefined ? Math.max(1, Math.floor(limit * RESERVE_SHARE)) : Math.max(0, Math.floor(threshold));
+  return Math.min(wanted, Math.max(0, limit - 1));
+}
+
 /** Margin after the latest possible reset before sending into the next window. */
 const RESET_MARGIN_MS = 20;
-/** How long calls wait for the first answer to tell the budget. */
+/**
+ * How long calls wait for the first answer to tell the budget; with pacing, also the spacing of
+ * calls sent while it has not (there is no window to pace by yet).
+ */
 const PROBE_WAIT_MS = 1000;
 
 /**
  * One limiter per client instance, shared by all its concurrent calls (the "central counter" for
  * workers in one process). It admits a call when the budget the last responses reported, minus
- * the calls still in flight (which may already have used it), keeps `threshold` in reserve; else
- * the call waits for the window's reset or for an in-flight answer, whichever comes first.
+ * the calls still in flight (which may already have used it), keeps the reserve (`reserveFor`);
+ * else the call waits for the window's reset or for an in-flight answer, whichever comes first.
  */
 export class RateLimiter {
   private readonly enabled: boolean;
-  private readonly threshold: number;
+  private readonly threshold: number | undefined;
   private readonly pacing: boolean;
   private limit: number | undefined;
   private windowMs: number | undefined;
@@ -66,7 +83,7 @@ export class RateLimiter {
     private readonly clock: Clock,
   ) {
     this.enabled = options.enabled ?? true;
-    this.threshold = Math.max(0, Math.floor(options.threshold ?? 5));
+    this.threshold = options.threshold;
     this.pacing = options.pacing ?? false;
   }
 
@@ -104,12 +121,8 @@ export class RateLimiter {
   /** 0 to send now, else how long to wait (Infinity: until an answer arrives). */
   delayBeforeSend(now: number): number {
     this.roll(now);
-    if (this.limit === undefined) {
-      // Budget unknown: one call probes it; the others wait for its answer, but not for a slow
-      // origin — after PROBE_WAIT_MS they go (the budget is then unlikely to be the bottleneck).
-      return this.inFlight === 0 ? 0 : Math.max(0, this.probeSentAt + PROBE_WAIT_MS - now);
-    }
-    const reserve = Math.min(this.threshold, Math.max(0, this.limit - 1));
+    if (this.limit === undefined) return this.delayWhileUnknown(now);
+    const reserve = reserveFor(this.limit, this.threshold);
     const remaining = this.window?.remaining ?? this.limit;
     if (remaining - this.inFlight - 1 < reserve) {
       if (this.window) return Math.max(1, this.window.high + RESET_MARGIN_MS - now);
@@ -121,6 +134,19 @@ export class RateLimiter {
       if (now < next) return next - now;
     }
     return 0;
+  }
+
+  /**
+   * Budget unknown: one call probes it; the others wait for its answer, but not for a slow
+   * origin — after PROBE_WAIT_MS they go (the budget is then unlikely to be the bottleneck).
+   * With pacing they go one per PROBE_WAIT_MS, not all at once: a slow answer must not turn
+   * paced calls into a burst.
+   */
+  private delayWhileUnknown(now: number): number {
+    if (this.inFlight === 0) return 0;
+    const probeWait = this.probeSentAt + PROBE_WAIT_MS - now;
+    if (probeWait > 0 || !this.pacing) return Math.max(0, probeWait);
+    return Math.max(0, this.lastSendAt + PROBE_WAIT_MS - now);
   }
 
   private roll(now: number): void {

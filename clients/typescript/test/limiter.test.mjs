@@ -2,7 +2,7 @@
 // counted against the budget, the reserve (threshold), waiting for the reset, pacing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RateLimiter, readRateLimit } from '../dist/index.js';
+import { RateLimiter, readRateLimit, reserveFor } from '../dist/index.js';
 import { fakeClock } from './fake-clock.mjs';
 
 const info = (remaining, t, limit = 10, w = 5) => ({ remaining, limit, resetInS: t, windowS: w });
@@ -17,6 +17,15 @@ test('reads postguard headers, IETF fields first', () => {
     remaining: 3, limit: 9, resetInS: undefined, resetEpochS: undefined, windowS: undefined,
   });
   assert.equal(readRateLimit(new Headers()), undefined);
+});
+
+test('several policies: the binding one (fewest remaining, a time window) with its own limit and window', () => {
+  const h = new Headers({
+    'ratelimit-policy': '"burst";q=10;w=1, "minute";q=30;w=60, "inflight";q=5;qu="concurrent-requests"',
+    ratelimit: '"minute";r=2;t=42, "burst";r=7;t=1, "inflight";r=1',
+    'x-ratelimit-limit': '30', 'x-ratelimit-remaining': '2',
+  });
+  assert.deepEqual(readRateLimit(h), { remaining: 2, limit: 30, resetInS: 42, resetEpochS: undefined, windowS: 60 });
 });
 
 test('one probe until the first answer tells the budget', async () => {
@@ -57,17 +66,41 @@ test('calls in flight count against the budget; threshold 0 uses all of it, then
   assert.ok(clock.now() - t0 >= 5000, 'sent only after the reset');
 });
 
-test('the default threshold keeps 5 in reserve', async () => {
+test('the default reserve is a tenth of the limit, at least 1, never the whole budget', () => {
+  assert.deepEqual([1, 2, 5, 10, 19, 20, 60, 2000].map((limit) => reserveFor(limit)), [0, 1, 1, 1, 1, 2, 6, 200]);
+  assert.deepEqual([0, 5, 50].map((t) => reserveFor(10, t)), [0, 5, 9], 'an explicit threshold is absolute, capped at limit − 1');
+  assert.equal(reserveFor(0), 0, 'a plan of 0 keeps nothing back');
+});
+
+test('default reserve on a 5-per-5 s plan: four calls per window, not one (issue 25 item 7)', async () => {
   const clock = fakeClock();
   const l = new RateLimiter({}, clock);
   await l.acquire();
-  l.release(info(9, 5), clock.now(), clock.now(), true);
-  let sent = 0;
+  l.release(info(4, 5, 5), clock.now(), clock.now(), true); // the probe: 4 of 5 left
+  let sent = 1;
   while (l.delayBeforeSend(clock.now()) === 0) {
     await l.acquire();
     sent += 1;
   }
-  assert.equal(sent, 4, '9 remaining − 4 in flight leaves 5');
+  assert.equal(sent, 4, '5 − 1 in reserve: four calls in this window');
+  // With the old fixed reserve of 5 (capped at limit − 1 = 4) only the probe went.
+  const old = new RateLimiter({ threshold: 5 }, clock);
+  await old.acquire();
+  old.release(info(4, 5, 5), clock.now(), clock.now(), true);
+  assert.ok(old.delayBeforeSend(clock.now()) > 0);
+});
+
+test('a larger plan keeps a tenth back: 60 per minute sends 54 of 60', async () => {
+  const clock = fakeClock();
+  const l = new RateLimiter({}, clock);
+  await l.acquire();
+  l.release(info(59, 60, 60, 60), clock.now(), clock.now(), true);
+  let sent = 1;
+  while (l.delayBeforeSend(clock.now()) === 0) {
+    await l.acquire();
+    sent += 1;
+  }
+  assert.equal(sent, 54, '6 of 60 in reserve');
 });
 
 test('a threshold above the plan is capped at limit − 1 so calls still move', async () => {
@@ -89,6 +122,26 @@ test('a lost answer is assumed to have used a unit', async () => {
   await l.acquire();
   l.release(undefined, clock.now(), clock.now(), false);
   assert.ok(l.delayBeforeSend(clock.now()) > 0);
+});
+
+test('pacing while the probe is slow: calls go one per second, not all at once when the wait ends', async () => {
+  const clock = fakeClock();
+  const l = new RateLimiter({ threshold: 0, pacing: true }, clock);
+  await l.acquire(); // the probe, unanswered
+  const start = clock.now();
+  const sentAt = [];
+  for (let i = 0; i < 3; i++) {
+    await l.acquire();
+    sentAt.push(clock.now() - start);
+  }
+  assert.deepEqual(sentAt, [1000, 2000, 3000]);
+  // Without pacing the documented fallback stands: after one second the others all go.
+  const burst = new RateLimiter({ threshold: 0 }, clock);
+  await burst.acquire();
+  const t0 = clock.now();
+  await burst.acquire();
+  await burst.acquire();
+  assert.equal(clock.now() - t0, 1000);
 });
 
 test('pacing spreads calls window / limit apart', async () => {

@@ -9,7 +9,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
 use crate::idempotency::Mode;
@@ -140,23 +140,140 @@ pub struct RawEnv {
     pub postguard_config: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// A plan as written (CONTRACT §9, §13): the single-policy form
+/// (`requests_per_window` per `window_s`) or several named `policies`, an
+/// optional `concurrency` (requests of a key in flight at the origin), the
+/// gateway endpoints' own `gateway` policy and how long idempotency records
+/// live. The same shape, every field optional, is a key's `overrides`
+/// ([`Plan::overlaid`]). `validate` checks it; [`Plan::limits`] resolves it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
-    pub requests_per_window: u32,
-    #[serde(default = "default_window_s")]
-    pub window_s: u32,
-    #[serde(default = "default_ttl_s")]
-    pub idempotency_ttl_s: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<PolicySpec>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewaySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_ttl_s: Option<u32>,
 }
 
+/// One named policy of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    pub name: String,
+    pub requests: u32,
+    pub window_s: u32,
+}
+
+/// The gateway endpoints' policy of a plan: what `/audit`, `/stats`, a test
+/// ping or a recover cost is charged to, apart from the API's policies, so a
+/// key that spent its API budget can still find out what happened.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySpec {
+    pub requests: u32,
+    #[serde(default = "default_window_s")]
+    pub window_s: u32,
+}
+
+/// The gateway policy of a plan that names none: 120 per minute.
+pub const DEFAULT_GATEWAY: GatewaySpec = GatewaySpec {
+    requests: 120,
+    window_s: 60,
+};
+
 impl Plan {
-    /// The limiter's view of the plan.
-    pub fn quota(&self) -> crate::rate_limit::Quota {
-        crate::rate_limit::Quota {
-            limit: self.requests_per_window,
-            window_ms: u64::from(self.window_s) * 1000,
+    /// The single-policy form.
+    pub fn single(requests_per_window: u32, window_s: u32) -> Plan {
+        Plan {
+            requests_per_window: Some(requests_per_window),
+            window_s: Some(window_s),
+            ..Plan::default()
         }
+    }
+
+    /// The API's limits: the named policies, or the single-policy form's
+    /// `"default"` (the window defaults to 60 s), and the concurrency quota.
+    pub fn limits(&self) -> crate::limits::Limits {
+        use crate::limits::{Limits, Policy, DEFAULT_POLICY};
+        let policies = match &self.policies {
+            Some(list) => list
+                .iter()
+                .map(|p| Policy {
+                    name: p.name.clone(),
+                    limit: p.requests,
+                    window_ms: u64::from(p.window_s) * 1000,
+                })
+                .collect(),
+            None => vec![Policy {
+                name: DEFAULT_POLICY.to_string(),
+                limit: self.requests_per_window.unwrap_or(0),
+                window_ms: u64::from(self.window_s.unwrap_or(default_window_s())) * 1000,
+            }],
+        };
+        Limits {
+            policies,
+            concurrency: self.concurrency,
+        }
+    }
+
+    /// The gateway endpoints' limits: the one `gateway` policy.
+    pub fn gateway_limits(&self) -> crate::limits::Limits {
+        let g = self.gateway.as_ref().unwrap_or(&DEFAULT_GATEWAY);
+        crate::limits::Limits {
+            policies: vec![crate::limits::Policy {
+                name: crate::limits::GATEWAY_POLICY.to_string(),
+                limit: g.requests,
+                window_ms: u64::from(g.window_s) * 1000,
+            }],
+            concurrency: None,
+        }
+    }
+
+    /// How long a stored response is replayed (s).
+    pub fn ttl_s(&self) -> u32 {
+        self.idempotency_ttl_s.unwrap_or(default_ttl_s())
+    }
+
+    /// The smallest quota of its API policies (what a route cost must fit).
+    pub fn smallest_quota(&self) -> u32 {
+        self.limits()
+            .policies
+            .iter()
+            .map(|p| p.limit)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// This plan with a key's `overrides` laid over it: each field given
+    /// replaces the plan's, and either form of the API's policies replaces
+    /// the other (`{"requests_per_window": 7}` over a plan of `policies`
+    /// leaves one policy).
+    pub fn overlaid(&self, o: &Plan) -> Plan {
+        let mut out = self.clone();
+        if o.policies.is_some() {
+            out.requests_per_window = None;
+            out.window_s = None;
+            out.policies.clone_from(&o.policies);
+        }
+        if o.requests_per_window.is_some() || o.window_s.is_some() {
+            if out.policies.is_some() && o.policies.is_none() {
+                out.policies = None;
+            }
+            out.requests_per_window = o.requests_per_window.or(out.requests_per_window);
+            out.window_s = o.window_s.or(out.window_s);
+        }
+        out.concurrency = o.concurrency.or(out.concurrency);
+        out.gateway = o.gateway.clone().or(out.gateway);
+        out.idempotency_ttl_s = o.idempotency_ttl_s.or(out.idempotency_ttl_s);
+        out
     }
 }
 
@@ -249,6 +366,9 @@ pub struct IdempotencyConfig {
     pub max_replay_bytes: u64,
     /// Whether `Set-Cookie` from the origin is stored and replayed.
     pub store_set_cookie: bool,
+    /// How long an expired record is kept so `GET /idempotency/{key}` can
+    /// answer `expired` (never replayed; 0 deletes records at expiry).
+    pub lookup_grace_s: u32,
 }
 
 impl Default for IdempotencyConfig {
@@ -269,6 +389,7 @@ impl Default for IdempotencyConfig {
             max_stored_body_bytes: 1 << 20,
             max_replay_bytes: DEFAULT_REPLAY_BYTES,
             store_set_cookie: false,
+            lookup_grace_s: 3_600,
         }
     }
 }
@@ -322,9 +443,9 @@ pub struct WebhooksConfig {
     pub manual_attempts_per_delivery: u32,
     /// D1's size (bytes) at which publishing is refused with 503
     /// `STORAGE_FULL` until retention frees space. D1 holds at most 10 GB;
-    /// it keeps the shard directory and the subscriptions (ADR 0032).
+    /// it keeps the shard directory and the subscriptions (ADR 0035).
     pub d1_high_water_bytes: u64,
-    /// The time span of one webhook shard (ms; default one UTC day, ADR 0032).
+    /// The time span of one webhook shard (ms; default one UTC day, ADR 0035).
     pub shard_bucket_ms: u64,
     /// A shard's size (bytes) at which its project's publishes are refused
     /// with 503 `STORAGE_FULL` (a Durable Object holds at most 10 GB).
@@ -439,16 +560,7 @@ impl Default for Settings {
     fn default() -> Self {
         let plans = [("trial", 30u32), ("business", 2_000u32)]
             .into_iter()
-            .map(|(name, n)| {
-                (
-                    name.to_string(),
-                    Plan {
-                        requests_per_window: n,
-                        window_s: 60,
-                        idempotency_ttl_s: 86_400,
-                    },
-                )
-            })
+            .map(|(name, n)| (name.to_string(), Plan::single(n, 60)))
             .collect();
         Settings {
             plans,
@@ -742,6 +854,78 @@ fn range<T: PartialOrd + std::fmt::Display>(
     Ok(())
 }
 
+/// Checks a plan — or a key's overrides laid over its plan — naming any bad
+/// field under `at`.
+pub fn validate_plan(at: &str, plan: &Plan) -> Result<(), ConfigError> {
+    if plan.policies.is_some() {
+        if plan.requests_per_window.is_some() {
+            return Err(ConfigError::new(
+                format!("{at}.requests_per_window"),
+                "give either requests_per_window (one policy) or policies, not both",
+            ));
+        }
+        if plan.window_s.is_some() {
+            return Err(ConfigError::new(
+                format!("{at}.window_s"),
+                "belongs to the single-policy form: each of `policies` has its own window_s",
+            ));
+        }
+    } else {
+        match plan.requests_per_window {
+            Some(n) => range(format!("{at}.requests_per_window"), n, 1, 10_000_000)?,
+            None => {
+                return Err(ConfigError::new(
+                    format!("{at}.requests_per_window"),
+                    "is required (or `policies`, a list of {name, requests, window_s})",
+                ))
+            }
+        }
+    }
+    if let Some(w) = plan.window_s {
+        range(format!("{at}.window_s"), w, 1, 86_400)?;
+    }
+    if let Some(list) = &plan.policies {
+        if list.is_empty() || list.len() > 8 {
+            return Err(ConfigError::new(
+                format!("{at}.policies"),
+                "must list 1 to 8 policies",
+            ));
+        }
+        for (i, p) in list.iter().enumerate() {
+            let f = format!("{at}.policies[{i}]");
+            let reserved = [
+                crate::limits::INFLIGHT_POLICY,
+                crate::limits::GATEWAY_POLICY,
+            ];
+            if !is_valid_name(&p.name) || reserved.contains(&p.name.as_str()) {
+                return Err(ConfigError::new(
+                    format!("{f}.name"),
+                    "policy names are 1-64 of [A-Za-z0-9._-], not `inflight` or `gateway`",
+                ));
+            }
+            if list[..i].iter().any(|q| q.name == p.name) {
+                return Err(ConfigError::new(
+                    format!("{f}.name"),
+                    "names a policy twice",
+                ));
+            }
+            range(format!("{f}.requests"), p.requests, 1, 10_000_000)?;
+            range(format!("{f}.window_s"), p.window_s, 1, 31 * 86_400)?;
+        }
+    }
+    if let Some(c) = plan.concurrency {
+        range(format!("{at}.concurrency"), c, 1, 10_000)?;
+    }
+    if let Some(g) = &plan.gateway {
+        range(format!("{at}.gateway.requests"), g.requests, 1, 10_000_000)?;
+        range(format!("{at}.gateway.window_s"), g.window_s, 1, 86_400)?;
+    }
+    if let Some(t) = plan.idempotency_ttl_s {
+        range(format!("{at}.idempotency_ttl_s"), t, 1, MAX_TTL_S)?;
+    }
+    Ok(())
+}
+
 fn validate(s: &Settings) -> Result<(), ConfigError> {
     if s.plans.is_empty() {
         return Err(ConfigError::new("plans", "must define at least one plan"));
@@ -753,24 +937,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
                 "plan names are 1-64 of [A-Za-z0-9._-]",
             ));
         }
-        range(
-            format!("plans.{name}.requests_per_window"),
-            plan.requests_per_window,
-            1,
-            10_000_000,
-        )?;
-        range(format!("plans.{name}.window_s"), plan.window_s, 1, 86_400)?;
-        range(
-            format!("plans.{name}.idempotency_ttl_s"),
-            plan.idempotency_ttl_s,
-            1,
-            MAX_TTL_S,
-        )?;
+        validate_plan(&format!("plans.{name}"), plan)?;
     }
     let smallest_quota = s
         .plans
         .values()
-        .map(|p| p.requests_per_window)
+        .map(Plan::smallest_quota)
         .min()
         .unwrap_or(1);
     for (i, rule) in s.rate_limit.costs.iter().enumerate() {
@@ -868,6 +1040,12 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         MAX_STORED_BODY_CAP,
     )?;
     range("max_body_bytes", s.max_body_bytes, 1, MAX_BODY_CAP)?;
+    range(
+        "idempotency.lookup_grace_s",
+        idem.lookup_grace_s,
+        0,
+        604_800,
+    )?;
     range(
         "idempotency.max_replay_bytes",
         idem.max_replay_bytes,
@@ -1070,7 +1248,10 @@ mod tests {
         let plans = &c.settings.plans;
         assert_eq!(plans.keys().collect::<Vec<_>>(), ["alpha", "zeta"]);
         // The last of a repeated name wins, as in a BTreeMap.
-        assert_eq!(plans.get("zeta").map(|p| p.requests_per_window), Some(3));
+        assert_eq!(
+            plans.get("zeta").map(|p| p.requests_per_window),
+            Some(Some(3))
+        );
         assert!(plans.get("beta").is_none() && !plans.contains_key("beta"));
         let wrong = Config::load(&env(Some(r#"{"plans":[]}"#))).unwrap_err();
         assert_eq!(wrong.field, "plans");
@@ -1081,10 +1262,10 @@ mod tests {
     fn defaults_match_the_contract() {
         let c = Config::load(&env(None)).unwrap();
         let s = &c.settings;
-        assert_eq!(s.plans["trial"].requests_per_window, 30);
-        assert_eq!(s.plans["business"].requests_per_window, 2000);
-        assert_eq!(s.plans["trial"].window_s, 60);
-        assert_eq!(s.plans["trial"].idempotency_ttl_s, 86_400);
+        assert_eq!(s.plans["trial"].requests_per_window, Some(30));
+        assert_eq!(s.plans["business"].requests_per_window, Some(2000));
+        assert_eq!(s.plans["trial"].window_s, Some(60));
+        assert_eq!(s.plans["trial"].ttl_s(), 86_400);
         assert_eq!(s.idempotency.lease_s, 60);
         assert_eq!(s.idempotency.max_stored_body_bytes, 1 << 20);
         assert_eq!(s.origin.timeout_ms, 30_000);
@@ -1129,7 +1310,10 @@ mod tests {
         )))
         .unwrap();
         assert_eq!(c.settings.plans.len(), 1);
-        assert_eq!(c.settings.plans["gold"].window_s, 60);
+        assert_eq!(
+            c.settings.plans["gold"].limits().policies[0].window_ms,
+            60_000
+        );
     }
 
     #[test]
@@ -1362,7 +1546,7 @@ mod tests {
             match Config::load(&env(Some(&text))) {
                 Ok(c) => {
                     let p = &c.settings.plans["p"];
-                    proptest::prop_assert!(p.requests_per_window >= 1 && (1..=86_400).contains(&p.window_s));
+                    proptest::prop_assert!(p.requests_per_window.is_some_and(|n| n >= 1) && p.window_s.is_some_and(|w| (1..=86_400).contains(&w)));
                 }
                 Err(e) => proptest::prop_assert!(e.field.starts_with("plans.p."), "{}", e.field),
             }

@@ -1,17 +1,21 @@
 //! The per-API-key guard: the decisions its Durable Object makes, as pure
 //! functions over the object's state.
 //!
-//! One object per API key holds both the key's rate-limit window and its
-//! Idempotency-Key records, so a fresh request costs one round trip before the
-//! origin (`admit`: rate check + claim) and one after (`complete`/`release`);
-//! a replay costs one (`admit` answers with the stored response).
-//! See `docs/adr/0001-one-durable-object-per-api-key.md`.
+//! One object per credential — an API key (ADR 0001), a portal session, a
+//! deployment secret, a client address — holds that credential's rate-limit
+//! windows, its revoked flag, its Idempotency-Key records and, for an API
+//! key, what the operator last set for it (its [`Profile`]: limits, expiry,
+//! metadata, the keys of a reroll still in their grace). A fresh request
+//! costs one round trip before the origin (`admit`: limits, a concurrency
+//! slot and the claim) and one after (`complete`/`release`); a replay costs
+//! one (`admit` answers with the stored response).
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::frame::{self, FrameError};
 use crate::idempotency::{decide, Decision, Record, StoredResponse};
-use crate::rate_limit::{check, Quota, Verdict, Window};
+use crate::limits::{self, Inflight, Limits, Policy, Verdicts, Windows};
+use crate::rate_limit::{Quota, Verdict};
 
 /// A claim attempt under an Idempotency-Key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,10 +26,74 @@ pub struct Claim {
     pub lease_ms: u64,
 }
 
-/// `admit`: charge `cost` against `quota`, then (if admitted) try `claim`.
+/// Which of a key's limits an admission is charged to (CONTRACT §13): the
+/// API's policies, or the gateway endpoints' own policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    #[default]
+    Api,
+    Gateway,
+}
+
+/// A concurrency slot to take while the request is at the origin: freed by
+/// `complete`, `release` or `finish`, or when its lease runs out (a crashed
+/// isolate's slot is freed like its claim).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub id: String,
+    pub lease_ms: u64,
+}
+
+/// What the calling worker knows of the key (its cached record): the
+/// version of what the operator set, the key's expiry, and which of the
+/// key's secrets called (the first 8 hex of its SHA-256: a rerolled key's
+/// predecessor expires on its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    #[serde(default)]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+}
+
+/// A key of a reroll still working until `until` (epoch ms).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Previous {
+    pub key: String,
+    pub until: u64,
+}
+
+/// What the operator last set for an API key, as its object holds it (the
+/// authority over a worker's cached record: a change applies from the key's
+/// next request in every isolate, as revocation does).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    /// When it was set (epoch ms); a worker's record of an older version
+    /// is stale.
+    pub version: u64,
+    pub plan: String,
+    pub limits: Limits,
+    pub gateway: Limits,
+    pub ttl_s: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous: Vec<Previous>,
+    /// The key's metadata as forwarded (`X-Postguard-Key-Meta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
+}
+
+/// `admit`: charge `cost` to the limits, take a concurrency slot, then (if
+/// admitted) try `claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdmitRequest {
     pub cost: u32,
+    /// The single policy a build before several policies sends (and reads
+    /// back); ignored when `limits` is given.
     pub quota: Quota,
     pub claim: Option<Claim>,
     /// The answer layout the caller reads (absent: layout 1, a worker of a
@@ -33,6 +101,60 @@ pub struct AdmitRequest {
     /// and answers layout 1, which this build's worker reads too.
     #[serde(default)]
     pub v: AnswerLayout,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    #[serde(default)]
+    pub scope: Scope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+    /// An Idempotency-Key whose record to report (`GET /idempotency/{key}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookup: Option<String>,
+}
+
+impl AdmitRequest {
+    /// A charge of `cost` against `limits`, nothing else.
+    pub fn charge(cost: u32, limits: Limits) -> AdmitRequest {
+        AdmitRequest {
+            cost,
+            quota: limits.policies.first().map_or(
+                Quota {
+                    limit: 0,
+                    window_ms: 1,
+                },
+                Policy::quota,
+            ),
+            claim: None,
+            v: AnswerLayout::NEWEST,
+            limits: Some(limits),
+            scope: Scope::Api,
+            slot: None,
+            caller: None,
+            lookup: None,
+        }
+    }
+
+    /// Whether the answer reports the slots in use without taking one: a
+    /// peek (`/me`, `GET /keys/{id}`) of a key whose plan has a concurrency
+    /// quota. The object then counts its slots, which it cannot do in memory.
+    pub fn reports_inflight(&self) -> bool {
+        self.slot.is_none()
+            && self.scope == Scope::Api
+            && self
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.concurrency.is_some())
+    }
+
+    /// The limits to enforce when the object holds no fresher profile.
+    fn requested_limits(&self) -> Limits {
+        self.limits.clone().unwrap_or_else(|| Limits {
+            policies: vec![Policy::single(self.quota)],
+            concurrency: None,
+        })
+    }
 }
 
 /// The layout of the admission answer (ADR 0029). Cloudflare rolls a deploy
@@ -42,21 +164,26 @@ pub struct AdmitRequest {
 /// no newer, and the worker reads either.
 /// - 1: [`Decision`] internally tagged (`{"kind":"execute"}`), which serde
 ///   buffers into its `Content` tree before decoding;
-/// - 2: [`Decision`] externally tagged (`"execute"`), read directly.
+/// - 2: [`Decision`] externally tagged (`"execute"`), read directly;
+/// - 3: layout 2 with the `expired` answer (ADR 0032); a layout-2 reader is
+///   told `revoked` instead (either is a refused key).
 ///
+/// Members a reader does not know (every policy's verdict, a fresher
+/// profile, an idempotency lookup) are ignored by older readers.
 /// A request naming a later layout (a worker of a later build) is answered
-/// in layout 2; 0 or anything but an integer is a malformed frame.
+/// in the newest; 0 or anything but an integer is a malformed frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "u64", into = "u64")]
 pub enum AnswerLayout {
     #[default]
     V1 = 1,
     V2 = 2,
+    V3 = 3,
 }
 
 impl AnswerLayout {
     /// What this build's worker asks for and its object writes.
-    pub const NEWEST: AnswerLayout = AnswerLayout::V2;
+    pub const NEWEST: AnswerLayout = AnswerLayout::V3;
 }
 
 impl TryFrom<u64> for AnswerLayout {
@@ -66,6 +193,7 @@ impl TryFrom<u64> for AnswerLayout {
         match v {
             0 => Err("admission answer layout 0 does not exist"),
             1 => Ok(AnswerLayout::V1),
+            2 => Ok(AnswerLayout::V2),
             _ => Ok(AnswerLayout::NEWEST),
         }
     }
@@ -77,6 +205,76 @@ impl From<AnswerLayout> for u64 {
     }
 }
 
+/// An Idempotency-Key's record as `GET /idempotency/{key}` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lookup {
+    pub state: LookupState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupState {
+    InProgress,
+    Completed,
+    Expired,
+    Unknown,
+}
+
+/// What the record of a key says at `now_ms`: a claim still leased runs; a
+/// completed one within its TTL is replayed; one past either has expired
+/// (the key starts a new operation); no record is unknown.
+pub fn lookup(record: Option<&Record>, now_ms: u64) -> Lookup {
+    let mut out = Lookup {
+        state: LookupState::Unknown,
+        status: None,
+        request_id: None,
+        created_at: None,
+        expires_at: None,
+    };
+    match record {
+        None => {}
+        Some(Record::InFlight {
+            request_id,
+            claimed_at_ms,
+            lease_until_ms,
+            ..
+        }) => {
+            out.state = match now_ms < *lease_until_ms {
+                true => LookupState::InProgress,
+                false => LookupState::Expired,
+            };
+            out.request_id = Some(request_id.clone());
+            out.created_at = Some(*claimed_at_ms);
+            out.expires_at = Some(*lease_until_ms);
+        }
+        Some(Record::Completed {
+            request_id,
+            completed_at_ms,
+            expires_at_ms,
+            response,
+            ..
+        }) => {
+            out.state = match now_ms < *expires_at_ms {
+                true => LookupState::Completed,
+                false => LookupState::Expired,
+            };
+            out.status = Some(response.status);
+            out.request_id = Some(request_id.clone());
+            out.created_at = Some(*completed_at_ms);
+            out.expires_at = Some(*expires_at_ms);
+        }
+    }
+    out
+}
+
 /// Externally tagged on the wire (`{"limited":{…}}`): an internally tagged
 /// enum is buffered whole by serde before it is decoded, which showed in the
 /// profile of every proxied request (ADR 0021). It only travels between the
@@ -84,91 +282,202 @@ impl From<AnswerLayout> for u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AdmitResponse {
-    /// The API key was revoked: authentication fails.
+    /// The API key was revoked (or the session ended): authentication fails.
     Revoked,
-    /// Over the limit; the request must not be forwarded.
-    Limited { verdict: Verdict },
-    /// Within the limit. `idempotency` is `None` when no claim was asked for.
+    /// Over a limit; the request must not be forwarded. `verdict` is the
+    /// binding policy's (what a build before several policies reads).
+    Limited {
+        verdict: Verdict,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verdicts: Option<Verdicts>,
+    },
+    /// Within the limits. `idempotency` is `None` when no claim was asked for.
     /// For `Replay`, `replay` holds the stored response (its body travels as
     /// the frame payload).
     Admitted {
         verdict: Verdict,
         idempotency: Option<Decision>,
         replay: Option<StoredResponse>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verdicts: Option<Verdicts>,
+        /// What the operator set since the caller's record: use it, and drop
+        /// the cached record.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refresh: Option<Box<Profile>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lookup: Option<Box<Lookup>>,
     },
+    /// The API key (or this secret of a rerolled one) has expired (layout 3).
+    Expired,
+}
+
+impl AdmitResponse {
+    /// Every policy's verdict: the answer's own, or (from an object of a
+    /// build before several policies) its one verdict as the `default`
+    /// policy's.
+    pub fn verdicts(&self) -> Option<Verdicts> {
+        match self {
+            AdmitResponse::Limited { verdict, verdicts }
+            | AdmitResponse::Admitted {
+                verdict, verdicts, ..
+            } => Some(
+                verdicts
+                    .clone()
+                    .unwrap_or_else(|| Verdicts::single(limits::DEFAULT_POLICY, *verdict)),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// The object's state an admission reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardState {
+    pub revoked: bool,
+    pub windows: Windows,
+    pub profile: Option<Profile>,
 }
 
 /// What the object must persist, and what it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmitPlan {
-    /// `Some` when the window changed and must be written.
-    pub window: Option<Window>,
+    /// `Some` when the windows changed and must be written.
+    pub windows: Option<Windows>,
     /// `Some` when a new in-flight claim must be written.
     pub claim: Option<Record>,
+    /// A concurrency slot to take until this time (epoch ms).
+    pub slot: Option<(String, u64)>,
     pub response: AdmitResponse,
 }
 
+impl AdmitPlan {
+    fn answer(response: AdmitResponse) -> AdmitPlan {
+        AdmitPlan {
+            windows: None,
+            claim: None,
+            slot: None,
+            response,
+        }
+    }
+}
+
+/// Whether the calling secret has expired: the key's own expiry (the
+/// object's fresher profile, else the caller's record), or, for a secret a
+/// reroll replaced, the end of its grace.
+fn expired(state: &GuardState, fresher: Option<&Profile>, req: &AdmitRequest, now_ms: u64) -> bool {
+    let caller = req.caller.as_ref();
+    let expires_at = match fresher {
+        Some(p) => p.expires_at,
+        None => caller.and_then(|c| c.expires_at),
+    };
+    if expires_at.is_some_and(|at| now_ms >= at) {
+        return true;
+    }
+    let key = caller.map_or("", |c| c.key.as_str());
+    let previous = state.profile.as_ref().map_or(&[][..], |p| &p.previous[..]);
+    !key.is_empty() && previous.iter().any(|p| p.key == key && now_ms >= p.until)
+}
+
 /// The `admit` decision. The caller runs it with no `await` between reading
-/// the state and persisting the plan, which makes check-and-claim atomic.
+/// the state and persisting the plan, which makes check-and-claim (and
+/// check-and-slot) atomic. `in_use` is how many concurrency slots are taken.
 pub fn admit(
-    revoked: bool,
-    window: Option<Window>,
+    state: &GuardState,
+    in_use: u32,
     record: Option<&Record>,
     req: &AdmitRequest,
     now_ms: u64,
 ) -> AdmitPlan {
-    if revoked {
-        return AdmitPlan {
-            window: None,
-            claim: None,
-            response: AdmitResponse::Revoked,
-        };
+    if state.revoked {
+        return AdmitPlan::answer(AdmitResponse::Revoked);
     }
-    let (new_window, verdict) = check(window, req.quota, now_ms, req.cost);
-    let window_update = (new_window != window).then_some(new_window).flatten();
-    if !verdict.admitted {
-        // A rejection changes the window only when one from the future was
+    let seen = req.caller.as_ref().map_or(0, |c| c.version);
+    let fresher = state.profile.as_ref().filter(|p| p.version > seen);
+    if expired(state, fresher, req, now_ms) {
+        return AdmitPlan::answer(AdmitResponse::Expired);
+    }
+    let limits = match (fresher, req.scope) {
+        (Some(p), Scope::Api) => p.limits.clone(),
+        (Some(p), Scope::Gateway) => p.gateway.clone(),
+        (None, _) => req.requested_limits(),
+    };
+    let slot_limit = limits.concurrency.filter(|_| req.slot.is_some());
+    let no_slot = slot_limit.is_some_and(|n| !limits::slot_free(in_use, n));
+    // Without a slot nothing is charged: the windows are only read.
+    let cost = if no_slot { 0 } else { req.cost };
+    let checked = limits::check_all(&state.windows, &limits.policies, now_ms, cost);
+    let mut verdicts = checked.verdicts;
+    if let Some(n) = slot_limit {
+        verdicts.inflight = Some(Inflight {
+            limit: n,
+            in_use: if no_slot { in_use } else { in_use + 1 },
+            refused: no_slot,
+        });
+    } else if let (Some(n), true) = (limits.concurrency, req.reports_inflight()) {
+        verdicts.inflight = Some(Inflight {
+            limit: n,
+            in_use,
+            refused: false,
+        });
+    }
+    let verdict = verdicts.binding_verdict();
+    if !verdicts.admitted() {
+        // A refusal changes the windows only when one from the future was
         // pinned to now (it must not stay in the future).
         return AdmitPlan {
-            window: window_update,
+            windows: checked.windows,
             claim: None,
-            response: AdmitResponse::Limited { verdict },
-        };
-    }
-    let Some(claim) = &req.claim else {
-        return AdmitPlan {
-            window: window_update,
-            claim: None,
-            response: AdmitResponse::Admitted {
+            slot: None,
+            response: AdmitResponse::Limited {
                 verdict,
-                idempotency: None,
-                replay: None,
+                verdicts: Some(verdicts),
             },
         };
+    }
+    let decision = req
+        .claim
+        .as_ref()
+        .map(|c| decide(record, &c.fingerprint, now_ms));
+    let claim_record = match (&req.claim, &decision) {
+        (Some(c), Some(Decision::Execute)) => Some(Record::InFlight {
+            fingerprint: c.fingerprint.clone(),
+            request_id: c.request_id.clone(),
+            claimed_at_ms: now_ms,
+            lease_until_ms: now_ms.saturating_add(c.lease_ms),
+        }),
+        _ => None,
     };
-    let decision = decide(record, &claim.fingerprint, now_ms);
-    let (claim_record, replay) = match (&decision, record) {
-        (Decision::Execute, _) => (
-            Some(Record::InFlight {
-                fingerprint: claim.fingerprint.clone(),
-                request_id: claim.request_id.clone(),
-                claimed_at_ms: now_ms,
-                lease_until_ms: now_ms.saturating_add(claim.lease_ms),
-            }),
-            None,
-        ),
-        (Decision::Replay, Some(Record::Completed { response, .. })) => {
-            (None, Some(response.clone()))
+    let replay = match (&decision, record) {
+        (Some(Decision::Replay), Some(Record::Completed { response, .. })) => {
+            Some(response.clone())
         }
-        _ => (None, None),
+        _ => None,
     };
+    // Only a request that goes to the origin holds a slot.
+    let forwarded = matches!(decision, None | Some(Decision::Execute));
+    let slot = match (&req.slot, slot_limit, forwarded) {
+        (Some(s), Some(_), true) => Some((s.id.clone(), now_ms.saturating_add(s.lease_ms))),
+        _ => None,
+    };
+    if slot.is_none() {
+        if let Some(i) = verdicts.inflight.as_mut() {
+            i.in_use = in_use;
+        }
+    }
     AdmitPlan {
-        window: window_update,
+        windows: checked.windows,
         claim: claim_record,
+        slot,
         response: AdmitResponse::Admitted {
             verdict,
-            idempotency: Some(decision),
+            idempotency: decision,
             replay,
+            verdicts: Some(verdicts),
+            refresh: fresher.cloned().map(Box::new),
+            lookup: req
+                .lookup
+                .as_ref()
+                .map(|_| Box::new(lookup(record, now_ms))),
         },
     }
 }
@@ -182,6 +491,10 @@ pub fn encode_admit_reply(
     match (layout, reply) {
         (AnswerLayout::V1, Ok(answer)) => {
             frame::encode(&Ok::<_, ()>(v1::AdmitResponse::from(answer)), payload)
+        }
+        // A reader of layout 2 knows no `expired`: a refused key all the same.
+        (AnswerLayout::V2, Ok(AdmitResponse::Expired)) => {
+            frame::encode(&Ok::<_, ()>(AdmitResponse::Revoked), payload)
         }
         _ => frame::encode(reply, payload),
     }
@@ -235,12 +548,15 @@ mod v1 {
     impl<'a> From<&'a super::AdmitResponse> for AdmitResponse<'a> {
         fn from(r: &'a super::AdmitResponse) -> AdmitResponse<'a> {
             match r {
-                super::AdmitResponse::Revoked => AdmitResponse::Revoked,
-                super::AdmitResponse::Limited { verdict } => AdmitResponse::Limited { verdict },
+                super::AdmitResponse::Revoked | super::AdmitResponse::Expired => {
+                    AdmitResponse::Revoked
+                }
+                super::AdmitResponse::Limited { verdict, .. } => AdmitResponse::Limited { verdict },
                 super::AdmitResponse::Admitted {
                     verdict,
                     idempotency,
                     replay,
+                    ..
                 } => AdmitResponse::Admitted {
                     verdict,
                     idempotency: idempotency.as_ref().map(Decision::from),
@@ -258,6 +574,9 @@ pub struct CompleteRequest {
     pub request_id: String,
     pub ttl_ms: u64,
     pub response: StoredResponse,
+    /// The request held a concurrency slot (its id): free it too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slot: bool,
 }
 
 /// The completed record to write, or `None` when the claim is no longer held
@@ -292,6 +611,9 @@ pub struct Ack {
 pub struct ReleaseRequest {
     pub key: String,
     pub request_id: String,
+    /// The request held a concurrency slot (its id): free it too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slot: bool,
 }
 
 /// Whether the record is this request's claim and should be deleted.
@@ -317,6 +639,22 @@ pub struct Complete;
 pub struct Release;
 /// Flag the key as revoked.
 pub struct Revoke;
+/// Free the concurrency slot of a request without a claim.
+pub struct Finish;
+/// Keep what the operator set for the key (`PATCH`, reroll).
+pub struct Update;
+
+/// `finish`: the slot to free (the request's id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishRequest {
+    pub slot: String,
+}
+
+/// `update`: the key's new profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateRequest {
+    pub profile: Profile,
+}
 
 /// `revoke` carries nothing but its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,6 +673,8 @@ operation!(Admit, "/admit", AdmitRequest => AdmitResponse);
 operation!(Complete, "/complete", CompleteRequest => Ack);
 operation!(Release, "/release", ReleaseRequest => Ack);
 operation!(Revoke, "/revoke", RevokeRequest => Ack);
+operation!(Finish, "/finish", FinishRequest => Ack);
+operation!(Update, "/update", UpdateRequest => Ack);
 
 /// Why the object could not run an operation, as it crosses back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -354,6 +694,7 @@ pub type Reply<T> = Result<T, GuardError>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::Window;
 
     const Q: Quota = Quota {
         limit: 2,
@@ -369,6 +710,31 @@ mod tests {
         })
     }
 
+    /// A request as a build before several policies sends it.
+    fn req(cost: u32, claim: Option<Claim>) -> AdmitRequest {
+        AdmitRequest {
+            cost,
+            quota: Q,
+            claim,
+            v: AnswerLayout::NEWEST,
+            limits: None,
+            scope: Scope::Api,
+            slot: None,
+            caller: None,
+            lookup: None,
+        }
+    }
+
+    fn state(window: Option<Window>) -> GuardState {
+        GuardState {
+            revoked: false,
+            windows: window
+                .map(|w| vec![(limits::DEFAULT_POLICY.to_string(), w)])
+                .unwrap_or_default(),
+            profile: None,
+        }
+    }
+
     fn stored() -> StoredResponse {
         StoredResponse {
             status: 201,
@@ -379,89 +745,60 @@ mod tests {
         }
     }
 
+    fn decision(p: &AdmitPlan) -> Option<Decision> {
+        match &p.response {
+            AdmitResponse::Admitted { idempotency, .. } => idempotency.clone(),
+            _ => None,
+        }
+    }
+
+    fn default_window(p: &AdmitPlan) -> Option<Window> {
+        p.windows
+            .as_ref()
+            .and_then(|w| limits::window_of(w, limits::DEFAULT_POLICY).copied())
+    }
+
     #[test]
     fn revoked_wins_over_everything() {
-        let p = admit(
-            true,
-            None,
-            None,
-            &AdmitRequest {
-                cost: 1,
-                quota: Q,
-                claim: claim("f", "r"),
-                v: AnswerLayout::NEWEST,
-            },
-            0,
-        );
+        let mut st = state(None);
+        st.revoked = true;
+        let p = admit(&st, 0, None, &req(1, claim("f", "r")), 0);
         assert_eq!(p.response, AdmitResponse::Revoked);
-        assert_eq!(p.window, None);
-        assert_eq!(p.claim, None);
+        assert_eq!((p.windows, p.claim, p.slot), (None, None, None));
     }
 
     #[test]
     fn limited_requests_claim_nothing() {
-        let full = Some(Window {
+        let full = state(Some(Window {
             start_ms: 0,
             used: 2,
-        });
-        let p = admit(
-            false,
-            full,
-            None,
-            &AdmitRequest {
-                cost: 1,
-                quota: Q,
-                claim: claim("f", "r"),
-                v: AnswerLayout::NEWEST,
-            },
-            10,
-        );
+        }));
+        let p = admit(&full, 0, None, &req(1, claim("f", "r")), 10);
         assert!(matches!(p.response, AdmitResponse::Limited { .. }));
-        assert_eq!(p.claim, None);
-        assert_eq!(p.window, None);
+        assert_eq!((p.claim, p.windows), (None, None));
     }
 
     #[test]
     fn fresh_claim_then_in_progress_then_replay_then_conflict() {
-        let req = AdmitRequest {
-            cost: 1,
-            quota: Q,
-            claim: claim("f", "r1"),
-            v: AnswerLayout::NEWEST,
-        };
-        let p = admit(false, None, None, &req, 0);
+        let p = admit(&state(None), 0, None, &req(1, claim("f", "r1")), 0);
         let Some(rec) = p.claim.clone() else {
             panic!("no claim")
         };
-        assert!(matches!(
-            p.response,
-            AdmitResponse::Admitted {
-                idempotency: Some(Decision::Execute),
-                ..
-            }
-        ));
+        assert_eq!(decision(&p), Some(Decision::Execute));
         assert_eq!(
-            p.window,
+            default_window(&p),
             Some(Window {
                 start_ms: 0,
                 used: 1
             })
         );
-
-        let req2 = AdmitRequest {
-            cost: 1,
-            quota: Q,
-            claim: claim("f", "r2"),
-            v: AnswerLayout::NEWEST,
-        };
-        let p2 = admit(false, p.window, Some(&rec), &req2, 1_500);
-        assert!(matches!(
-            p2.response,
-            AdmitResponse::Admitted {
-                idempotency: Some(Decision::InProgress { retry_after_s: 2 }),
-                ..
-            }
-        ));
+        let after = state(default_window(&p));
+        let req2 = req(1, claim("f", "r2"));
+        let p2 = admit(&after, 0, Some(&rec), &req2, 1_500);
+        assert_eq!(
+            decision(&p2),
+            Some(Decision::InProgress { retry_after_s: 2 })
+        );
         assert_eq!(p2.claim, None);
 
         // Only the holder completes.
@@ -470,6 +807,7 @@ mod tests {
             request_id: "r2".into(),
             ttl_ms: 1000,
             response: stored(),
+            slot: false,
         };
         assert_eq!(complete(Some(&rec), &c_other, 2_000), None);
         let c = CompleteRequest {
@@ -477,11 +815,12 @@ mod tests {
             request_id: "r1".into(),
             ttl_ms: 1000,
             response: stored(),
+            slot: false,
         };
         let done = complete(Some(&rec), &c, 2_000).unwrap();
         assert_eq!(done.expires_at_ms(), 3_000);
 
-        let p3 = admit(false, None, Some(&done), &req2, 2_500);
+        let p3 = admit(&state(None), 0, Some(&done), &req2, 2_500);
         match p3.response {
             AdmitResponse::Admitted {
                 idempotency: Some(Decision::Replay),
@@ -491,33 +830,16 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let p4 = admit(
-            false,
-            None,
+            &state(None),
+            0,
             Some(&done),
-            &AdmitRequest {
-                cost: 1,
-                quota: Q,
-                claim: claim("g", "r3"),
-                v: AnswerLayout::NEWEST,
-            },
+            &req(1, claim("g", "r3")),
             2_500,
         );
-        assert!(matches!(
-            p4.response,
-            AdmitResponse::Admitted {
-                idempotency: Some(Decision::Conflict),
-                ..
-            }
-        ));
+        assert_eq!(decision(&p4), Some(Decision::Conflict));
         // After the TTL the key starts a new operation.
-        let p5 = admit(false, None, Some(&done), &req2, 3_000);
-        assert!(matches!(
-            p5.response,
-            AdmitResponse::Admitted {
-                idempotency: Some(Decision::Execute),
-                ..
-            }
-        ));
+        let p5 = admit(&state(None), 0, Some(&done), &req2, 3_000);
+        assert_eq!(decision(&p5), Some(Decision::Execute));
         assert!(p5.claim.is_some());
     }
 
@@ -529,52 +851,229 @@ mod tests {
             claimed_at_ms: 0,
             lease_until_ms: 10,
         };
-        assert!(should_release(
-            Some(&rec),
-            &ReleaseRequest {
-                key: "k".into(),
-                request_id: "r1".into()
-            }
-        ));
-        assert!(!should_release(
-            Some(&rec),
-            &ReleaseRequest {
-                key: "k".into(),
-                request_id: "r2".into()
-            }
-        ));
-        assert!(!should_release(
-            None,
-            &ReleaseRequest {
-                key: "k".into(),
-                request_id: "r1".into()
-            }
-        ));
+        let rel = |rid: &str| ReleaseRequest {
+            key: "k".into(),
+            request_id: rid.into(),
+            slot: false,
+        };
+        assert!(should_release(Some(&rec), &rel("r1")));
+        assert!(!should_release(Some(&rec), &rel("r2")));
+        assert!(!should_release(None, &rel("r1")));
     }
 
     #[test]
     fn zero_cost_peek_changes_nothing() {
-        let w = Some(Window {
+        let st = state(Some(Window {
             start_ms: 0,
             used: 1,
-        });
-        let p = admit(
-            false,
-            w,
-            None,
-            &AdmitRequest {
-                cost: 0,
-                quota: Q,
-                claim: None,
-                v: AnswerLayout::NEWEST,
-            },
-            5,
-        );
-        assert_eq!(p.window, None);
+        }));
+        let p = admit(&st, 0, None, &req(0, None), 5);
+        assert_eq!(p.windows, None);
         match p.response {
             AdmitResponse::Admitted { verdict, .. } => assert_eq!(verdict.remaining, 1),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn policies() -> Limits {
+        Limits {
+            policies: vec![
+                Policy {
+                    name: "burst".into(),
+                    limit: 2,
+                    window_ms: 1_000,
+                },
+                Policy {
+                    name: "minute".into(),
+                    limit: 3,
+                    window_ms: 60_000,
+                },
+            ],
+            concurrency: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_one_policy_charges_none() {
+        let mut st = state(None);
+        for t in [0, 1] {
+            let p = admit(&st, 0, None, &AdmitRequest::charge(1, policies()), t);
+            st.windows = p.windows.unwrap_or_default();
+        }
+        let p = admit(&st, 0, None, &AdmitRequest::charge(1, policies()), 2);
+        let v = p.response.verdicts().unwrap_or_default();
+        assert_eq!(v.violated(), ["burst"]);
+        assert_eq!(
+            p.windows, None,
+            "minute is not charged by the refused request"
+        );
+        // A second later burst admits again; minute has one left.
+        let p = admit(&st, 0, None, &AdmitRequest::charge(1, policies()), 1_000);
+        let v = p.response.verdicts().unwrap_or_default();
+        assert!(v.admitted());
+        assert_eq!(v.said[v.binding].name, "minute");
+        assert_eq!(v.binding_verdict().remaining, 0);
+    }
+
+    #[test]
+    fn a_slot_is_taken_while_forwarded_and_refused_when_none_is_free() {
+        let slotted = |id: &str| AdmitRequest {
+            slot: Some(Slot {
+                id: id.into(),
+                lease_ms: 60_000,
+            }),
+            ..AdmitRequest::charge(1, policies())
+        };
+        let p = admit(&state(None), 0, None, &slotted("r1"), 0);
+        assert_eq!(p.slot, Some(("r1".to_string(), 60_000)));
+        let st = state(None);
+        let full = admit(&st, 1, None, &slotted("r2"), 10);
+        let v = full.response.verdicts().unwrap_or_default();
+        assert_eq!(v.violated(), ["inflight"]);
+        assert_eq!(full.windows, None, "no policy charged");
+        assert_eq!(full.slot, None);
+        assert!(matches!(
+            crate::proxy::limited(&v).code,
+            crate::ErrorCode::ConcurrencyLimitExceeded
+        ));
+        // A replay goes nowhere near the origin: it takes no slot.
+        let done = Record::Completed {
+            fingerprint: "f".into(),
+            request_id: "r0".into(),
+            completed_at_ms: 0,
+            expires_at_ms: 10_000,
+            response: stored(),
+        };
+        let mut replay = slotted("r3");
+        replay.claim = claim("f", "r3");
+        let p = admit(&state(None), 0, Some(&done), &replay, 20);
+        assert_eq!(p.slot, None);
+    }
+
+    fn profile(version: u64) -> Profile {
+        Profile {
+            version,
+            plan: "gold".into(),
+            limits: Limits {
+                policies: vec![Policy {
+                    name: "default".into(),
+                    limit: 7,
+                    window_ms: 60_000,
+                }],
+                concurrency: None,
+            },
+            gateway: Limits::default(),
+            ttl_s: 60,
+            expires_at: None,
+            previous: vec![Previous {
+                key: "oldkey01".into(),
+                until: 1_000,
+            }],
+            meta: Some("e30".into()),
+        }
+    }
+
+    #[test]
+    fn the_object_s_fresher_profile_overrules_a_stale_record() {
+        let mut st = state(None);
+        st.profile = Some(profile(5));
+        let stale = AdmitRequest {
+            caller: Some(Caller {
+                version: 3,
+                expires_at: None,
+                key: "newkey01".into(),
+            }),
+            ..req(1, None)
+        };
+        let p = admit(&st, 0, None, &stale, 0);
+        match &p.response {
+            AdmitResponse::Admitted {
+                verdict, refresh, ..
+            } => {
+                assert_eq!(verdict.limit, 7, "the profile's limits, not the request's");
+                assert_eq!(refresh.as_ref().map(|r| r.version), Some(5));
+            }
+            other => panic!("{other:?}"),
+        }
+        let fresh = AdmitRequest {
+            caller: Some(Caller {
+                version: 5,
+                ..Caller::default()
+            }),
+            ..req(1, None)
+        };
+        assert!(matches!(
+            admit(&st, 0, None, &fresh, 0).response,
+            AdmitResponse::Admitted { refresh: None, .. }
+        ));
+    }
+
+    #[test]
+    fn keys_expire_at_the_millisecond_and_a_rerolled_secret_after_its_grace() {
+        let mut st = state(None);
+        st.profile = Some(profile(5));
+        let at = |key: &str, expires: Option<u64>| AdmitRequest {
+            caller: Some(Caller {
+                version: 5,
+                expires_at: expires,
+                key: key.into(),
+            }),
+            ..req(1, None)
+        };
+        assert!(matches!(
+            admit(&st, 0, None, &at("newkey01", Some(500)), 499).response,
+            AdmitResponse::Admitted { .. }
+        ));
+        assert_eq!(
+            admit(&st, 0, None, &at("newkey01", Some(500)), 500).response,
+            AdmitResponse::Expired
+        );
+        assert!(matches!(
+            admit(&st, 0, None, &at("oldkey01", None), 999).response,
+            AdmitResponse::Admitted { .. }
+        ));
+        assert_eq!(
+            admit(&st, 0, None, &at("oldkey01", None), 1_000).response,
+            AdmitResponse::Expired
+        );
+        assert!(matches!(
+            admit(&st, 0, None, &at("newkey01", None), 1_000).response,
+            AdmitResponse::Admitted { .. }
+        ));
+        // A fresher profile's expiry wins over the record's.
+        let mut later = profile(9);
+        later.expires_at = Some(100);
+        st.profile = Some(later);
+        assert_eq!(
+            admit(&st, 0, None, &at("newkey01", None), 100).response,
+            AdmitResponse::Expired
+        );
+    }
+
+    #[test]
+    fn lookups_report_each_state() {
+        let inflight = Record::InFlight {
+            fingerprint: "f".into(),
+            request_id: "r1".into(),
+            claimed_at_ms: 10,
+            lease_until_ms: 100,
+        };
+        assert_eq!(lookup(Some(&inflight), 50).state, LookupState::InProgress);
+        assert_eq!(lookup(Some(&inflight), 100).state, LookupState::Expired);
+        let done = Record::Completed {
+            fingerprint: "f".into(),
+            request_id: "r1".into(),
+            completed_at_ms: 20,
+            expires_at_ms: 200,
+            response: stored(),
+        };
+        let l = lookup(Some(&done), 150);
+        assert_eq!(
+            (l.state, l.status, l.created_at, l.expires_at),
+            (LookupState::Completed, Some(201), Some(20), Some(200))
+        );
+        assert_eq!(lookup(Some(&done), 200).state, LookupState::Expired);
+        assert_eq!(lookup(None, 0).state, LookupState::Unknown);
     }
 
     #[test]
@@ -588,7 +1087,14 @@ mod tests {
         let (back, p): (Reply<<Complete as Operation>::Response>, Vec<u8>) =
             crate::frame::decode(f).unwrap();
         assert_eq!((back, p), (ok, b"x".to_vec()));
-        let paths = [Admit::PATH, Complete::PATH, Release::PATH, Revoke::PATH];
+        let paths = [
+            Admit::PATH,
+            Complete::PATH,
+            Release::PATH,
+            Revoke::PATH,
+            Finish::PATH,
+            Update::PATH,
+        ];
         assert_eq!(
             paths.len(),
             paths.iter().collect::<std::collections::HashSet<_>>().len()
@@ -650,12 +1156,17 @@ mod tests {
 
             pub fn answer(a: &super::AdmitResponse) -> AdmitResponse {
                 match a.clone() {
-                    super::AdmitResponse::Revoked => AdmitResponse::Revoked,
-                    super::AdmitResponse::Limited { verdict } => AdmitResponse::Limited { verdict },
+                    super::AdmitResponse::Revoked | super::AdmitResponse::Expired => {
+                        AdmitResponse::Revoked
+                    }
+                    super::AdmitResponse::Limited { verdict, .. } => {
+                        AdmitResponse::Limited { verdict }
+                    }
                     super::AdmitResponse::Admitted {
                         verdict,
                         idempotency,
                         replay,
+                        ..
                     } => AdmitResponse::Admitted {
                         verdict,
                         idempotency: idempotency.as_ref().map(decision),
@@ -694,27 +1205,37 @@ mod tests {
                         remaining: 0,
                         ..VERDICT
                     },
+                    verdicts: None,
                 },
-                AdmitResponse::Admitted {
-                    verdict: VERDICT,
-                    idempotency: None,
-                    replay: None,
-                },
+                admitted(VERDICT, None, None),
             ];
-            out.extend(decisions().into_iter().map(|d| AdmitResponse::Admitted {
-                replay: (d == Decision::Replay).then(stored),
-                idempotency: Some(d),
-                verdict: VERDICT,
-            }));
+            out.extend(
+                decisions()
+                    .into_iter()
+                    .map(|d| admitted(VERDICT, (d == Decision::Replay).then(stored), Some(d))),
+            );
             out
+        }
+
+        fn admitted(
+            verdict: Verdict,
+            replay: Option<StoredResponse>,
+            idempotency: Option<Decision>,
+        ) -> AdmitResponse {
+            AdmitResponse::Admitted {
+                verdict,
+                idempotency,
+                replay,
+                verdicts: None,
+                refresh: None,
+                lookup: None,
+            }
         }
 
         fn request(v: AnswerLayout) -> AdmitRequest {
             AdmitRequest {
-                cost: 1,
-                quota: Q,
-                claim: claim("f", "r"),
                 v,
+                ..req(1, claim("f", "r"))
             }
         }
 
@@ -764,6 +1285,47 @@ mod tests {
         }
 
         #[test]
+        fn layout_3_adds_expired_and_older_readers_are_told_revoked() {
+            let expired: Answer = Ok(AdmitResponse::Expired);
+            let f = encode_admit_reply(&expired, AnswerLayout::V3, b"").unwrap();
+            assert_eq!(decode::<Answer>(f).unwrap().0, expired);
+            for layout in [AnswerLayout::V1, AnswerLayout::V2] {
+                let f = encode_admit_reply(&expired, layout, b"").unwrap();
+                assert_eq!(
+                    decode::<Answer>(f).unwrap().0,
+                    Ok(AdmitResponse::Revoked),
+                    "{layout:?}"
+                );
+            }
+            // The members a layout-2 reader does not know are ignored by it.
+            let mut v = Verdicts::single("minute", VERDICT);
+            v.inflight = Some(Inflight {
+                limit: 2,
+                in_use: 1,
+                refused: false,
+            });
+            let rich = AdmitResponse::Admitted {
+                verdict: VERDICT,
+                idempotency: None,
+                replay: None,
+                verdicts: Some(v),
+                refresh: None,
+                lookup: Some(Box::new(lookup(None, 0))),
+            };
+            let f = encode_admit_reply(&Ok(rich.clone()), AnswerLayout::V3, b"").unwrap();
+            assert_eq!(decode::<Answer>(f.clone()).unwrap().0, Ok(rich));
+            let (old, _): (Result<old::AdmitResponse, GuardError>, _) = decode(f).unwrap();
+            assert_eq!(
+                old,
+                Ok(old::AdmitResponse::Admitted {
+                    verdict: VERDICT,
+                    idempotency: None,
+                    replay: None
+                })
+            );
+        }
+
+        #[test]
         fn layout_2_is_externally_tagged() {
             let text = |d: Decision| serde_json::to_string(&d).unwrap();
             assert_eq!(text(Decision::Execute), r#""execute""#);
@@ -782,7 +1344,7 @@ mod tests {
             let f = encode(&request(AnswerLayout::NEWEST), b"").unwrap();
             let (theirs, _): (old::AdmitRequest, _) = decode(f.clone()).unwrap();
             assert_eq!(theirs.claim, claim("f", "r"));
-            assert_eq!(decode::<AdmitRequest>(f).unwrap().0.v, AnswerLayout::V2);
+            assert_eq!(decode::<AdmitRequest>(f).unwrap().0.v, AnswerLayout::V3);
             // A request of the previous build, read by this build's object.
             let old = old::AdmitRequest {
                 cost: 1,
@@ -849,11 +1411,7 @@ mod tests {
         proptest! {
             #[test]
             fn in_progress_round_trips_in_both_layouts(secs in any::<u64>()) {
-                let a = AdmitResponse::Admitted {
-                    verdict: VERDICT,
-                    idempotency: Some(Decision::InProgress { retry_after_s: secs }),
-                    replay: None,
-                };
+                let a = admitted(VERDICT, None, Some(Decision::InProgress { retry_after_s: secs }));
                 for layout in [AnswerLayout::V1, AnswerLayout::V2] {
                     let f = encode_admit_reply(&Ok(a.clone()), layout, b"").unwrap();
                     prop_assert_eq!(decode::<Answer>(f).unwrap().0, Ok(a.clone()));

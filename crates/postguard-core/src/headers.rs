@@ -237,16 +237,33 @@ pub struct Signed<'a> {
     pub idempotency_key: Option<&'a str>,
     pub content_type: Option<&'a str>,
     pub client_ip: Option<&'a str>,
+    /// `X-Postguard-Key-Meta` (signed by `v3` only).
+    pub key_meta: Option<&'a str>,
 }
 
 impl Signed<'_> {
     /// The signed string: `v2` and each field on its own line (no header
     /// value or path can hold a newline, so the fields cannot run together).
     pub fn canonical(&self) -> String {
+        self.lines("v2")
+    }
+
+    /// The `v3` string: `v3`, the fields of `v2`, then the key's metadata
+    /// (`X-Postguard-Key-Meta`, "" when absent). An origin that verifies
+    /// `v2` keeps working; one that verifies `v3` also knows the metadata is
+    /// the gateway's.
+    pub fn canonical_v3(&self) -> String {
+        let mut s = self.lines("v3");
+        s.push('\n');
+        s.push_str(self.key_meta.unwrap_or(""));
+        s
+    }
+
+    fn lines(&self, version: &str) -> String {
         let body_hash = format!("{:x}", Sha256::digest(self.body));
         let t = self.t.to_string();
         [
-            "v2",
+            version,
             &t,
             self.request_id,
             self.method,
@@ -264,17 +281,19 @@ impl Signed<'_> {
 }
 
 /// The `X-Postguard-Signature` header value the origin can verify:
-/// `t=<unix seconds>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, Signed::canonical)>`.
+/// `t=<unix seconds>,v2=<base64 HMAC-SHA256(ORIGIN_SIGNING_SECRET, Signed::canonical)>,v3=<… of Signed::canonical_v3>`.
 pub fn origin_signature(secret: &str, signed: &Signed) -> String {
-    let sig = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
+    let mac = |text: String| match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
         Ok(mut mac) => {
-            mac.update(signed.canonical().as_bytes());
+            mac.update(text.as_bytes());
             base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
         }
         // HMAC accepts keys of any length; this arm is unreachable.
         Err(_) => String::new(),
     };
-    format!("t={},v2={sig}", signed.t)
+    let v2 = mac(signed.canonical());
+    let v3 = mac(signed.canonical_v3());
+    format!("t={},v2={v2},v3={v3}", signed.t)
 }
 
 #[cfg(test)]
@@ -432,6 +451,7 @@ mod tests {
             idempotency_key: Some("k1"),
             content_type: Some("application/json"),
             client_ip: Some("203.0.113.7"),
+            key_meta: Some("eyJ0IjoxfQ"),
         }
     }
 
@@ -477,11 +497,30 @@ mod tests {
                 client_ip: Some("198.51.100.1"),
                 ..s
             },
+            Signed {
+                key_meta: None,
+                ..s
+            },
         ];
         assert_ne!(base, origin_signature("other", &s));
         for other in variants {
             assert_ne!(base, origin_signature("s3cret", &other), "{other:?}");
         }
+        // v2 never covered the metadata: it is the same without it; v3 differs.
+        let v2 = |x: &str| x.split(",v3=").next().map(str::to_string);
+        let without = origin_signature(
+            "s3cret",
+            &Signed {
+                key_meta: None,
+                ..s
+            },
+        );
+        assert_eq!(v2(&base), v2(&without));
+        assert_eq!(
+            signed().canonical_v3().split('\n').next_back(),
+            Some("eyJ0IjoxfQ")
+        );
+        assert!(signed().canonical_v3().starts_with("v3\n"));
     }
 
     #[test]
@@ -506,8 +545,9 @@ mod tests {
         );
     }
 
-    /// Known answer, computed independently with
-    /// `printf 'v2\n1700000000\nreq_1\nPOST\n/a\n<sha256("")>\nacme\npgk_abcdefgh\ntrial\n\n\n' | openssl dgst -sha256 -hmac s3cret -binary | base64`.
+    /// Known answers, computed independently with
+    /// `printf 'v2\n1700000000\nreq_1\nPOST\n/a\n<sha256("")>\nacme\npgk_abcdefgh\ntrial\n\n\n' | openssl dgst -sha256 -hmac s3cret -binary | base64`
+    /// and, for `v3`, the same with `v3` first and `\neyJ0IjoxfQ` (the metadata) last.
     #[test]
     fn origin_signature_known_answer() {
         let s = Signed {
@@ -520,9 +560,10 @@ mod tests {
         };
         assert_eq!(
             origin_signature("s3cret", &s),
-            format!("t=1700000000,v2={}", KNOWN_V2)
+            format!("t=1700000000,v2={KNOWN_V2},v3={KNOWN_V3}")
         );
     }
 
     const KNOWN_V2: &str = "mJInK3xI5CrjWDRShcVq8KFoe4bXBeFD+bALdn/szzg=";
+    const KNOWN_V3: &str = "HIOKnZhHK0DHCl8ZacMAWab4Nbp1keDV5IkVJJxRmmA=";
 }

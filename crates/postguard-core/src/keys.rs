@@ -1,12 +1,17 @@
-//! API-key resources and the validation of the operator's requests.
+//! API-key resources and the validation of the operator's requests: create,
+//! PATCH and reroll (CONTRACT §8, §13), and what a key's object is told
+//! about it ([`profile`]).
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{is_valid_name, Settings};
+use crate::config::{is_valid_name, validate_plan, Plan, Settings};
+use crate::guard::{Previous, Profile};
 use crate::Invalid;
 
 /// An API key as stored (by hash) and listed. Never holds the key itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub id: String,
     pub prefix: String,
@@ -15,7 +20,57 @@ pub struct KeyRecord {
     pub name: Option<String>,
     pub created_at: u64,
     pub revoked_at: Option<u64>,
+    /// When this key stops working (epoch ms); `None`: never. The record
+    /// stored under a rerolled key's old secret carries that secret's end.
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// The operator's metadata, forwarded to the origin.
+    #[serde(default)]
+    pub meta: Option<serde_json::Value>,
+    /// Per-key replacements of the plan's numbers.
+    #[serde(default)]
+    pub overrides: Option<Plan>,
+    /// When the operator last changed the key (epoch ms; 0: as created):
+    /// the version its object compares with a worker's cached record.
+    #[serde(default)]
+    pub updated_at: u64,
 }
+
+impl KeyRecord {
+    /// The record as the listing's index entries carry it (KV metadata is
+    /// bounded at 1 KiB): without its metadata and overrides, which
+    /// `GET /keys/{id}` shows.
+    pub fn listed(&self) -> KeyRecord {
+        KeyRecord {
+            meta: None,
+            overrides: None,
+            ..self.clone()
+        }
+    }
+
+    /// The plan the key runs on: its plan with its overrides laid over it.
+    pub fn effective_plan(&self, settings: &Settings) -> Option<Plan> {
+        let plan = settings.plans.get(&self.plan)?;
+        Some(match &self.overrides {
+            Some(o) => plan.overlaid(o),
+            None => plan.clone(),
+        })
+    }
+
+    /// `X-Postguard-Key-Meta`: base64url of the metadata's JSON.
+    pub fn meta_header(&self) -> Option<String> {
+        let meta = self.meta.as_ref()?;
+        let json = serde_json::to_vec(meta).ok()?;
+        Some(URL_SAFE_NO_PAD.encode(json))
+    }
+}
+
+/// The largest `meta` accepted: 1 KiB of JSON.
+pub const MAX_META_BYTES: usize = 1024;
+pub const MAX_NAME_LEN: usize = 200;
+/// A reroll's grace: by default a day, at most a week.
+pub const DEFAULT_GRACE_S: u64 = 86_400;
+pub const MAX_GRACE_S: u64 = 7 * 86_400;
 
 /// `POST /_postguard/v1/keys` body.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -25,34 +80,232 @@ pub struct CreateKey {
     pub plan: String,
     #[serde(default)]
     pub name: Option<String>,
+    #[serde(default)]
+    pub expires_at: Option<serde_json::Value>,
+    #[serde(default)]
+    pub meta: Option<serde_json::Value>,
+    #[serde(default)]
+    pub overrides: Option<Plan>,
 }
 
-pub const MAX_NAME_LEN: usize = 200;
+/// What a create request sets, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewKey {
+    pub project: String,
+    pub plan: String,
+    pub name: Option<String>,
+    pub expires_at: Option<u64>,
+    pub meta: Option<serde_json::Value>,
+    pub overrides: Option<Plan>,
+}
 
-/// Parses and validates a create request; the error is a client-facing detail.
-pub fn parse_create(body: &[u8], settings: &Settings) -> Result<CreateKey, Invalid> {
-    let req: CreateKey = serde_json::from_slice(body)
-        .map_err(|e| format!("body must be a JSON object {{project, plan, name?}}: {e}"))?;
+/// Parses and validates a create request at `now_ms`; the error is a
+/// client-facing detail.
+pub fn parse_create(body: &[u8], settings: &Settings, now_ms: u64) -> Result<NewKey, Invalid> {
+    let req: CreateKey = serde_json::from_slice(body).map_err(|e| {
+        format!("body must be a JSON object {{project, plan, name?, expires_at?, meta?, overrides?}}: {e}")
+    })?;
     if !is_valid_name(&req.project) {
         return Err("project: must be 1-64 characters of [A-Za-z0-9._-]".into());
     }
-    if !settings.plans.contains_key(&req.plan) {
-        let known: Vec<&str> = settings.plans.keys().map(String::as_str).collect();
-        return Err(format!(
-            "plan: unknown plan '{}' (configured: {})",
-            truncate(&req.plan, 64),
-            known.join(", ")
-        )
-        .into());
+    check_plan(&req.plan, settings)?;
+    check_name(req.name.as_deref())?;
+    let expires_at = expiry(req.expires_at.as_ref(), now_ms)?;
+    check_meta(req.meta.as_ref())?;
+    check_overrides(&req.plan, req.overrides.as_ref(), settings)?;
+    Ok(NewKey {
+        project: req.project,
+        plan: req.plan,
+        name: req.name,
+        expires_at,
+        meta: req.meta,
+        overrides: req.overrides,
+    })
+}
+
+/// `PATCH /_postguard/v1/keys/{id}` body: each member given replaces the
+/// key's (`null` clears `name`, `meta`, `overrides` and `expires_at`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchKey {
+    #[serde(default, deserialize_with = "present")]
+    pub name: Option<Option<String>>,
+    #[serde(default)]
+    pub plan: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    pub meta: Option<Option<serde_json::Value>>,
+    #[serde(default, deserialize_with = "present")]
+    pub overrides: Option<Option<Plan>>,
+    #[serde(default, deserialize_with = "present")]
+    pub expires_at: Option<Option<serde_json::Value>>,
+}
+
+/// A member that is present, `null` included (`Some(None)`), as opposed to
+/// one left out (`None`, by `default`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Applies a PATCH body to `current` at `now_ms`: the record as it becomes.
+pub fn apply_patch(
+    current: &KeyRecord,
+    body: &[u8],
+    settings: &Settings,
+    now_ms: u64,
+) -> Result<KeyRecord, Invalid> {
+    let p: PatchKey = serde_json::from_slice(body).map_err(|e| {
+        format!("body must be a JSON object {{name?, plan?, meta?, overrides?, expires_at?}}: {e}")
+    })?;
+    let mut next = current.clone();
+    if let Some(name) = p.name {
+        check_name(name.as_deref())?;
+        next.name = name;
     }
-    if let Some(name) = &req.name {
-        if name.chars().count() > MAX_NAME_LEN || name.chars().any(char::is_control) {
-            return Err(
-                format!("name: at most {MAX_NAME_LEN} characters, no control characters").into(),
-            );
+    if let Some(plan) = p.plan {
+        check_plan(&plan, settings)?;
+        next.plan = plan;
+    }
+    if let Some(meta) = p.meta {
+        check_meta(meta.as_ref())?;
+        next.meta = meta;
+    }
+    if let Some(overrides) = p.overrides {
+        next.overrides = overrides;
+    }
+    check_overrides(&next.plan, next.overrides.as_ref(), settings)?;
+    if let Some(at) = p.expires_at {
+        next.expires_at = expiry(at.as_ref(), now_ms)?;
+    }
+    next.updated_at = now_ms.max(current.updated_at + 1);
+    Ok(next)
+}
+
+/// `POST /_postguard/v1/keys/{id}/reroll` body: how long the old secret
+/// keeps working (s); an empty body means the default day.
+pub fn parse_reroll(body: &[u8]) -> Result<u64, Invalid> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Reroll {
+        #[serde(default)]
+        grace_s: Option<u64>,
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DEFAULT_GRACE_S);
+    }
+    let r: Reroll = serde_json::from_slice(body)
+        .map_err(|e| format!("body must be a JSON object {{grace_s?}}: {e}"))?;
+    let grace = r.grace_s.unwrap_or(DEFAULT_GRACE_S);
+    if grace > MAX_GRACE_S {
+        return Err(Invalid::field(
+            "grace_s",
+            &format!("must be an integer from 0 to {MAX_GRACE_S} (7 days)"),
+        ));
+    }
+    Ok(grace)
+}
+
+/// A reroll's new secret: the key's public prefix kept (so the audit log and
+/// the dashboards see one key), the rest from `random`. 35 random base64url
+/// characters (210 bits) remain secret.
+pub fn rerolled_key(prefix: &str, random: &[u8; 32]) -> String {
+    let fresh = crate::ids::new_api_key(random);
+    let keep = prefix.len().min(crate::ids::KEY_PREFIX_LEN);
+    format!("{}{}", &prefix[..keep], &fresh[keep..])
+}
+
+/// What the key's object holds of it (`guard::Profile`): resolved limits,
+/// expiry, metadata and the secrets of earlier rerolls still in their grace.
+pub fn profile(
+    record: &KeyRecord,
+    settings: &Settings,
+    previous: Vec<Previous>,
+) -> Option<Profile> {
+    let plan = record.effective_plan(settings)?;
+    Some(Profile {
+        version: record.updated_at,
+        plan: record.plan.clone(),
+        limits: plan.limits(),
+        gateway: plan.gateway_limits(),
+        ttl_s: plan.ttl_s(),
+        expires_at: record.expires_at,
+        previous,
+        meta: record.meta_header(),
+    })
+}
+
+/// The first 8 hex characters of a key's SHA-256: which secret of a key
+/// called (not a secret itself: it names a hash).
+pub fn secret_tag(hash_hex: &str) -> String {
+    hash_hex.chars().take(8).collect()
+}
+
+fn check_plan(plan: &str, settings: &Settings) -> Result<(), Invalid> {
+    if settings.plans.contains_key(plan) {
+        return Ok(());
+    }
+    let known: Vec<&str> = settings.plans.keys().map(String::as_str).collect();
+    Err(format!(
+        "plan: unknown plan '{}' (configured: {})",
+        truncate(plan, 64),
+        known.join(", ")
+    )
+    .into())
+}
+
+fn check_name(name: Option<&str>) -> Result<(), Invalid> {
+    match name {
+        Some(n) if n.chars().count() > MAX_NAME_LEN || n.chars().any(char::is_control) => {
+            Err(format!("name: at most {MAX_NAME_LEN} characters, no control characters").into())
         }
+        _ => Ok(()),
     }
-    Ok(req)
+}
+
+/// `expires_at`: epoch ms or RFC 3339, in the future.
+fn expiry(value: Option<&serde_json::Value>, now_ms: u64) -> Result<Option<u64>, Invalid> {
+    let at = match value {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => crate::audit::parse_time("expires_at", s).ok(),
+        Some(_) => None,
+    }
+    .ok_or_else(|| {
+        Invalid::field(
+            "expires_at",
+            "must be epoch milliseconds or an RFC 3339 timestamp",
+        )
+    })?;
+    if at <= now_ms {
+        return Err(Invalid::field("expires_at", "must be in the future"));
+    }
+    Ok(Some(at))
+}
+
+fn check_meta(meta: Option<&serde_json::Value>) -> Result<(), Invalid> {
+    let Some(meta) = meta else { return Ok(()) };
+    if !meta.is_object() {
+        return Err(Invalid::field("meta", "must be a JSON object"));
+    }
+    let len = serde_json::to_vec(meta).map_or(usize::MAX, |v| v.len());
+    if len > MAX_META_BYTES {
+        return Err(Invalid::field(
+            "meta",
+            &format!("must be at most {MAX_META_BYTES} bytes of JSON (it is {len})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Overrides must leave a valid plan when laid over the key's plan.
+fn check_overrides(plan: &str, o: Option<&Plan>, settings: &Settings) -> Result<(), Invalid> {
+    let (Some(o), Some(base)) = (o, settings.plans.get(plan)) else {
+        return Ok(());
+    };
+    validate_plan("overrides", &base.overlaid(o)).map_err(|e| Invalid(e.to_string()))
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -70,30 +323,116 @@ pub use crate::page::parse_limit;
 mod tests {
     use super::*;
 
+    const NOW: u64 = 1_800_000_000_000;
+
     #[test]
     fn create_validation() {
         let s = Settings::default();
-        assert!(parse_create(br#"{"project":"acme","plan":"trial"}"#, &s).is_ok());
-        assert!(parse_create(br#"{"project":"acme","plan":"trial","name":"ci"}"#, &s).is_ok());
-        assert!(parse_create(br#"{"project":"acme","plan":"gold"}"#, &s)
+        let ok = |b: &[u8]| parse_create(b, &s, NOW);
+        assert!(ok(br#"{"project":"acme","plan":"trial"}"#).is_ok());
+        assert!(ok(br#"{"project":"acme","plan":"trial","name":"ci"}"#).is_ok());
+        assert!(ok(br#"{"project":"acme","plan":"gold"}"#)
             .unwrap_err()
             .starts_with("plan:"));
-        assert!(parse_create(br#"{"project":"a b","plan":"trial"}"#, &s)
+        assert!(ok(br#"{"project":"a b","plan":"trial"}"#)
             .unwrap_err()
             .starts_with("project:"));
-        assert!(parse_create(br#"{"project":"","plan":"trial"}"#, &s).is_err());
-        assert!(parse_create(br#"{"plan":"trial"}"#, &s).is_err());
-        assert!(parse_create(br#"{"project":"a","plan":"trial","x":1}"#, &s).is_err());
-        assert!(parse_create(b"not json", &s).is_err());
-        assert!(parse_create(b"[]", &s).is_err());
-        assert!(parse_create(br#"{"project":1,"plan":"trial"}"#, &s).is_err());
+        assert!(ok(br#"{"project":"","plan":"trial"}"#).is_err());
+        assert!(ok(br#"{"plan":"trial"}"#).is_err());
+        assert!(ok(br#"{"project":"a","plan":"trial","x":1}"#).is_err());
+        assert!(ok(b"not json").is_err());
+        assert!(ok(b"[]").is_err());
+        assert!(ok(br#"{"project":1,"plan":"trial"}"#).is_err());
         let long = format!(
             r#"{{"project":"a","plan":"trial","name":"{}"}}"#,
             "n".repeat(201)
         );
-        assert!(parse_create(long.as_bytes(), &s)
-            .unwrap_err()
-            .starts_with("name:"));
+        assert!(ok(long.as_bytes()).unwrap_err().starts_with("name:"));
+    }
+
+    #[test]
+    fn expiry_meta_and_overrides_are_checked() {
+        let s = Settings::default();
+        let ok = |b: &str| parse_create(b.as_bytes(), &s, NOW);
+        let k =
+            ok(r#"{"project":"a","plan":"trial","expires_at":"2027-01-15T09:00:00Z"}"#).unwrap();
+        assert_eq!(k.expires_at, Some(1_800_000_000_000 + 3_600_000));
+        assert!(
+            ok(r#"{"project":"a","plan":"trial","expires_at":1700000000000}"#)
+                .unwrap_err()
+                .contains("future")
+        );
+        assert!(ok(r#"{"project":"a","plan":"trial","expires_at":"soon"}"#).is_err());
+        assert!(ok(r#"{"project":"a","plan":"trial","meta":{"tier":"gold"}}"#).is_ok());
+        assert!(ok(r#"{"project":"a","plan":"trial","meta":[1]}"#).is_err());
+        let big = format!(
+            r#"{{"project":"a","plan":"trial","meta":{{"x":"{}"}}}}"#,
+            "y".repeat(1100)
+        );
+        assert!(ok(&big).unwrap_err().starts_with("meta:"));
+        let o =
+            ok(r#"{"project":"a","plan":"trial","overrides":{"requests_per_window":7}}"#).unwrap();
+        assert_eq!(o.overrides.map(|p| p.requests_per_window), Some(Some(7)));
+        let bad = ok(r#"{"project":"a","plan":"trial","overrides":{"requests_per_window":0}}"#);
+        assert!(bad.unwrap_err().contains("overrides.requests_per_window"));
+        assert!(ok(r#"{"project":"a","plan":"trial","overrides":{"colour":1}}"#).is_err());
+    }
+
+    #[test]
+    fn patches_replace_what_they_name_and_null_clears() {
+        let s = Settings::default();
+        let rec = KeyRecord {
+            id: "key_1".into(),
+            plan: "trial".into(),
+            name: Some("ci".into()),
+            meta: Some(serde_json::json!({"a": 1})),
+            ..KeyRecord::default()
+        };
+        let p = apply_patch(&rec, br#"{"plan":"business","meta":null}"#, &s, NOW).unwrap();
+        assert_eq!(
+            (p.plan.as_str(), p.meta.clone(), p.name.clone()),
+            ("business", None, Some("ci".into()))
+        );
+        assert_eq!(p.updated_at, NOW);
+        let q = apply_patch(&p, br#"{"name":null,"expires_at":1900000000000}"#, &s, NOW).unwrap();
+        assert_eq!((q.name, q.expires_at), (None, Some(1_900_000_000_000)));
+        assert!(q.updated_at > p.updated_at, "versions only grow");
+        assert!(apply_patch(&rec, br#"{"plan":"gold"}"#, &s, NOW).is_err());
+        assert!(apply_patch(&rec, br#"{"id":"x"}"#, &s, NOW).is_err());
+    }
+
+    #[test]
+    fn rerolls_keep_the_prefix_and_bound_the_grace() {
+        let old = crate::ids::new_api_key(&[1; 32]);
+        let new = rerolled_key(&crate::ids::key_prefix(&old), &[2; 32]);
+        assert_eq!(crate::ids::key_prefix(&new), crate::ids::key_prefix(&old));
+        assert_ne!(new, old);
+        assert!(crate::ids::is_well_formed_api_key(&new));
+        assert_eq!(parse_reroll(b""), Ok(DEFAULT_GRACE_S));
+        assert_eq!(parse_reroll(br#"{"grace_s":60}"#), Ok(60));
+        assert!(parse_reroll(br#"{"grace_s":604801}"#).is_err());
+        assert!(parse_reroll(br#"{"grace":1}"#).is_err());
+    }
+
+    #[test]
+    fn the_profile_resolves_the_plan_and_its_overrides() {
+        let s = Settings::default();
+        let rec = KeyRecord {
+            plan: "trial".into(),
+            overrides: Some(Plan {
+                concurrency: Some(2),
+                ..Plan::default()
+            }),
+            meta: Some(serde_json::json!({"t":1})),
+            updated_at: 5,
+            ..KeyRecord::default()
+        };
+        let p = profile(&rec, &s, Vec::new()).unwrap();
+        assert_eq!((p.version, p.limits.concurrency), (5, Some(2)));
+        assert_eq!(p.limits.policies[0].limit, 30);
+        assert_eq!(p.meta.as_deref(), Some("eyJ0IjoxfQ"));
+        assert_eq!(rec.listed().meta, None);
+        assert_eq!(secret_tag("abcdef0123456789"), "abcdef01");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod headers;
 pub mod idempotency;
 pub mod ids;
 pub mod keys;
+pub mod limits;
 pub mod page;
 pub mod pattern;
 pub mod portal;

@@ -8,6 +8,11 @@ use serde::Serialize;
 /// Media type of every error body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
+/// The problem type of draft-ietf-httpapi-ratelimit-headers for a request
+/// refused by a quota.
+pub const QUOTA_EXCEEDED_TYPE: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
 /// A stable, published error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
@@ -34,11 +39,13 @@ pub enum ErrorCode {
     StorageUnavailable,
     RetryLimitReached,
     TaskInProgress,
+    ApiKeyExpired,
+    ConcurrencyLimitExceeded,
 }
 
 impl ErrorCode {
     /// Every code, in the order the README lists them.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -62,6 +69,8 @@ impl ErrorCode {
         ErrorCode::StorageUnavailable,
         ErrorCode::RetryLimitReached,
         ErrorCode::TaskInProgress,
+        ErrorCode::ApiKeyExpired,
+        ErrorCode::ConcurrencyLimitExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,13 +98,17 @@ impl ErrorCode {
             ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
             ErrorCode::TaskInProgress => "TASK_IN_PROGRESS",
+            ErrorCode::ApiKeyExpired => "API_KEY_EXPIRED",
+            ErrorCode::ConcurrencyLimitExceeded => "CONCURRENCY_LIMIT_EXCEEDED",
         }
     }
 
     pub fn status(self) -> u16 {
         match self {
-            ErrorCode::InvalidApiKey | ErrorCode::Unauthorized => 401,
-            ErrorCode::RateLimitExceeded | ErrorCode::EventQuotaExceeded => 429,
+            ErrorCode::InvalidApiKey | ErrorCode::Unauthorized | ErrorCode::ApiKeyExpired => 401,
+            ErrorCode::RateLimitExceeded
+            | ErrorCode::EventQuotaExceeded
+            | ErrorCode::ConcurrencyLimitExceeded => 429,
             ErrorCode::StorageFull | ErrorCode::StorageUnavailable => 503,
             ErrorCode::RetryLimitReached | ErrorCode::TaskInProgress => 409,
             ErrorCode::IdempotencyKeyRequired
@@ -142,11 +155,22 @@ impl ErrorCode {
             ErrorCode::StorageUnavailable => "Webhook storage unavailable",
             ErrorCode::RetryLimitReached => "Manual attempt limit reached",
             ErrorCode::TaskInProgress => "A task for this subscription is running",
+            ErrorCode::ApiKeyExpired => "API key expired",
+            ErrorCode::ConcurrencyLimitExceeded => "Too many requests in flight",
         }
     }
 
     /// The RFC 9457 `type` URI: a stable identifier, documented in the README.
+    /// A refusal by a quota is the ratelimit-headers draft's problem type
+    /// (with its `violated-policies` member); every other code is
+    /// `urn:postguard:problem:<code in lower case>`.
     pub fn type_uri(self) -> String {
+        if matches!(
+            self,
+            ErrorCode::RateLimitExceeded | ErrorCode::ConcurrencyLimitExceeded
+        ) {
+            return QUOTA_EXCEEDED_TYPE.to_string();
+        }
         // One allocation, lower-cased in place (every problem answer renders it).
         const PREFIX: &str = "urn:postguard:problem:";
         let mut uri = String::with_capacity(PREFIX.len() + self.as_str().len());
@@ -223,9 +247,18 @@ pub struct Problem {
     pub retry_after_s: Option<u64>,
     /// `Allow` header value, for 405.
     pub allow: Option<&'static str>,
-    /// The running task a `TASK_IN_PROGRESS` answer names (its `task_id`
-    /// member, an RFC 9457 extension).
+    /// RFC 9457 extension members, rarely present (boxed: every handler
+    /// returns a `Problem` in its error path).
+    pub ext: Option<Box<Extensions>>,
+}
+
+/// The extension members some problems carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extensions {
+    /// The running task a `TASK_IN_PROGRESS` answer names (`task_id`).
     pub task_id: Option<String>,
+    /// The policies a quota refusal names (`violated-policies`).
+    pub violated_policies: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -239,6 +272,11 @@ struct ProblemBody<'a> {
     request_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     task_id: Option<&'a str>,
+    #[serde(
+        rename = "violated-policies",
+        skip_serializing_if = "<[String]>::is_empty"
+    )]
+    violated_policies: &'a [String],
 }
 
 impl Problem {
@@ -248,7 +286,7 @@ impl Problem {
             detail: detail.into(),
             retry_after_s: None,
             allow: None,
-            task_id: None,
+            ext: None,
         }
     }
 
@@ -304,8 +342,26 @@ impl Problem {
             ErrorCode::TaskInProgress,
             format!("task {task_id} is still working on this subscription; follow it at /_postguard/v1/tasks/{task_id}, then retry"),
         );
-        p.task_id = Some(task_id.to_string());
+        p.ext = Some(Box::new(Extensions {
+            task_id: Some(task_id.to_string()),
+            ..Extensions::default()
+        }));
         p
+    }
+
+    /// The policies that refused a request (`violated-policies`).
+    pub fn with_violated(mut self, policies: Vec<String>) -> Self {
+        self.ext.get_or_insert_with(Box::default).violated_policies = policies;
+        self
+    }
+
+    /// 401 for an API key past its expiry (or a rerolled key's secret past
+    /// its grace).
+    pub fn expired_key() -> Self {
+        Problem::new(
+            ErrorCode::ApiKeyExpired,
+            "the API key has expired: ask the operator for a new one",
+        )
     }
 
     pub fn with_allow(mut self, allow: &'static str) -> Self {
@@ -327,7 +383,8 @@ impl Problem {
             detail: &self.detail,
             code: self.code.as_str(),
             request_id,
-            task_id: self.task_id.as_deref(),
+            task_id: self.ext.as_ref().and_then(|e| e.task_id.as_deref()),
+            violated_policies: self.ext.as_ref().map_or(&[], |e| &e.violated_policies),
         };
         serde_json::to_string(&body).unwrap_or_else(|_| {
             format!(

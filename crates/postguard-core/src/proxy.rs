@@ -5,14 +5,14 @@
 //! `src/pipeline.rs` runs these phases and does their I/O.
 
 use crate::config::{Config, Plan, Settings};
-use crate::guard::{AdmitResponse, Claim, CompleteRequest, ReleaseRequest};
+use crate::guard::{AdmitResponse, Claim, CompleteRequest, Lookup, Profile, ReleaseRequest};
 use crate::headers::{
     first_invalid_value, forward_request_headers, origin_signature, storable_response_headers,
     Signed,
 };
 use crate::idempotency::{self, Decision, Mode, StoredResponse};
 use crate::keys::KeyRecord;
-use crate::rate_limit::Verdict;
+use crate::limits::Verdicts;
 use crate::{ErrorCode, Problem};
 
 /// The methods the gateway forwards: the runtime's request type cannot carry
@@ -144,15 +144,25 @@ pub fn preflight_in(
 pub enum Admission {
     /// The key was revoked: 401 (the shell also drops its cached record).
     Revoked,
-    /// Answer this problem, with the rate-limit headers of `verdict`.
-    Refused { problem: Problem, verdict: Verdict },
+    /// The key (or this secret of a rerolled one) has expired: 401.
+    Expired,
+    /// Answer this problem, with the rate-limit headers of `verdicts`.
+    Refused {
+        problem: Problem,
+        verdicts: Verdicts,
+    },
     /// Answer the stored response (its body came with the object's answer).
     Replay {
-        verdict: Verdict,
+        verdicts: Verdicts,
         stored: StoredResponse,
     },
-    /// Forward to the origin (under the claim, if one was asked for).
-    Forward { verdict: Verdict },
+    /// Forward to the origin (under the claim, if one was asked for);
+    /// `refresh` is what the operator set since the caller's record.
+    Forward {
+        verdicts: Verdicts,
+        refresh: Option<Box<Profile>>,
+        lookup: Option<Box<Lookup>>,
+    },
 }
 
 /// The object answered a replay without the response to replay.
@@ -160,26 +170,50 @@ pub enum Admission {
 #[error("the key guard answered a replay without a stored response")]
 pub struct ReplayMissing;
 
+/// The problem of a request refused by its limits: `CONCURRENCY_LIMIT_EXCEEDED`
+/// (`Retry-After: 1`) when no slot was free, else `RATE_LIMIT_EXCEEDED` with
+/// the binding policy's `Retry-After`; either names the violated policies.
+pub fn limited(verdicts: &Verdicts) -> Problem {
+    let violated = verdicts.violated();
+    let v = verdicts.binding_verdict();
+    let problem = match verdicts.inflight.filter(|i| i.refused) {
+        Some(i) => Problem::new(
+            ErrorCode::ConcurrencyLimitExceeded,
+            format!(
+                "this key may have {} requests in flight at the origin at once; retry when one has finished",
+                i.limit
+            ),
+        )
+        .with_retry_after(1),
+        None => Problem::new(
+            ErrorCode::RateLimitExceeded,
+            format!(
+                "this credential's budget is {} requests per {} s; retry after the window resets",
+                v.limit, v.window_s
+            ),
+        )
+        .with_retry_after(v.retry_after_s()),
+    };
+    problem.with_violated(violated)
+}
+
 /// The object's answer, and any preflight problem, as the next step.
 pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admission, ReplayMissing> {
-    let (verdict, decision, replay) = match resp {
+    let verdicts = resp.verdicts().unwrap_or_default();
+    let (decision, replay, refresh, lookup) = match resp {
         AdmitResponse::Revoked => return Ok(Admission::Revoked),
-        AdmitResponse::Limited { verdict } => {
-            let problem = Problem::new(
-                ErrorCode::RateLimitExceeded,
-                format!(
-                    "this credential's budget is {} requests per {} s; retry after the window resets",
-                    verdict.limit, verdict.window_s
-                ),
-            )
-            .with_retry_after(verdict.retry_after_s());
-            return Ok(Admission::Refused { problem, verdict });
+        AdmitResponse::Expired => return Ok(Admission::Expired),
+        AdmitResponse::Limited { .. } => {
+            let problem = limited(&verdicts);
+            return Ok(Admission::Refused { problem, verdicts });
         }
         AdmitResponse::Admitted {
-            verdict,
             idempotency,
             replay,
-        } => (verdict, idempotency, replay),
+            refresh,
+            lookup,
+            ..
+        } => (idempotency, replay, refresh, lookup),
     };
     let problem = match (early, decision) {
         (Some(p), _) => p,
@@ -194,11 +228,17 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
         ),
         (None, Some(Decision::Replay)) => {
             let stored = replay.ok_or(ReplayMissing)?;
-            return Ok(Admission::Replay { verdict, stored });
+            return Ok(Admission::Replay { verdicts, stored });
         }
-        (None, Some(Decision::Execute) | None) => return Ok(Admission::Forward { verdict }),
+        (None, Some(Decision::Execute) | None) => {
+            return Ok(Admission::Forward {
+                verdicts,
+                refresh,
+                lookup,
+            })
+        }
     };
-    Ok(Admission::Refused { problem, verdict })
+    Ok(Admission::Refused { problem, verdicts })
 }
 
 /// The request sent to the origin.
@@ -213,6 +253,28 @@ pub struct OriginRequest {
     pub buffer: bool,
 }
 
+/// Who the origin is told a request comes from (CONTRACT §5, §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity<'a> {
+    pub project: &'a str,
+    pub key_prefix: &'a str,
+    pub plan: &'a str,
+    /// `X-Postguard-Key-Meta`: base64url of the key's metadata.
+    pub meta: Option<&'a str>,
+}
+
+impl<'a> Identity<'a> {
+    /// A key's identity as its record has it.
+    pub fn of(key: &'a KeyRecord, meta: Option<&'a str>) -> Identity<'a> {
+        Identity {
+            project: &key.project,
+            key_prefix: &key.prefix,
+            plan: &key.plan,
+            meta,
+        }
+    }
+}
+
 /// The origin's view of the request (CONTRACT §5): its base path + the
 /// client's path and query, the client's headers minus hop-by-hop ones and
 /// `Authorization`, and the gateway's own headers with the signature over
@@ -220,7 +282,7 @@ pub struct OriginRequest {
 pub fn origin_request(
     cfg: &Config,
     req: Incoming,
-    key: &KeyRecord,
+    key: &Identity,
     claim: Option<&Claim>,
     request_id: &str,
     now_s: u64,
@@ -241,22 +303,26 @@ pub fn origin_request(
             method: &req.method,
             path_and_query: &origin_path,
             body: &req.body,
-            project: &key.project,
-            key_prefix: &key.prefix,
-            plan: &key.plan,
+            project: key.project,
+            key_prefix: key.key_prefix,
+            plan: key.plan,
             idempotency_key: claim.map(|c| c.key.as_str()),
             content_type: content_type.as_deref(),
             client_ip: client_ip.as_deref(),
+            key_meta: key.meta,
         },
     );
     let mut headers = forward_request_headers(&req.headers);
     let mut added = vec![
         ("X-Request-Id", request_id),
-        ("X-Postguard-Project", &key.project),
-        ("X-Postguard-Key-Prefix", &key.prefix),
-        ("X-Postguard-Plan", &key.plan),
+        ("X-Postguard-Project", key.project),
+        ("X-Postguard-Key-Prefix", key.key_prefix),
+        ("X-Postguard-Plan", key.plan),
         ("X-Postguard-Signature", &signature),
     ];
+    if let Some(meta) = key.meta {
+        added.push(("X-Postguard-Key-Meta", meta));
+    }
     if let Some(ip) = &client_ip {
         added.push(("X-Postguard-Client-IP", ip));
         added.push(("X-Forwarded-For", ip));
@@ -312,6 +378,7 @@ pub fn preflight_request(
             idempotency_key: None,
             content_type: header(headers, "content-type"),
             client_ip: client_ip.as_deref(),
+            key_meta: None,
         },
     );
     let mut headers = forward_request_headers(headers);
@@ -417,12 +484,14 @@ pub fn settle(
     settings: &Settings,
     plan: &Plan,
     claim: &Claim,
+    slot: bool,
     answer: Option<Answered>,
 ) -> Settlement {
     let release = || {
         Settlement::Release(ReleaseRequest {
             key: claim.key.clone(),
             request_id: claim.request_id.clone(),
+            slot,
         })
     };
     let Some(Answered {
@@ -440,7 +509,7 @@ pub fn settle(
     Settlement::Complete(CompleteRequest {
         key: claim.key.clone(),
         request_id: claim.request_id.clone(),
-        ttl_ms: u64::from(plan.idempotency_ttl_s) * 1000,
+        ttl_ms: u64::from(plan.ttl_s()) * 1000,
         response: StoredResponse {
             status,
             headers: storable_response_headers(headers, idem.store_set_cookie),
@@ -448,6 +517,7 @@ pub fn settle(
             body_object: None,
             body_len: body_len as u64,
         },
+        slot,
     })
 }
 
@@ -490,8 +560,8 @@ mod tests {
         }
     }
 
-    fn verdict() -> Verdict {
-        Verdict {
+    fn verdict() -> crate::rate_limit::Verdict {
+        crate::rate_limit::Verdict {
             admitted: true,
             limit: 2,
             remaining: 1,
@@ -557,7 +627,13 @@ mod tests {
             admission(AdmitResponse::Revoked, None),
             Ok(Admission::Revoked)
         );
-        let limited = AdmitResponse::Limited { verdict: v };
+        let limited = AdmitResponse::Limited {
+            verdict: crate::rate_limit::Verdict {
+                admitted: false,
+                ..v
+            },
+            verdicts: None,
+        };
         let Ok(Admission::Refused { problem, .. }) = admission(limited, None) else {
             panic!()
         };
@@ -566,6 +642,9 @@ mod tests {
             verdict: v,
             idempotency: d,
             replay: r,
+            verdicts: None,
+            refresh: None,
+            lookup: None,
         };
         let code = |a: Result<Admission, ReplayMissing>| match a {
             Ok(Admission::Refused { problem, .. }) => Some(problem.code),
@@ -591,7 +670,18 @@ mod tests {
             Err(ReplayMissing)
         );
         let run = admission(admitted(Some(Decision::Execute), None), None);
-        assert_eq!(run, Ok(Admission::Forward { verdict: v }));
+        assert_eq!(
+            run,
+            Ok(Admission::Forward {
+                verdicts: Verdicts::single(crate::limits::DEFAULT_POLICY, v),
+                refresh: None,
+                lookup: None
+            })
+        );
+        assert_eq!(
+            admission(AdmitResponse::Expired, None),
+            Ok(Admission::Expired)
+        );
     }
 
     #[test]
@@ -605,6 +695,7 @@ mod tests {
             name: None,
             created_at: 0,
             revoked_at: None,
+            ..KeyRecord::default()
         };
         let headers = h(&[
             ("authorization", "Bearer x"),
@@ -616,7 +707,14 @@ mod tests {
             ("true-client-ip", "6.6.6.6"),
         ]);
         let req = incoming("POST", &headers, b"{}");
-        let o = origin_request(&c, req, &key, None, "req_1", 100);
+        let o = origin_request(
+            &c,
+            req,
+            &Identity::of(&key, Some("e30")),
+            None,
+            "req_1",
+            100,
+        );
         assert_eq!(o.url, "http://127.0.0.1:8787/api/orders?x=1");
         assert!(!o.buffer);
         let get = |n: &str| {
@@ -647,9 +745,11 @@ mod tests {
                 idempotency_key: None,
                 content_type: Some("application/json"),
                 client_ip: Some("203.0.113.7"),
+                key_meta: Some("e30"),
             },
         );
         assert_eq!(get("x-postguard-signature"), vec![sig.as_str()]);
+        assert_eq!(get("x-postguard-key-meta"), vec!["e30"]);
         assert_eq!(get("idempotency-key"), Vec::<&str>::new());
     }
 
@@ -672,20 +772,20 @@ mod tests {
             lease_ms: 1,
         };
         assert!(matches!(
-            settle(&c.settings, plan, &claim, None),
+            settle(&c.settings, plan, &claim, false, None),
             Settlement::Release(_)
         ));
         assert!(matches!(
-            settle(&c.settings, plan, &claim, Some(answered(503, 0))),
+            settle(&c.settings, plan, &claim, false, Some(answered(503, 0))),
             Settlement::Release(_)
         ));
         let big = c.settings.idempotency.max_stored_body_bytes as usize + 1;
         let Settlement::Complete(done) =
-            settle(&c.settings, plan, &claim, Some(answered(201, big)))
+            settle(&c.settings, plan, &claim, false, Some(answered(201, big)))
         else {
             panic!()
         };
         assert!(done.response.body_omitted);
-        assert_eq!(done.ttl_ms, u64::from(plan.idempotency_ttl_s) * 1000);
+        assert_eq!(done.ttl_ms, u64::from(plan.ttl_s()) * 1000);
     }
 }

@@ -31,9 +31,21 @@ pub enum Access {
     Project,
     /// The operator (every project) or one project's key or session (its own).
     Reader,
+    /// One API key (not a session: the operation is about the key's own requests).
+    Key,
 }
 
-/// Every gateway operation: method and path template (`{id}` is one segment).
+/// Which of a key's budgets a gateway operation is charged to (CONTRACT
+/// §13): its own gateway policy, so a key that spent its API budget can
+/// still read what happened to its requests — or, for `/me` and the
+/// idempotency lookup, a cost-0 look at the API's budget they report on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Api,
+    Gateway,
+}
+
+/// Every gateway operation: method and path template (`{id}`, `{key}`: one segment).
 /// An inspector's capture URL (`POST /_postguard/inspect/{token}`, Route::
 /// InspectCapture) is routed but not listed: it is a sink for whatever a
 /// sender posts, not an operation of the API document.
@@ -42,6 +54,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys/{id}"),
     ("DELETE", "/_postguard/v1/keys/{id}"),
+    ("PATCH", "/_postguard/v1/keys/{id}"),
+    ("POST", "/_postguard/v1/keys/{id}/reroll"),
+    ("GET", "/_postguard/v1/idempotency/{key}"),
     ("POST", "/_postguard/v1/webhooks"),
     ("GET", "/_postguard/v1/webhooks"),
     ("GET", "/_postguard/v1/webhooks/{id}"),
@@ -82,6 +97,17 @@ pub enum Route {
     },
     KeyRevoke {
         id: String,
+    },
+    KeyPatch {
+        id: String,
+    },
+    KeyReroll {
+        id: String,
+    },
+    /// What became of a request under an Idempotency-Key (the key, as the
+    /// path segment carried it, percent-encoded).
+    IdempotencyLookup {
+        key: String,
     },
     WebhooksCreate,
     WebhooksList,
@@ -188,6 +214,9 @@ impl Route {
             KeysList => ("GET", "/_postguard/v1/keys"),
             KeyGet { .. } => ("GET", "/_postguard/v1/keys/{id}"),
             KeyRevoke { .. } => ("DELETE", "/_postguard/v1/keys/{id}"),
+            KeyPatch { .. } => ("PATCH", "/_postguard/v1/keys/{id}"),
+            KeyReroll { .. } => ("POST", "/_postguard/v1/keys/{id}/reroll"),
+            IdempotencyLookup { .. } => ("GET", "/_postguard/v1/idempotency/{key}"),
             WebhooksCreate => ("POST", "/_postguard/v1/webhooks"),
             WebhooksList => ("GET", "/_postguard/v1/webhooks"),
             WebhookGet { .. } => ("GET", "/_postguard/v1/webhooks/{id}"),
@@ -224,7 +253,12 @@ impl Route {
     pub fn access(&self) -> Access {
         use Route::*;
         match self {
-            KeysCreate | KeysList | KeyGet { .. } | KeyRevoke { .. } => Access::Operator,
+            KeysCreate
+            | KeysList
+            | KeyGet { .. }
+            | KeyRevoke { .. }
+            | KeyPatch { .. }
+            | KeyReroll { .. } => Access::Operator,
             PortalLinksCreate
             | PortalSessionsList
             | PortalSessionsEnd
@@ -251,6 +285,8 @@ impl Route {
             | DeliveryRetry { .. }
             | DeliveryRedirect { .. }
             | Me => Access::Project,
+            // A key asks about its own requests (a session has none).
+            IdempotencyLookup { .. } => Access::Key,
         }
     }
 
@@ -267,6 +303,14 @@ impl Route {
             Route::WebhookTest { .. } => costs.test_cost,
             Route::WebhookRecover { .. } => costs.recover_cost,
             _ => 0,
+        }
+    }
+
+    /// The budget a key or a session pays this operation from.
+    pub fn budget(&self) -> Budget {
+        match self {
+            Route::Me | Route::IdempotencyLookup { .. } => Budget::Api,
+            _ => Budget::Gateway,
         }
     }
 
@@ -307,12 +351,15 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
     let (allow, operations): (&'static str, Vec<(&str, Route)>) = match segments.as_slice() {
         ["v1", "keys"] => ("GET, POST", vec![("POST", KeysCreate), ("GET", KeysList)]),
         ["v1", "keys", k] => (
-            "GET, DELETE",
+            "GET, DELETE, PATCH",
             vec![
                 ("GET", KeyGet { id: id(k) }),
                 ("DELETE", KeyRevoke { id: id(k) }),
+                ("PATCH", KeyPatch { id: id(k) }),
             ],
         ),
+        ["v1", "keys", k, "reroll"] => ("POST", vec![("POST", KeyReroll { id: id(k) })]),
+        ["v1", "idempotency", k] => ("GET", vec![("GET", IdempotencyLookup { key: id(k) })]),
         ["v1", "webhooks"] => (
             "GET, POST",
             vec![("POST", WebhooksCreate), ("GET", WebhooksList)],
@@ -433,7 +480,9 @@ mod tests {
     use super::*;
 
     fn concrete(template: &str) -> String {
-        template.replace("{id}", "abc_01")
+        template
+            .replace("{id}", "abc_01")
+            .replace("{key}", "abc_01")
     }
 
     #[test]

@@ -3,30 +3,33 @@
 //!
 //! [`GuardStore`] is synchronous on purpose: the object runs one operation
 //! with no `await` between reading its state and writing the decision, which
-//! makes check-and-claim atomic, and a synchronous trait makes that something
-//! the compiler checks. The Durable Object implements it over its SQLite
-//! storage (`src/durable/key_guard.rs`); [`MemoryStore`] implements it for
-//! the host tests below.
+//! makes check-and-claim (and check-and-slot) atomic, and a synchronous trait
+//! makes that something the compiler checks. The Durable Object implements it
+//! over its SQLite storage (`src/durable/key_guard.rs`); [`MemoryStore`]
+//! implements it for the host tests below.
 
 use std::collections::BTreeMap;
 
-use crate::guard::{self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, ReleaseRequest};
+use crate::guard::{
+    self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, GuardState, Profile, ReleaseRequest,
+};
 use crate::idempotency::{Decision, Record};
-use crate::rate_limit::Window;
-
-/// Revoked flag and rate window of a key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LimiterState {
-    pub revoked: bool,
-    pub window: Option<Window>,
-}
+use crate::limits::Windows;
 
 /// What a key's object stores.
 pub trait GuardStore {
     type Error;
-    fn limiter(&mut self) -> Result<LimiterState, Self::Error>;
-    fn put_window(&mut self, window: Window) -> Result<(), Self::Error>;
+    /// Revoked flag, windows and profile (the object keeps them in memory).
+    fn state(&mut self) -> Result<GuardState, Self::Error>;
+    fn put_windows(&mut self, windows: &Windows) -> Result<(), Self::Error>;
     fn put_revoked(&mut self, at_ms: u64) -> Result<(), Self::Error>;
+    fn put_profile(&mut self, profile: &Profile) -> Result<(), Self::Error>;
+    /// Concurrency slots still leased at `now_ms`.
+    fn slots_in_use(&mut self, now_ms: u64) -> Result<u32, Self::Error>;
+    fn put_slot(&mut self, id: &str, until_ms: u64) -> Result<(), Self::Error>;
+    fn delete_slot(&mut self, id: &str) -> Result<(), Self::Error>;
+    /// Deletes the slots whose lease ended by `now_ms`.
+    fn delete_expired_slots(&mut self, now_ms: u64) -> Result<(), Self::Error>;
     fn record(&mut self, key: &str) -> Result<Option<Record>, Self::Error>;
     /// Inserts or replaces the record, with its expiry.
     fn put_record(&mut self, key: &str, record: &Record) -> Result<(), Self::Error>;
@@ -41,8 +44,17 @@ pub trait GuardStore {
     fn next_expiry(&mut self) -> Result<Option<u64>, Self::Error>;
 }
 
-/// An operation's answer, and the time by which an alarm must fire to sweep
-/// what it wrote (`None`: nothing new expires).
+/// When the sweep should run for something that expires at `expires_at_ms`:
+/// records outlive their expiry by `grace_ms` (`idempotency.lookup_grace_s`)
+/// so `GET /idempotency/{key}` can answer `expired` rather than `unknown` to
+/// a client that comes back late. An expired record is never replayed: the
+/// next request with its key claims afresh and replaces it.
+pub fn sweep_at(expires_at_ms: u64, grace_ms: u64) -> u64 {
+    expires_at_ms.saturating_add(grace_ms)
+}
+
+/// An operation's answer, and when what it wrote expires (`None`: nothing
+/// new expires); the sweep for it is due at [`sweep_at`] of that.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done<T> {
     pub answer: T,
@@ -51,20 +63,26 @@ pub struct Done<T> {
     pub alarm_by: Option<u64>,
 }
 
-/// `admit`: charge the limiter, then claim (or replay) the Idempotency-Key.
+/// `admit`: charge the limits, take a concurrency slot, then claim (or
+/// replay, or look up) the Idempotency-Key.
 pub fn admit<S: GuardStore>(
     store: &mut S,
     req: &AdmitRequest,
     now_ms: u64,
 ) -> Result<Done<AdmitResponse>, S::Error> {
-    let LimiterState { revoked, window } = store.limiter()?;
-    let record = match &req.claim {
-        Some(c) => store.record(&c.key)?,
+    let state = store.state()?;
+    let key = req.claim.as_ref().map(|c| &c.key).or(req.lookup.as_ref());
+    let record = match key {
+        Some(k) => store.record(k)?,
         None => None,
     };
-    let plan = guard::admit(revoked, window, record.as_ref(), req, now_ms);
-    if let Some(w) = plan.window {
-        store.put_window(w)?;
+    let in_use = match req.slot.is_some() || req.reports_inflight() {
+        true => store.slots_in_use(now_ms)?,
+        false => 0,
+    };
+    let plan = guard::admit(&state, in_use, record.as_ref(), req, now_ms);
+    if let Some(w) = &plan.windows {
+        store.put_windows(w)?;
     }
     if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
         store.put_record(&c.key, new_claim)?;
@@ -72,6 +90,9 @@ pub fn admit<S: GuardStore>(
         if record.is_some() {
             store.delete_body(&c.key)?;
         }
+    }
+    if let Some((id, until)) = &plan.slot {
+        store.put_slot(id, *until)?;
     }
     let mut payload = Vec::new();
     if let (
@@ -87,44 +108,50 @@ pub fn admit<S: GuardStore>(
             payload = store.body(&c.key)?;
         }
     }
+    let claim_expiry = plan.claim.as_ref().map(Record::expires_at_ms);
+    let slot_expiry = plan.slot.as_ref().map(|(_, until)| *until);
     Ok(Done {
-        alarm_by: plan.claim.as_ref().map(Record::expires_at_ms),
+        alarm_by: claim_expiry.into_iter().chain(slot_expiry).min(),
         answer: plan.response,
         payload,
     })
 }
 
 /// [`admit`]'s answer when it would touch no storage: no Idempotency-Key to
-/// look up, the limiter state already known (`state`), and a decision that
-/// writes nothing (a refused charge, a cost-0 peek, a revoked key). The
-/// object then answers without opening a transaction; `None`: run [`admit`].
+/// claim or look up, no slot to take, the state already known (`state`), and
+/// a decision that writes nothing (a refused charge, a cost-0 peek, a
+/// revoked or expired key). The object then answers without opening a
+/// transaction; `None`: run [`admit`].
 pub fn admit_in_memory(
-    state: LimiterState,
+    state: &GuardState,
     req: &AdmitRequest,
     now_ms: u64,
 ) -> Option<AdmitResponse> {
-    if req.claim.is_some() {
+    if req.claim.is_some() || req.lookup.is_some() || req.slot.is_some() || req.reports_inflight() {
         return None;
     }
-    let plan = guard::admit(state.revoked, state.window, None, req, now_ms);
-    (plan.window.is_none() && plan.claim.is_none()).then_some(plan.response)
+    let plan = guard::admit(state, 0, None, req, now_ms);
+    (plan.windows.is_none() && plan.claim.is_none() && plan.slot.is_none()).then_some(plan.response)
 }
 
 /// Whether [`admit`] needs a storage transaction for `req`. Without a claim
-/// it writes at most one statement (the window), which is atomic on its
-/// own; with one it may write the window, the record and drop a body, which
-/// must commit together.
+/// or a slot it writes at most one statement (the windows), which is atomic
+/// on its own; with either it may write several, which must commit together.
 pub fn admit_needs_transaction(req: &AdmitRequest) -> bool {
-    req.claim.is_some()
+    req.claim.is_some() || req.slot.is_some()
 }
 
-/// `complete`: store the origin's response under this request's claim.
+/// `complete`: store the origin's response under this request's claim, and
+/// free its concurrency slot.
 pub fn complete<S: GuardStore>(
     store: &mut S,
     req: &CompleteRequest,
     body: &[u8],
     now_ms: u64,
 ) -> Result<Done<Ack>, S::Error> {
+    if req.slot {
+        store.delete_slot(&req.request_id)?;
+    }
     let current = store.record(&req.key)?;
     let stored = guard::complete(current.as_ref(), req, now_ms);
     if let Some(rec) = &stored {
@@ -144,8 +171,12 @@ pub fn complete<S: GuardStore>(
     })
 }
 
-/// `release`: drop this request's claim (an in-flight claim has no body).
+/// `release`: drop this request's claim (an in-flight claim has no body) and
+/// its concurrency slot.
 pub fn release<S: GuardStore>(store: &mut S, req: &ReleaseRequest) -> Result<Ack, S::Error> {
+    if req.slot {
+        store.delete_slot(&req.request_id)?;
+    }
     let current = store.record(&req.key)?;
     let applied = guard::should_release(current.as_ref(), req);
     if applied {
@@ -154,16 +185,40 @@ pub fn release<S: GuardStore>(store: &mut S, req: &ReleaseRequest) -> Result<Ack
     Ok(Ack { applied })
 }
 
+/// `finish`: free the concurrency slot of a request that had no claim.
+pub fn finish<S: GuardStore>(store: &mut S, slot: &str) -> Result<Ack, S::Error> {
+    store.delete_slot(slot)?;
+    Ok(Ack { applied: true })
+}
+
 /// `revoke`: flag the key; every later `admit` answers `Revoked`.
 pub fn revoke<S: GuardStore>(store: &mut S, now_ms: u64) -> Result<Ack, S::Error> {
     store.put_revoked(now_ms)?;
     Ok(Ack { applied: true })
 }
 
-/// Deletes one batch of expired records with their bodies; the time of the
-/// next alarm (`now_ms` again when the batch was full).
-pub fn sweep<S: GuardStore>(store: &mut S, now_ms: u64, batch: usize) -> Result<Swept, S::Error> {
-    let expired = store.expired(now_ms, batch)?;
+/// `update`: keep what the operator set, unless the object already holds a
+/// later version (two updates racing: the last one set wins).
+pub fn update<S: GuardStore>(store: &mut S, profile: &Profile) -> Result<Ack, S::Error> {
+    let current = store.state()?.profile;
+    let applied = current.is_none_or(|c| c.version <= profile.version);
+    if applied {
+        store.put_profile(profile)?;
+    }
+    Ok(Ack { applied })
+}
+
+/// Deletes one batch of records `grace_ms` past their expiry, with their
+/// bodies, and the slots whose lease ended; the time of the next alarm
+/// (`now_ms` again when the batch was full).
+pub fn sweep<S: GuardStore>(
+    store: &mut S,
+    now_ms: u64,
+    batch: usize,
+    grace_ms: u64,
+) -> Result<Swept, S::Error> {
+    store.delete_expired_slots(now_ms)?;
+    let expired = store.expired(now_ms.saturating_sub(grace_ms), batch)?;
     let mut objects = Vec::new();
     for k in &expired {
         if let Some(Record::Completed { response, .. }) = store.record(k)? {
@@ -174,7 +229,7 @@ pub fn sweep<S: GuardStore>(store: &mut S, now_ms: u64, batch: usize) -> Result<
     }
     let next = match expired.len() == batch {
         true => Some(now_ms),
-        false => store.next_expiry()?,
+        false => store.next_expiry()?.map(|at| sweep_at(at, grace_ms)),
     };
     Ok(Swept { next, objects })
 }
@@ -190,7 +245,8 @@ pub struct Swept {
 /// A [`GuardStore`] in memory, for tests.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MemoryStore {
-    pub limiter: LimiterState,
+    pub state: GuardState,
+    pub slots: BTreeMap<String, u64>,
     pub records: BTreeMap<String, Record>,
     pub bodies: BTreeMap<String, Vec<u8>>,
 }
@@ -198,15 +254,34 @@ pub struct MemoryStore {
 impl GuardStore for MemoryStore {
     type Error = std::convert::Infallible;
 
-    fn limiter(&mut self) -> Result<LimiterState, Self::Error> {
-        Ok(self.limiter)
+    fn state(&mut self) -> Result<GuardState, Self::Error> {
+        Ok(self.state.clone())
     }
-    fn put_window(&mut self, window: Window) -> Result<(), Self::Error> {
-        self.limiter.window = Some(window);
+    fn put_windows(&mut self, windows: &Windows) -> Result<(), Self::Error> {
+        self.state.windows = windows.clone();
         Ok(())
     }
     fn put_revoked(&mut self, _at_ms: u64) -> Result<(), Self::Error> {
-        self.limiter.revoked = true;
+        self.state.revoked = true;
+        Ok(())
+    }
+    fn put_profile(&mut self, profile: &Profile) -> Result<(), Self::Error> {
+        self.state.profile = Some(profile.clone());
+        Ok(())
+    }
+    fn slots_in_use(&mut self, now_ms: u64) -> Result<u32, Self::Error> {
+        Ok(self.slots.values().filter(|until| **until > now_ms).count() as u32)
+    }
+    fn put_slot(&mut self, id: &str, until_ms: u64) -> Result<(), Self::Error> {
+        self.slots.insert(id.to_string(), until_ms);
+        Ok(())
+    }
+    fn delete_slot(&mut self, id: &str) -> Result<(), Self::Error> {
+        self.slots.remove(id);
+        Ok(())
+    }
+    fn delete_expired_slots(&mut self, now_ms: u64) -> Result<(), Self::Error> {
+        self.slots.retain(|_, until| *until > now_ms);
         Ok(())
     }
     fn record(&mut self, key: &str) -> Result<Option<Record>, Self::Error> {
@@ -253,8 +328,9 @@ impl GuardStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::{AnswerLayout, Claim};
+    use crate::guard::{Claim, Slot};
     use crate::idempotency::StoredResponse;
+    use crate::limits::Limits;
     use crate::rate_limit::Quota;
 
     const Q: Quota = Quota {
@@ -269,17 +345,22 @@ mod tests {
         }
     }
 
+    fn single(quota: Quota) -> Limits {
+        Limits {
+            policies: vec![crate::limits::Policy::single(quota)],
+            concurrency: None,
+        }
+    }
+
     fn admit_req(fp: &str, rid: &str) -> AdmitRequest {
         AdmitRequest {
-            cost: 1,
-            quota: Q,
             claim: Some(Claim {
                 key: "k".into(),
                 fingerprint: fp.into(),
                 request_id: rid.into(),
                 lease_ms: 1_000,
             }),
-            v: AnswerLayout::NEWEST,
+            ..AdmitRequest::charge(1, single(Q))
         }
     }
 
@@ -295,6 +376,7 @@ mod tests {
                 body_object: None,
                 body_len: 4,
             },
+            slot: false,
         }
     }
 
@@ -311,22 +393,17 @@ mod tests {
             limit: 1,
             window_ms: 60_000,
         };
-        let charge = |cost| AdmitRequest {
-            cost,
-            quota: tiny,
-            claim: None,
-            v: AnswerLayout::NEWEST,
-        };
+        let charge = |cost| AdmitRequest::charge(cost, single(tiny));
         let mut s = MemoryStore::default();
         assert_eq!(
-            admit_in_memory(s.limiter, &charge(1), 0),
+            admit_in_memory(&s.state, &charge(1), 0),
             None,
             "a charge writes"
         );
         ok(admit(&mut s, &charge(1), 0));
         for (req, now) in [(charge(1), 10), (charge(0), 20), (charge(1), 59_999)] {
             let before = s.clone();
-            let fast = admit_in_memory(s.limiter, &req, now);
+            let fast = admit_in_memory(&s.state.clone(), &req, now);
             let full = ok(admit(&mut s, &req, now));
             assert_eq!(s, before, "nothing was written");
             assert_eq!(
@@ -335,16 +412,72 @@ mod tests {
             );
         }
         assert_eq!(
-            admit_in_memory(s.limiter, &charge(1), 60_000),
+            admit_in_memory(&s.state, &charge(1), 60_000),
             None,
             "a new window"
         );
-        assert_eq!(admit_in_memory(s.limiter, &admit_req("f", "r"), 10), None);
-        s.limiter.revoked = true;
+        assert_eq!(admit_in_memory(&s.state, &admit_req("f", "r"), 10), None);
+        s.state.revoked = true;
         assert_eq!(
-            admit_in_memory(s.limiter, &charge(1), 10),
+            admit_in_memory(&s.state, &charge(1), 10),
             Some(AdmitResponse::Revoked)
         );
+    }
+
+    #[test]
+    fn slots_are_held_until_finished_completed_or_leased_out() {
+        let limits = Limits {
+            concurrency: Some(1),
+            ..single(Q)
+        };
+        let slotted = |id: &str| AdmitRequest {
+            slot: Some(Slot {
+                id: id.into(),
+                lease_ms: 1_000,
+            }),
+            ..AdmitRequest::charge(0, limits.clone())
+        };
+        let mut s = MemoryStore::default();
+        let first = ok(admit(&mut s, &slotted("r1"), 0));
+        assert!(matches!(first.answer, AdmitResponse::Admitted { .. }));
+        assert_eq!(
+            first.alarm_by,
+            Some(1_000),
+            "a crashed request's slot is swept"
+        );
+        let second = ok(admit(&mut s, &slotted("r2"), 10));
+        assert!(matches!(second.answer, AdmitResponse::Limited { .. }));
+        ok(finish(&mut s, "r1"));
+        assert!(matches!(
+            ok(admit(&mut s, &slotted("r2"), 20)).answer,
+            AdmitResponse::Admitted { .. }
+        ));
+        // r2 never finishes: its lease frees the slot.
+        assert!(matches!(
+            ok(admit(&mut s, &slotted("r3"), 500)).answer,
+            AdmitResponse::Limited { .. }
+        ));
+        assert!(matches!(
+            ok(admit(&mut s, &slotted("r3"), 1_020)).answer,
+            AdmitResponse::Admitted { .. }
+        ));
+        ok(sweep(&mut s, 5_000, 10, 0));
+        assert!(s.slots.is_empty());
+    }
+
+    #[test]
+    fn an_update_keeps_the_latest_version() {
+        let mut s = MemoryStore::default();
+        let p = |v| crate::guard::Profile {
+            version: v,
+            ..crate::guard::Profile::default()
+        };
+        assert!(ok(update(&mut s, &p(5))).applied);
+        assert!(
+            !ok(update(&mut s, &p(3))).applied,
+            "an older write racing a newer one"
+        );
+        assert_eq!(s.state.profile.map(|p| p.version), Some(5));
     }
 
     #[test]
@@ -353,7 +486,7 @@ mod tests {
         let first = ok(admit(&mut s, &admit_req("f", "r1"), 0));
         assert_eq!(decision(&first), Some(Decision::Execute));
         assert_eq!(first.alarm_by, Some(1_000), "the lease expiry is swept");
-        assert!(s.limiter.window.is_some(), "the window was charged");
+        assert!(!s.state.windows.is_empty(), "the window was charged");
         let done = ok(complete(&mut s, &complete_req("r1", false), b"body", 10));
         assert_eq!((done.answer.applied, done.alarm_by), (true, Some(10_010)));
         let replay = ok(admit(&mut s, &admit_req("f", "r2"), 20));
@@ -397,6 +530,7 @@ mod tests {
         let rel = |rid: &str| ReleaseRequest {
             key: "k".into(),
             request_id: rid.into(),
+            slot: false,
         };
         assert!(!ok(release(&mut s, &rel("r2"))).applied);
         assert!(ok(release(&mut s, &rel("r1"))).applied);
@@ -426,14 +560,18 @@ mod tests {
             ok(s.put_record(&key, &rec));
             ok(s.put_body(&key, b"b"));
         }
+        let g = 3_600_000;
+        // Expired but within the lookup grace: kept, swept at expiry + grace.
+        assert_eq!(ok(sweep(&mut s, 1_000, 2, g)).next, Some(100 + g));
+        assert_eq!(s.records.len(), 4);
         // A full batch: run again at once.
-        assert_eq!(ok(sweep(&mut s, 1_000, 2)).next, Some(1_000));
+        assert_eq!(ok(sweep(&mut s, 1_000 + g, 2, g)).next, Some(1_000 + g));
         assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k2", "k3"]);
         // The rest of the expired ones, then the next expiry.
-        assert_eq!(ok(sweep(&mut s, 1_000, 2)).next, Some(5_000));
+        assert_eq!(ok(sweep(&mut s, 1_000 + g, 2, g)).next, Some(5_000 + g));
         assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k3"]);
         assert_eq!(s.bodies.keys().collect::<Vec<_>>(), ["k3"]);
-        assert_eq!(ok(sweep(&mut s, 6_000, 2)).next, None);
+        assert_eq!(ok(sweep(&mut s, 6_000 + g, 2, g)).next, None);
         assert!(s.bodies.is_empty());
     }
 }

@@ -154,6 +154,7 @@ fn schemes_of(access: Access) -> BTreeSet<&'static str> {
         Access::Origin => &["originToken"],
         Access::Project => &["apiKey", "portalSession"],
         Access::Reader => &["apiKey", "portalSession", "operatorToken"],
+        Access::Key => &["apiKey"],
     };
     names.iter().copied().collect()
 }

@@ -1,6 +1,6 @@
 //! Inspectors and their captures in D1 (CONTRACT §11): an inspector is
 //! charged to its project's day counter (`webhook_usage`, ADR 0017; the bytes
-//! quota counts it with the project's shards, ADR 0032); its captures to a
+//! quota counts it with the project's shards, ADR 0035); its captures to a
 //! budget of its own (`inspector_usage`), never to the project.
 
 use postguard_core::webhooks::capacity::{self, Usage};

@@ -1,7 +1,7 @@
 //! The webhook rows of D1 from before the shards (migrations 0002-0007):
 //! read as the oldest source of the log and the feed, moved into their shard
 //! a whole event at a time when touched again (`shards::adopt`), and swept by
-//! retention until empty (ADR 0017, ADR 0032). Nothing else writes them.
+//! retention until empty (ADR 0017, ADR 0035). Nothing else writes them.
 
 use postguard_core::webhooks::capacity::SWEEP_CHUNK;
 use postguard_core::webhooks::delivery::Status;

@@ -1,4 +1,4 @@
-//! The webhooks' D1 side (ADR 0032), and the only webhook code holding SQL
+//! The webhooks' D1 side (ADR 0035), and the only webhook code holding SQL
 //! besides the shard adapter (`src/durable/webhook_shard.rs`): the directory
 //! of shards, the subscriptions as the publish path and the consumer read
 //! them, their throttle slots and health ([`mod@self`]); the subscriptions'

@@ -7,7 +7,17 @@
 * Typed errors under :class:`PostguardError`.
 """
 
-from ._core import RateLimitInfo, RetryPolicy, Throttle, backoff_delay, decide, parse_rate_limit
+from ._core import (
+    RateLimitInfo,
+    RetryPolicy,
+    Throttle,
+    backoff_delay,
+    decide,
+    is_retryable,
+    parse_rate_limit,
+    replay_safe,
+    reserve_for,
+)
 from ._http import AttemptInfo, Response
 from ._version import __version__
 from .async_client import AsyncClient
@@ -32,6 +42,10 @@ from .errors import (
     ServerError,
     Unauthorized,
     ValidationError,
+    WebhookBodyInvalid,
+    WebhookHeadersMissing,
+    WebhookSignatureInvalid,
+    WebhookTimestampOutOfTolerance,
     WebhookVerificationError,
 )
 from .types import Page
@@ -67,11 +81,18 @@ __all__ = [
     "Throttle",
     "Unauthorized",
     "ValidationError",
+    "WebhookBodyInvalid",
     "WebhookEvent",
+    "WebhookHeadersMissing",
+    "WebhookSignatureInvalid",
+    "WebhookTimestampOutOfTolerance",
     "WebhookVerificationError",
     "__version__",
     "backoff_delay",
     "decide",
+    "is_retryable",
     "parse_rate_limit",
+    "replay_safe",
+    "reserve_for",
     "verify",
 ]

@@ -25,6 +25,28 @@ from ._http import (
 DEFAULT_TIMEOUT_S = 60.0
 
 
+class _Secret:
+    """A credential that never prints: its ``repr``/``str`` are a placeholder, so
+    ``vars(client)``, debuggers and logging of client internals show no token."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+    __str__ = __repr__
+
+
+def _secret(value: str | None) -> _Secret | None:
+    return None if value is None else _Secret(value)
+
+
 class BaseClient:
     def __init__(
         self,
@@ -36,7 +58,7 @@ class BaseClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         proactive: bool = True,
-        threshold: int = 5,
+        threshold: int | None = None,
         pacing: bool = False,
         user_agent: str | None = None,
         headers: Mapping[str, str] | None = None,
@@ -55,12 +77,18 @@ class BaseClient:
         :param retry: attempts and backoff (default 5 attempts, 0.5 s base, 60 s cap).
         :param proactive: wait for the window's reset when the budget runs low
             (``threshold``) instead of running into 429s.
-        :param threshold: the budget kept in reserve; 0 uses all of it.
+        :param threshold: the budget kept in reserve; 0 uses all of it. Default: a
+            tenth of the limit the gateway advertises, at least 1, at most limit − 1.
         :param pacing: also spread requests evenly over the window.
-        :param on_attempt: called after every attempt with an :class:`AttemptInfo`.
+        :param on_attempt: called after every attempt with an :class:`AttemptInfo`
+            (its ``retry_in_s`` is the wait planned before the next attempt).
         """
         self.base_url = base_url.rstrip("/")
-        self._tokens = {"api_key": api_key, "admin": admin_token, "origin": origin_token}
+        self._tokens = {
+            "api_key": _secret(api_key),
+            "admin": _secret(admin_token),
+            "origin": _secret(origin_token),
+        }
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self.proactive = proactive
@@ -72,6 +100,13 @@ class BaseClient:
         self._monotonic = _monotonic or time.monotonic
         self._epoch = _epoch or time.time
 
+    def __repr__(self) -> str:
+        # Which credentials are set, never their values.
+        held = [name for name, token in self._tokens.items() if token is not None]
+        return f"<postguard.{type(self).__name__} {self.base_url} credentials={held}>"
+
+    __str__ = __repr__
+
     # -- building an attempt --------------------------------------------------------
 
     def _headers(self, call: Call) -> dict[str, str]:
@@ -79,12 +114,12 @@ class BaseClient:
         h.update(call.headers)
         if call.auth != "none":
             token = self._tokens[call.auth]
-            if not token:
+            if token is None or not token.reveal():
                 raise errors.ConfigurationError(
                     f"{call.method} {call.path} needs the client's {call.auth.replace('_', ' ')}"
                     f"{'' if call.auth == 'api_key' else ' token'}"
                 )
-            h["authorization"] = f"Bearer {token}"
+            h["authorization"] = f"Bearer {token.reveal()}"
         if call.idempotency_key is not None:
             h["idempotency-key"] = call.idempotency_key
         return h
@@ -111,6 +146,8 @@ class BaseClient:
     def _decide(
         self, call: Call, attempt: int, raw: httpx.Response | None, err: Exception | None
     ) -> Decision:
+        outcome = outcome_of(raw, self._epoch())
+        decision = decide(attempt, outcome, self.retry, self._random(), replay_safe=call.replay_safe)
         if self.on_attempt is not None:
             self.on_attempt(
                 AttemptInfo(
@@ -121,9 +158,10 @@ class BaseClient:
                     raw.status_code if raw is not None else None,
                     raw.headers if raw is not None else None,
                     err,
+                    decision.delay_s if decision.retry else None,
                 )
             )
-        return decide(attempt, outcome_of(raw, self._epoch()), self.retry, self._random())
+        return decision
 
     def _result(
         self, call: Call, raw: httpx.Response | None, err: Exception | None, attempts: int

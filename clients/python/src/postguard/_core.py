@@ -16,6 +16,8 @@ from email.utils import parsedate_to_datetime
 
 #: Methods that change state: each call gets one Idempotency-Key for all its attempts.
 MUTATING_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+#: Methods a second attempt cannot harm.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Gateway/origin statuses worth another attempt (the request was not stored).
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
 IN_PROGRESS = "IDEMPOTENCY_KEY_IN_PROGRESS"
@@ -67,15 +69,24 @@ class Outcome:
     retry_after_s: float | None = None
 
 
-def is_retryable(outcome: Outcome) -> bool:
-    """Network errors, 502/503/504, 429 and 409 in-progress are worth retrying;
-    every other answer (2xx, 3xx, 400, 401, 403, 404, 422, other 4xx, 500) is final."""
+def replay_safe(method: str, idempotency_key: str | None) -> bool:
+    """Whether a second attempt is harmless when the first may have run: a safe method,
+    or a call carrying an Idempotency-Key (the gateway answers a repeated key with the
+    stored result)."""
+    return idempotency_key is not None or method.upper() in SAFE_METHODS
+
+
+def is_retryable(outcome: Outcome, replay_safe: bool = True) -> bool:
+    """429 and 409 in-progress were not executed: always worth retrying. A network
+    error or 502/503/504 may have been executed: retried only when ``replay_safe`` (a
+    mutating call without an Idempotency-Key is not). Every other answer (2xx, 3xx,
+    400, 401, 403, 404, 422, other 4xx, 500) is final."""
     status = outcome.status
-    if status is None:
+    if status == 429:
         return True
-    if status in RETRYABLE_STATUSES or status == 429:
-        return True
-    return status == 409 and outcome.code == IN_PROGRESS
+    if status == 409:
+        return outcome.code == IN_PROGRESS
+    return replay_safe and (status is None or status in RETRYABLE_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -84,9 +95,13 @@ class Decision:
     delay_s: float = 0.0
 
 
-def decide(attempts_made: int, outcome: Outcome, policy: RetryPolicy, rand: float) -> Decision:
-    """After ``attempts_made`` attempts (≥ 1) ended with ``outcome``: retry, and when?"""
-    if not is_retryable(outcome) or attempts_made >= policy.max_attempts:
+def decide(
+    attempts_made: int, outcome: Outcome, policy: RetryPolicy, rand: float, *, replay_safe: bool = True
+) -> Decision:
+    """After ``attempts_made`` attempts (≥ 1) ended with ``outcome``: retry, and when?
+    ``replay_safe`` says whether the call may run twice harmlessly (see
+    :func:`replay_safe`); the clients pass it for every call."""
+    if not is_retryable(outcome, replay_safe) or attempts_made >= policy.max_attempts:
         return Decision(retry=False)
     return Decision(True, backoff_delay(attempts_made - 1, outcome.retry_after_s, policy, rand))
 
@@ -187,6 +202,19 @@ def parse_rate_limit(headers: Mapping[str, str], now_epoch_s: float) -> RateLimi
     return info or _from_x_headers(headers, now_epoch_s)
 
 
+#: The default reserve's share of the plan's limit.
+RESERVE_SHARE = 0.1
+
+
+def reserve_for(limit: int, threshold: int | None = None) -> int:
+    """The budget kept in reserve on a plan of ``limit`` per window: ``threshold`` when
+    given, else a tenth of the limit rounded down and at least 1 (for other processes
+    sharing the key) — and never the whole budget: at most ``limit - 1``, so every
+    window admits at least one call."""
+    wanted = max(1, math.floor(limit * RESERVE_SHARE)) if threshold is None else max(0, threshold)
+    return min(wanted, max(limit - 1, 0))
+
+
 class Throttle:
     """One client's shared view of its API key's budget (the "central counter").
 
@@ -197,8 +225,9 @@ class Throttle:
     * ``remaining`` is the lowest budget any response of the current window reported;
       ``in_flight`` counts requests sent and not yet answered, which the server may
       already have counted. A request is admitted while ``remaining - in_flight`` is
-      above the threshold, i.e. after it the budget would still be at least the
-      threshold: 0 uses the whole budget, 5 (default) keeps 5 in reserve.
+      above the reserve, i.e. after it the budget would still be at least the reserve:
+      ``threshold=0`` uses the whole budget; the default (``None``) keeps a tenth of the
+      advertised limit, at least 1 (see :func:`reserve_for`).
     * ``reset_at`` is the earliest upper bound of the window's end any response gave
       (arrival + ``t``). Once it has passed the window is assumed fresh: ``remaining``
       is the full limit again until responses say otherwise.
@@ -206,8 +235,8 @@ class Throttle:
     * Pacing spreads admissions ``window / limit`` apart.
     """
 
-    def __init__(self, threshold: int = 5, *, pacing: bool = False) -> None:
-        if threshold < 0:
+    def __init__(self, threshold: int | None = None, *, pacing: bool = False) -> None:
+        if threshold is not None and threshold < 0:
             raise ValueError("threshold must not be negative")
         self.threshold = threshold
         self.pacing = pacing
@@ -229,10 +258,10 @@ class Throttle:
             self.remaining = self.limit  # None when the limit was never told
 
     def _effective_threshold(self) -> int:
-        # A threshold at or above the limit would never admit anything: keep one slot.
         if self.limit is None:
-            return self.threshold
-        return min(self.threshold, max(self.limit - 1, 0))
+            # The limit was never told (no q, no X-RateLimit-Limit): keep one back by default.
+            return 1 if self.threshold is None else self.threshold
+        return reserve_for(self.limit, self.threshold)
 
     def next_wait(self, now: float) -> float | None:
         """0.0: send now (then call :meth:`on_send`). A positive number: wait at most

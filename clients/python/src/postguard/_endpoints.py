@@ -1,12 +1,18 @@
 """The gateway's own endpoints as :class:`Call` descriptions, shared by both clients
-(which only add ``self._json(...)`` or ``await self._json(...)`` around them)."""
+(which only add ``self._json(...)`` or ``await self._json(...)`` around them).
+
+Every mutating call gets its Idempotency-Key here, once (the caller's ``key`` or a new
+UUIDv4): the gateway honours it on its own endpoints (CONTRACT §13), so a retry after a
+lost answer gets the stored answer, never a second key, subscription or rotation.
+Publishing is keyed by its event id, generated here when the caller gives none."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import quote
 
-from ._http import Call, Params, make_call
+from ._http import Call, IdempotencyKey, Params, make_call
 
 V1 = "/_postguard/v1"
 
@@ -28,10 +34,14 @@ def me() -> Call:
 
 
 def create_webhook(
-    url: str, events: list[str], description: str | None, rate_limit_per_s: int | None
+    url: str,
+    events: list[str],
+    description: str | None,
+    rate_limit_per_s: int | None,
+    key: IdempotencyKey = None,
 ) -> Call:
     body = _body(url=url, events=events, description=description, rate_limit_per_s=rate_limit_per_s)
-    return make_call("POST", f"{V1}/webhooks", json=body)
+    return make_call("POST", f"{V1}/webhooks", json=body, idempotency_key=key)
 
 
 def list_webhooks(limit: int | None, cursor: str | None) -> Call:
@@ -42,17 +52,19 @@ def get_webhook(sub_id: str) -> Call:
     return make_call("GET", f"{V1}/webhooks/{_id(sub_id)}")
 
 
-def update_webhook(sub_id: str, fields: dict[str, Any]) -> Call:
-    return make_call("PATCH", f"{V1}/webhooks/{_id(sub_id)}", json=_body(**fields))
+def update_webhook(sub_id: str, fields: dict[str, Any], key: IdempotencyKey = None) -> Call:
+    return make_call("PATCH", f"{V1}/webhooks/{_id(sub_id)}", json=_body(**fields), idempotency_key=key)
 
 
-def delete_webhook(sub_id: str) -> Call:
-    return make_call("DELETE", f"{V1}/webhooks/{_id(sub_id)}")
+def delete_webhook(sub_id: str, key: IdempotencyKey = None) -> Call:
+    return make_call("DELETE", f"{V1}/webhooks/{_id(sub_id)}", idempotency_key=key)
 
 
-def webhook_action(sub_id: str, action: str, body: dict[str, Any] | None = None) -> Call:
+def webhook_action(
+    sub_id: str, action: str, body: dict[str, Any] | None = None, key: IdempotencyKey = None
+) -> Call:
     """``rotate-secret``, ``pause``, ``resume``, ``test``, ``recover``."""
-    return make_call("POST", f"{V1}/webhooks/{_id(sub_id)}/{action}", json=body or {})
+    return make_call("POST", f"{V1}/webhooks/{_id(sub_id)}/{action}", json=body or {}, idempotency_key=key)
 
 
 def get_task(task_id: str) -> Call:
@@ -70,16 +82,24 @@ def get_delivery(delivery_id: str) -> Call:
     return make_call("GET", f"{V1}/deliveries/{_id(delivery_id)}")
 
 
-def retry_delivery(delivery_id: str) -> Call:
-    return make_call("POST", f"{V1}/deliveries/{_id(delivery_id)}/retry", json={})
+def retry_delivery(delivery_id: str, key: IdempotencyKey = None) -> Call:
+    return make_call("POST", f"{V1}/deliveries/{_id(delivery_id)}/retry", json={}, idempotency_key=key)
 
 
-def redirect_delivery(delivery_id: str, url: str) -> Call:
-    return make_call("POST", f"{V1}/deliveries/{_id(delivery_id)}/redirect", json={"url": url})
+def redirect_delivery(delivery_id: str, url: str, key: IdempotencyKey = None) -> Call:
+    path = f"{V1}/deliveries/{_id(delivery_id)}/redirect"
+    return make_call("POST", path, json={"url": url}, idempotency_key=key)
+
+
+def new_event_id() -> str:
+    return f"evt_{uuid.uuid4().hex}"
 
 
 def publish_event(project: str, type: str, data: Any, event_id: str | None) -> Call:
-    body = _body(project=project, type=type, data={} if data is None else data, id=event_id)
+    """The event id is fixed here (``evt_<uuid>`` when not given), so that every attempt
+    publishes the same event: the gateway treats a known id as a no-op."""
+    body = {"project": project, "type": type, "data": {} if data is None else data}
+    body["id"] = event_id or new_event_id()
     return make_call("POST", f"{V1}/events", auth="origin", json=body)
 
 
@@ -101,8 +121,9 @@ def stats(days: int | None) -> Call:
 # --- operator ---------------------------------------------------------------------------
 
 
-def create_key(project: str, plan: str, name: str | None) -> Call:
-    return make_call("POST", f"{V1}/keys", auth="admin", json=_body(project=project, plan=plan, name=name))
+def create_key(project: str, plan: str, name: str | None, key: IdempotencyKey = None) -> Call:
+    body = _body(project=project, plan=plan, name=name)
+    return make_call("POST", f"{V1}/keys", auth="admin", json=body, idempotency_key=key)
 
 
 def list_keys(project: str | None) -> Call:
@@ -113,12 +134,13 @@ def get_key(key_id: str) -> Call:
     return make_call("GET", f"{V1}/keys/{_id(key_id)}", auth="admin")
 
 
-def revoke_key(key_id: str) -> Call:
-    return make_call("DELETE", f"{V1}/keys/{_id(key_id)}", auth="admin")
+def revoke_key(key_id: str, key: IdempotencyKey = None) -> Call:
+    return make_call("DELETE", f"{V1}/keys/{_id(key_id)}", auth="admin", idempotency_key=key)
 
 
-def create_portal_link(project: str, ttl_s: int | None) -> Call:
-    return make_call("POST", f"{V1}/portal-links", auth="admin", json=_body(project=project, ttl_s=ttl_s))
+def create_portal_link(project: str, ttl_s: int | None, key: IdempotencyKey = None) -> Call:
+    body = _body(project=project, ttl_s=ttl_s)
+    return make_call("POST", f"{V1}/portal-links", auth="admin", json=body, idempotency_key=key)
 
 
 def with_cursor(call: Call, cursor: str | None) -> Call:

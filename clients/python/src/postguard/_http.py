@@ -13,11 +13,15 @@ from typing import Any, Literal
 import httpx
 
 from . import errors
-from ._core import MUTATING_METHODS, Outcome, parse_retry_after
+from ._core import MUTATING_METHODS, Outcome, parse_retry_after, replay_safe
 from ._version import __version__
 
 Auth = Literal["api_key", "admin", "origin", "none"]
 Params = Mapping[str, "str | int | float | bool | None"]
+#: A caller's Idempotency-Key: their own, ``None`` (one is generated for a mutating
+#: method) or ``False`` (send none: a mutating call is then not retried after a lost
+#: answer, since it may have run).
+IdempotencyKey = str | None | Literal[False]
 
 USER_AGENT = (
     f"postguard-python/{__version__} httpx/{httpx.__version__} "
@@ -46,6 +50,11 @@ class Call:
     idempotency_key: str | None = None
     timeout: float | httpx.Timeout | None = None
 
+    @property
+    def replay_safe(self) -> bool:
+        """Whether a lost answer may be retried (see :func:`postguard._core.replay_safe`)."""
+        return replay_safe(self.method, self.idempotency_key)
+
 
 def make_call(
     method: str,
@@ -56,11 +65,12 @@ def make_call(
     content: bytes | str | None = None,
     headers: Mapping[str, str] | None = None,
     params: Params | None = None,
-    idempotency_key: str | None = None,
+    idempotency_key: IdempotencyKey = None,
     timeout: float | httpx.Timeout | None = None,
 ) -> Call:
     """Fix the call once: the body is encoded here, and a mutating method gets its
-    Idempotency-Key here (the caller's or a new UUIDv4), never per attempt."""
+    Idempotency-Key here (the caller's or a new UUIDv4), never per attempt;
+    ``idempotency_key=False`` sends none."""
     method = method.upper()
     if not path.startswith("/"):
         raise errors.ConfigurationError(f"path must start with '/': {path!r}")
@@ -73,9 +83,12 @@ def make_call(
         hdrs.setdefault("content-type", "application/json")
     elif content is not None:
         body = content.encode() if isinstance(content, str) else content
-    key = idempotency_key or hdrs.pop("idempotency-key", None)
-    if key is None and method in MUTATING_METHODS:
-        key = str(uuid.uuid4())
+    header_key = hdrs.pop("idempotency-key", None)
+    key: str | None = None
+    if idempotency_key is not False:
+        key = idempotency_key or header_key
+        if key is None and method in MUTATING_METHODS:
+            key = str(uuid.uuid4())
     clean = {k: _param(v) for k, v in (params or {}).items() if v is not None}
     return Call(method, path, auth, clean, body, hdrs, key, timeout)
 
@@ -123,7 +136,8 @@ class Response:
 class AttemptInfo:
     """Given to the ``on_attempt`` hook after every attempt: answered (``status``,
     ``headers``) or not (``error``). Counting the 429s a client saw is
-    ``status == 429``."""
+    ``status == 429``. ``retry_in_s`` is the wait planned before the next attempt, or
+    ``None`` when this attempt ends the call."""
 
     method: str
     path: str
@@ -132,6 +146,7 @@ class AttemptInfo:
     status: int | None
     headers: httpx.Headers | None
     error: Exception | None
+    retry_in_s: float | None = None
 
 
 AttemptHook = Callable[[AttemptInfo], None]

@@ -11,7 +11,16 @@ import httpx
 
 from . import _endpoints as ep
 from ._base import BaseClient
-from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call, network_error
+from ._http import (
+    RETRYABLE_TRANSPORT_ERRORS,
+    Auth,
+    Call,
+    IdempotencyKey,
+    Params,
+    Response,
+    make_call,
+    network_error,
+)
 from ._limiter import AsyncLimiter
 from .types import (
     ApiKey,
@@ -116,13 +125,15 @@ class AsyncClient(BaseClient):
         content: bytes | str | None = None,
         headers: Mapping[str, str] | None = None,
         params: Params | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: IdempotencyKey = None,
         timeout: float | httpx.Timeout | None = None,
         auth: Auth = "api_key",
     ) -> Response:
         """Any call through the gateway, e.g. the origin's own API. A mutating method
         gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
-        attempts. Raises a :class:`postguard.PostguardError` subclass for status ≥ 400."""
+        attempts; ``idempotency_key=False`` sends none, and then a lost answer is not
+        retried (the request may have run). Raises a :class:`postguard.PostguardError`
+        subclass for status ≥ 400."""
         call = make_call(
             method,
             path,
@@ -148,9 +159,11 @@ class AsyncClient(BaseClient):
         *,
         description: str | None = None,
         rate_limit_per_s: int | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Subscription:
         return cast(
-            Subscription, await self._json(ep.create_webhook(url, events, description, rate_limit_per_s))
+            Subscription,
+            await self._json(ep.create_webhook(url, events, description, rate_limit_per_s, idempotency_key)),
         )
 
     async def list_webhooks(
@@ -161,30 +174,52 @@ class AsyncClient(BaseClient):
     async def get_webhook(self, subscription_id: str) -> Subscription:
         return cast(Subscription, await self._json(ep.get_webhook(subscription_id)))
 
-    async def update_webhook(self, subscription_id: str, **fields: Any) -> Subscription:
+    async def update_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None, **fields: Any
+    ) -> Subscription:
         """PATCH ``url``, ``events``, ``description`` or ``rate_limit_per_s``."""
-        return cast(Subscription, await self._json(ep.update_webhook(subscription_id, fields)))
+        call = ep.update_webhook(subscription_id, fields, idempotency_key)
+        return cast(Subscription, await self._json(call))
 
-    async def delete_webhook(self, subscription_id: str) -> None:
-        await self._send(ep.delete_webhook(subscription_id))
+    async def delete_webhook(self, subscription_id: str, *, idempotency_key: IdempotencyKey = None) -> None:
+        await self._send(ep.delete_webhook(subscription_id, idempotency_key))
 
-    async def rotate_webhook_secret(self, subscription_id: str) -> SecretRotation:
-        return cast(SecretRotation, await self._json(ep.webhook_action(subscription_id, "rotate-secret")))
+    async def rotate_webhook_secret(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> SecretRotation:
+        """A new secret; the old one keeps signing alongside it for 24 h."""
+        call = ep.webhook_action(subscription_id, "rotate-secret", key=idempotency_key)
+        return cast(SecretRotation, await self._json(call))
 
-    async def pause_webhook(self, subscription_id: str) -> Subscription:
-        return cast(Subscription, await self._json(ep.webhook_action(subscription_id, "pause")))
+    async def pause_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> Subscription:
+        call = ep.webhook_action(subscription_id, "pause", key=idempotency_key)
+        return cast(Subscription, await self._json(call))
 
-    async def resume_webhook(self, subscription_id: str) -> Subscription:
-        return cast(Subscription, await self._json(ep.webhook_action(subscription_id, "resume")))
+    async def resume_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> Subscription:
+        call = ep.webhook_action(subscription_id, "resume", key=idempotency_key)
+        return cast(Subscription, await self._json(call))
 
-    async def test_webhook(self, subscription_id: str) -> WebhookTestResult:
-        return cast(WebhookTestResult, await self._json(ep.webhook_action(subscription_id, "test")))
+    async def test_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> WebhookTestResult:
+        call = ep.webhook_action(subscription_id, "test", key=idempotency_key)
+        return cast(WebhookTestResult, await self._json(call))
 
     async def recover_webhook(
-        self, subscription_id: str, *, since: int | str, until: int | str | None = None
+        self,
+        subscription_id: str,
+        *,
+        since: int | str,
+        until: int | str | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Task:
         body = {"since": since, **({"until": until} if until is not None else {})}
-        return cast(Task, await self._json(ep.webhook_action(subscription_id, "recover", body)))
+        call = ep.webhook_action(subscription_id, "recover", body, idempotency_key)
+        return cast(Task, await self._json(call))
 
     async def get_task(self, task_id: str) -> Task:
         return cast(Task, await self._json(ep.get_task(task_id)))
@@ -199,11 +234,15 @@ class AsyncClient(BaseClient):
     async def get_delivery(self, delivery_id: str) -> Delivery:
         return cast(Delivery, await self._json(ep.get_delivery(delivery_id)))
 
-    async def retry_delivery(self, delivery_id: str) -> Any:
-        return await self._json(ep.retry_delivery(delivery_id))
+    async def retry_delivery(self, delivery_id: str, *, idempotency_key: IdempotencyKey = None) -> Any:
+        """One more attempt now (202), numbered after the last one."""
+        return await self._json(ep.retry_delivery(delivery_id, idempotency_key))
 
-    async def redirect_delivery(self, delivery_id: str, url: str) -> Any:
-        return await self._json(ep.redirect_delivery(delivery_id, url))
+    async def redirect_delivery(
+        self, delivery_id: str, url: str, *, idempotency_key: IdempotencyKey = None
+    ) -> Any:
+        """Send the event once to ``url`` (202); the delivery's receiver and status stay."""
+        return await self._json(ep.redirect_delivery(delivery_id, url, idempotency_key))
 
     async def list_events(self, **filters: str | int | None) -> Page[Event]:
         """Filters: ``since``, ``until``, ``type``, ``order``, ``limit``, ``cursor``."""
@@ -227,13 +266,17 @@ class AsyncClient(BaseClient):
     async def publish_event(
         self, project: str, type: str, data: Any = None, *, event_id: str | None = None
     ) -> PublishedEvent:
-        """Publish as the origin (``origin_token``); the gateway fans it out."""
+        """Publish as the origin (``origin_token``); the gateway fans it out. Without an
+        ``event_id`` one is generated (``evt_…``) and kept for every attempt, so a
+        retried publish is the same event, never a second one."""
         return cast(PublishedEvent, await self._json(ep.publish_event(project, type, data, event_id)))
 
     # -- the operator ----------------------------------------------------------------------------
 
-    async def create_key(self, project: str, plan: str, *, name: str | None = None) -> ApiKey:
-        return cast(ApiKey, await self._json(ep.create_key(project, plan, name)))
+    async def create_key(
+        self, project: str, plan: str, *, name: str | None = None, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        return cast(ApiKey, await self._json(ep.create_key(project, plan, name, idempotency_key)))
 
     async def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
         return await self._page(ep.list_keys(project))
@@ -241,8 +284,10 @@ class AsyncClient(BaseClient):
     async def get_key(self, key_id: str) -> ApiKey:
         return cast(ApiKey, await self._json(ep.get_key(key_id)))
 
-    async def revoke_key(self, key_id: str) -> None:
-        await self._send(ep.revoke_key(key_id))
+    async def revoke_key(self, key_id: str, *, idempotency_key: IdempotencyKey = None) -> None:
+        await self._send(ep.revoke_key(key_id, idempotency_key))
 
-    async def create_portal_link(self, project: str, *, ttl_s: int | None = None) -> PortalLink:
-        return cast(PortalLink, await self._json(ep.create_portal_link(project, ttl_s)))
+    async def create_portal_link(
+        self, project: str, *, ttl_s: int | None = None, idempotency_key: IdempotencyKey = None
+    ) -> PortalLink:
+        return cast(PortalLink, await self._json(ep.create_portal_link(project, ttl_s, idempotency_key)))

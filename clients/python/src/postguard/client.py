@@ -10,7 +10,16 @@ import httpx
 
 from . import _endpoints as ep
 from ._base import BaseClient
-from ._http import RETRYABLE_TRANSPORT_ERRORS, Auth, Call, Params, Response, make_call, network_error
+from ._http import (
+    RETRYABLE_TRANSPORT_ERRORS,
+    Auth,
+    Call,
+    IdempotencyKey,
+    Params,
+    Response,
+    make_call,
+    network_error,
+)
 from ._limiter import SyncLimiter
 from .types import (
     ApiKey,
@@ -117,13 +126,15 @@ class Client(BaseClient):
         content: bytes | str | None = None,
         headers: Mapping[str, str] | None = None,
         params: Params | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: IdempotencyKey = None,
         timeout: float | httpx.Timeout | None = None,
         auth: Auth = "api_key",
     ) -> Response:
         """Any call through the gateway, e.g. the origin's own API. A mutating method
         gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
-        attempts. Raises a :class:`postguard.PostguardError` subclass for status ≥ 400."""
+        attempts; ``idempotency_key=False`` sends none, and then a lost answer is not
+        retried (the request may have run). Raises a :class:`postguard.PostguardError`
+        subclass for status ≥ 400."""
         call = make_call(
             method,
             path,
@@ -149,8 +160,12 @@ class Client(BaseClient):
         *,
         description: str | None = None,
         rate_limit_per_s: int | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Subscription:
-        return cast(Subscription, self._json(ep.create_webhook(url, events, description, rate_limit_per_s)))
+        return cast(
+            Subscription,
+            self._json(ep.create_webhook(url, events, description, rate_limit_per_s, idempotency_key)),
+        )
 
     def list_webhooks(self, *, limit: int | None = None, cursor: str | None = None) -> Page[Subscription]:
         return self._page(ep.list_webhooks(limit, cursor))
@@ -158,30 +173,48 @@ class Client(BaseClient):
     def get_webhook(self, subscription_id: str) -> Subscription:
         return cast(Subscription, self._json(ep.get_webhook(subscription_id)))
 
-    def update_webhook(self, subscription_id: str, **fields: Any) -> Subscription:
+    def update_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None, **fields: Any
+    ) -> Subscription:
         """PATCH ``url``, ``events``, ``description`` or ``rate_limit_per_s``."""
-        return cast(Subscription, self._json(ep.update_webhook(subscription_id, fields)))
+        call = ep.update_webhook(subscription_id, fields, idempotency_key)
+        return cast(Subscription, self._json(call))
 
-    def delete_webhook(self, subscription_id: str) -> None:
-        self._send(ep.delete_webhook(subscription_id))
+    def delete_webhook(self, subscription_id: str, *, idempotency_key: IdempotencyKey = None) -> None:
+        self._send(ep.delete_webhook(subscription_id, idempotency_key))
 
-    def rotate_webhook_secret(self, subscription_id: str) -> SecretRotation:
-        return cast(SecretRotation, self._json(ep.webhook_action(subscription_id, "rotate-secret")))
+    def rotate_webhook_secret(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> SecretRotation:
+        """A new secret; the old one keeps signing alongside it for 24 h."""
+        call = ep.webhook_action(subscription_id, "rotate-secret", key=idempotency_key)
+        return cast(SecretRotation, self._json(call))
 
-    def pause_webhook(self, subscription_id: str) -> Subscription:
-        return cast(Subscription, self._json(ep.webhook_action(subscription_id, "pause")))
+    def pause_webhook(self, subscription_id: str, *, idempotency_key: IdempotencyKey = None) -> Subscription:
+        call = ep.webhook_action(subscription_id, "pause", key=idempotency_key)
+        return cast(Subscription, self._json(call))
 
-    def resume_webhook(self, subscription_id: str) -> Subscription:
-        return cast(Subscription, self._json(ep.webhook_action(subscription_id, "resume")))
+    def resume_webhook(self, subscription_id: str, *, idempotency_key: IdempotencyKey = None) -> Subscription:
+        call = ep.webhook_action(subscription_id, "resume", key=idempotency_key)
+        return cast(Subscription, self._json(call))
 
-    def test_webhook(self, subscription_id: str) -> WebhookTestResult:
-        return cast(WebhookTestResult, self._json(ep.webhook_action(subscription_id, "test")))
+    def test_webhook(
+        self, subscription_id: str, *, idempotency_key: IdempotencyKey = None
+    ) -> WebhookTestResult:
+        call = ep.webhook_action(subscription_id, "test", key=idempotency_key)
+        return cast(WebhookTestResult, self._json(call))
 
     def recover_webhook(
-        self, subscription_id: str, *, since: int | str, until: int | str | None = None
+        self,
+        subscription_id: str,
+        *,
+        since: int | str,
+        until: int | str | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Task:
         body = {"since": since, **({"until": until} if until is not None else {})}
-        return cast(Task, self._json(ep.webhook_action(subscription_id, "recover", body)))
+        call = ep.webhook_action(subscription_id, "recover", body, idempotency_key)
+        return cast(Task, self._json(call))
 
     def get_task(self, task_id: str) -> Task:
         return cast(Task, self._json(ep.get_task(task_id)))
@@ -196,11 +229,13 @@ class Client(BaseClient):
     def get_delivery(self, delivery_id: str) -> Delivery:
         return cast(Delivery, self._json(ep.get_delivery(delivery_id)))
 
-    def retry_delivery(self, delivery_id: str) -> Any:
-        return self._json(ep.retry_delivery(delivery_id))
+    def retry_delivery(self, delivery_id: str, *, idempotency_key: IdempotencyKey = None) -> Any:
+        """One more attempt now (202), numbered after the last one."""
+        return self._json(ep.retry_delivery(delivery_id, idempotency_key))
 
-    def redirect_delivery(self, delivery_id: str, url: str) -> Any:
-        return self._json(ep.redirect_delivery(delivery_id, url))
+    def redirect_delivery(self, delivery_id: str, url: str, *, idempotency_key: IdempotencyKey = None) -> Any:
+        """Send the event once to ``url`` (202); the delivery's receiver and status stay."""
+        return self._json(ep.redirect_delivery(delivery_id, url, idempotency_key))
 
     def list_events(self, **filters: str | int | None) -> Page[Event]:
         """Filters: ``since``, ``until``, ``type``, ``order``, ``limit``, ``cursor``."""
@@ -224,13 +259,17 @@ class Client(BaseClient):
     def publish_event(
         self, project: str, type: str, data: Any = None, *, event_id: str | None = None
     ) -> PublishedEvent:
-        """Publish as the origin (``origin_token``); the gateway fans it out."""
+        """Publish as the origin (``origin_token``); the gateway fans it out. Without an
+        ``event_id`` one is generated (``evt_…``) and kept for every attempt, so a
+        retried publish is the same event, never a second one."""
         return cast(PublishedEvent, self._json(ep.publish_event(project, type, data, event_id)))
 
     # -- the operator ----------------------------------------------------------------------------
 
-    def create_key(self, project: str, plan: str, *, name: str | None = None) -> ApiKey:
-        return cast(ApiKey, self._json(ep.create_key(project, plan, name)))
+    def create_key(
+        self, project: str, plan: str, *, name: str | None = None, idempotency_key: IdempotencyKey = None
+    ) -> ApiKey:
+        return cast(ApiKey, self._json(ep.create_key(project, plan, name, idempotency_key)))
 
     def list_keys(self, *, project: str | None = None) -> Page[ApiKey]:
         return self._page(ep.list_keys(project))
@@ -238,8 +277,10 @@ class Client(BaseClient):
     def get_key(self, key_id: str) -> ApiKey:
         return cast(ApiKey, self._json(ep.get_key(key_id)))
 
-    def revoke_key(self, key_id: str) -> None:
-        self._send(ep.revoke_key(key_id))
+    def revoke_key(self, key_id: str, *, idempotency_key: IdempotencyKey = None) -> None:
+        self._send(ep.revoke_key(key_id, idempotency_key))
 
-    def create_portal_link(self, project: str, *, ttl_s: int | None = None) -> PortalLink:
-        return cast(PortalLink, self._json(ep.create_portal_link(project, ttl_s)))
+    def create_portal_link(
+        self, project: str, *, ttl_s: int | None = None, idempotency_key: IdempotencyKey = None
+    ) -> PortalLink:
+        return cast(PortalLink, self._json(ep.create_portal_link(project, ttl_s, idempotency_key)))

@@ -153,9 +153,37 @@ class ConfigInvalid(ServerError):
 
 
 class WebhookVerificationError(PostguardError):
-    """A webhook delivery whose signature, timestamp or headers do not verify."""
+    """A webhook delivery that does not verify; answer 400. Catch a subclass to tell
+    why (the same codes as the TypeScript SDK and variants as the Rust SDK)."""
 
     default_code = "WEBHOOK_VERIFICATION_FAILED"
+
+
+class WebhookSignatureInvalid(WebhookVerificationError):
+    """No given secret signed this body with these headers: tampered, or signed with
+    another secret."""
+
+    default_code = "WEBHOOK_SIGNATURE_INVALID"
+
+
+class WebhookTimestampOutOfTolerance(WebhookVerificationError):
+    """``webhook-timestamp`` is further from now than the tolerance, in the past (a
+    replayed or long-delayed delivery) or in the future (a skewed clock)."""
+
+    default_code = "WEBHOOK_TIMESTAMP_OUT_OF_TOLERANCE"
+
+
+class WebhookHeadersMissing(WebhookVerificationError):
+    """``webhook-id``, ``webhook-timestamp`` or ``webhook-signature`` is missing or
+    malformed (a timestamp that is not Unix seconds)."""
+
+    default_code = "WEBHOOK_HEADERS_MISSING"
+
+
+class WebhookBodyInvalid(WebhookVerificationError):
+    """The signature holds, but the body is not the gateway's event JSON."""
+
+    default_code = "WEBHOOK_BODY_INVALID"
 
 
 _BY_CODE: dict[str, type[ApiError]] = {

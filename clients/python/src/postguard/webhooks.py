@@ -19,7 +19,13 @@ from typing import Any
 
 import standardwebhooks
 
-from .errors import ConfigurationError, WebhookVerificationError
+from .errors import (
+    ConfigurationError,
+    WebhookBodyInvalid,
+    WebhookHeadersMissing,
+    WebhookSignatureInvalid,
+    WebhookTimestampOutOfTolerance,
+)
 
 #: The library's own window, which it applies whatever we ask: a tolerance can only
 #: tighten it.
@@ -86,12 +92,32 @@ def _secrets(secrets: str | Sequence[str]) -> list[standardwebhooks.Webhook]:
         ) from None
 
 
+_SIGNED_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
+    missing = [k for k in _SIGNED_HEADERS if not headers.get(k)]
+    if missing:
+        raise WebhookHeadersMissing(f"missing {', '.join(missing)}")
+    if not headers["webhook-timestamp"].isdigit():
+        raise WebhookHeadersMissing("webhook-timestamp is not unix seconds")
+
+
 def _check_timestamp(headers: Mapping[str, str], tolerance_s: float, now: float) -> None:
-    raw = headers.get("webhook-timestamp", "")
-    if not raw.isdigit():
-        raise WebhookVerificationError("webhook-timestamp is missing or not unix seconds")
-    if abs(now - int(raw)) > tolerance_s:
-        raise WebhookVerificationError(f"webhook-timestamp is more than {tolerance_s:g} s away from now")
+    sent = int(headers["webhook-timestamp"])
+    if abs(now - sent) > tolerance_s:
+        when = "old" if sent < now else "in the future"
+        raise WebhookTimestampOutOfTolerance(
+            f"webhook-timestamp is {when}: more than {tolerance_s:g} s away from now"
+        )
+
+
+def _library_error(err: Exception) -> WebhookSignatureInvalid | WebhookTimestampOutOfTolerance:
+    """The library's one exception type, told apart by its message: its own ±5-minute
+    window (which uses the real clock even when ``now`` is given) or a bad signature."""
+    if "timestamp too" in str(err):
+        return WebhookTimestampOutOfTolerance(f"webhook-timestamp refused by the library: {err}")
+    return WebhookSignatureInvalid("no signature matches any of the given secrets")
 
 
 def verify(
@@ -116,26 +142,29 @@ def verify(
         so forged deliveries cannot fill it); see :data:`DedupeHook`.
     :param now: unix seconds to check the timestamp against (tests); the library
         still applies its 5-minute window to the real clock.
-    :raises WebhookVerificationError: bad or missing headers, a timestamp outside
-        the tolerance, no matching signature, or a body that is not a JSON event.
+    :raises WebhookVerificationError: one of its subclasses —
+        :class:`~postguard.WebhookHeadersMissing` (a ``webhook-*`` header missing or
+        malformed), :class:`~postguard.WebhookTimestampOutOfTolerance` (stale or future),
+        :class:`~postguard.WebhookSignatureInvalid` (no matching signature),
+        :class:`~postguard.WebhookBodyInvalid` (signed, but not a JSON event).
     """
     if not 0 < tolerance_s <= LIBRARY_TOLERANCE_S:
         raise ConfigurationError(f"tolerance_s must be within (0, {LIBRARY_TOLERANCE_S}]")
     hooks = _secrets(secrets)
     h = {k.lower(): v for k, v in headers.items()}
+    _check_headers(h)
     _check_timestamp(h, tolerance_s, time.time() if now is None else now)
-    signed: dict[str, str] = {
-        k: h[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature") if k in h
-    }
+    signed: dict[str, str] = {k: h[k] for k in _SIGNED_HEADERS}
+    refused: Exception | None = None
     for hook in hooks:
         try:
             hook.verify(body, signed, json_parse=False)
             break
-        except (standardwebhooks.WebhookVerificationError, ValueError):
+        except (standardwebhooks.WebhookVerificationError, ValueError) as err:
             # ValueError: a malformed signature list or non-UTF-8 body, refused alike.
-            continue
+            refused = err
     else:
-        raise WebhookVerificationError("no signature matches any of the given secrets")
+        raise _library_error(refused or ValueError()) from None
     return _event(body, signed["webhook-id"], dedupe)
 
 
@@ -143,11 +172,9 @@ def _event(body: bytes | str, event_id: str, dedupe: DedupeHook | None) -> Webho
     try:
         raw = json.loads(body)
     except ValueError:
-        raise WebhookVerificationError(
-            "the signed body is not JSON", code="WEBHOOK_PAYLOAD_INVALID"
-        ) from None
+        raise WebhookBodyInvalid("the signed body is not JSON") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-        raise WebhookVerificationError("the signed body is not an event", code="WEBHOOK_PAYLOAD_INVALID")
+        raise WebhookBodyInvalid("the signed body is not an event")
     duplicate = dedupe is not None and not dedupe(event_id)
     return WebhookEvent(
         id=event_id,

@@ -219,7 +219,7 @@ pub fn delivery_bytes(s: &Settings) -> u64 {
 /// What one manual attempt (retry or redirect) is charged.
 pub const MANUAL_ATTEMPT_BYTES: u64 = measured::ATTEMPT_MAX;
 
-/// What a project at its full daily quota keeps (ADR 0032): one shard per
+/// What a project at its full daily quota keeps (ADR 0035): one shard per
 /// project and bucket (a UTC day by default) holds at most a bucket's worth
 /// of its charged bytes, so the bound is per shard and no figure depends on
 /// how many projects share the deployment.

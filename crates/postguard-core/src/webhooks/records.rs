@@ -1,5 +1,5 @@
 //! Every write to a webhook record, over a synchronous storage port
-//! (ADR 0032). A `WebhookShard` object (`src/durable/webhook_shard.rs`)
+//! (ADR 0035). A `WebhookShard` object (`src/durable/webhook_shard.rs`)
 //! implements [`WebhookStore`] over its SQLite tables and runs each of these
 //! functions inside one `transactionSync`; [`MemoryStore`] implements it for
 //! the property tests, which drive these same functions. The object's single
@@ -401,7 +401,7 @@ pub enum Stored {
 /// Stores each event with its deliveries and outbox entries (in the one
 /// transaction the caller runs this in), each admitted against the shard's
 /// day counters as the ones before it left them. The one write path of
-/// every event: HTTP publishes, operational events (ADR 0032).
+/// every event: HTTP publishes, operational events (ADR 0035).
 pub fn publish<S: WebhookStore>(
     s: &mut S,
     events: &[NewEvent],

@@ -1,4 +1,4 @@
-//! Where a webhook record lives (ADR 0032): one `WebhookShard` object per
+//! Where a webhook record lives (ADR 0035): one `WebhookShard` object per
 //! (project, time bucket of the event), named by [`ShardKey::name`]. An id
 //! the gateway issues for a delivery carries its bucket: the ULID's time
 //! field is the bucket's start ([`delivery_id`]), so with the project (which

@@ -1,4 +1,4 @@
--- The directory of webhook shards (ADR 0032): one row per WebhookShard object, i.e.
+-- The directory of webhook shards (ADR 0035): one row per WebhookShard object, i.e.
 -- per (project, time bucket of the event) that holds records. Written INSERT OR IGNORE
 -- by the publish path at most once per shard per isolate; read by the delivery log and
 -- the event feed to visit only shards that exist, by the sweeps, and by retention to drop

@@ -1,0 +1,96 @@
+// Benchmark (issue 25): what several named policies cost on the proxy path. One gateway, two
+// plans side by side: `one` (a single policy) and `three` (three policies, the second binding),
+// each with a key that has room and a key that is spent. Scenarios: a fresh POST (charge +
+// claim + forward + store) and a 429 (the refusal answered from the object's memory). The
+// figure is req/s with three policies ÷ with one, measured in alternating runs in one process
+// (the machine is shared and noisy: only ratios side by side mean anything).
+// Usage: node bench/policies.mjs [rounds] [seconds]
+import { startOrigin } from '../tests/support/origin.mjs';
+import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
+import { commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+
+const ROUNDS = Number(process.argv[2] ?? 5);
+const SECONDS = Number(process.argv[3] ?? 4);
+const CONNECTIONS = 16;
+const BIG = 10_000_000;
+const PLANS = {
+  one: { requests_per_window: BIG, window_s: 3600 },
+  three: {
+    policies: [
+      { name: 'second', requests: BIG, window_s: 1 },
+      { name: 'hour', requests: BIG - 1, window_s: 3600 },
+      { name: 'day', requests: BIG, window_s: 86400 },
+    ],
+  },
+  one_spent: { requests_per_window: 1, window_s: 86400 },
+  three_spent: {
+    policies: [
+      { name: 'second', requests: 100, window_s: 1 },
+      { name: 'hour', requests: 1, window_s: 3600 },
+      { name: 'day', requests: 100, window_s: 86400 },
+    ],
+  },
+};
+
+function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
+  let n = 0;
+  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  return cannon({
+    url,
+    method,
+    headers,
+    body,
+    connections: CONNECTIONS,
+    duration: SECONDS,
+    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
+  });
+}
+
+const origin = await startOrigin();
+const gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans: PLANS }) } });
+try {
+  const keys = {};
+  for (const plan of Object.keys(PLANS)) keys[plan] = (await gw.createKey({ project: 'bench', plan })).key;
+  const auth = (plan) => ({ authorization: `Bearer ${keys[plan]}`, 'content-type': 'application/json' });
+  const body = '{"amount":100}';
+  for (const plan of ['one_spent', 'three_spent']) await gw.fetch('/bench/items', { headers: auth(plan) }); // spends the only admission
+  const scenarios = {
+    'fresh POST': (plan) => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth(plan), body, fresh: true }),
+    '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
+  };
+  const rows = [];
+  for (const [name, run] of Object.entries(scenarios)) {
+    const ratios = [];
+    const rate = { one: [], three: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      // Alternate which goes first, so a drift in the machine's load favours neither.
+      const order = round % 2 ? ['three', 'one'] : ['one', 'three'];
+      const got = {};
+      for (const plan of order) {
+        const res = await run(plan);
+        const expected = name === '429' ? res['4xx'] : res['2xx'];
+        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${plan}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
+        got[plan] = res.requests.average;
+      }
+      rate.one.push(got.one);
+      rate.three.push(got.three);
+      ratios.push(got.three / got.one);
+      console.log(`${name} round ${round + 1}: one ${got.one.toFixed(0)} req/s, three ${got.three.toFixed(0)} req/s, ratio ${(got.three / got.one).toFixed(3)}`);
+    }
+    rows.push(`| ${name} | ${median(rate.one).toFixed(0)} | ${median(rate.three).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
+  }
+  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
+  writeSection('policies', [
+    `## Several policies per plan (issue 25): three ÷ one, build ${commitOf(ROOT)}, ${when} UTC`,
+    '',
+    `\`node bench/policies.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a one-policy plan against a key on a three-policy plan (the second policy binding). Goal: ≥ 0.95.`,
+    '',
+    '| scenario | one policy, req/s (median) | three policies, req/s (median) | three ÷ one, median (spread) |',
+    '|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n'));
+} finally {
+  await gw.dispose();
+  await origin.kill();
+}

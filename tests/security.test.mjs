@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import http from 'node:http';
 import { startOrigin, verifySignature, identityOf } from './support/origin.mjs';
+import { rewriteDeliveries } from './support/webhook-shards.mjs';
 import {
   startGateway, problem, poll, cfg, bearer, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
@@ -131,10 +132,10 @@ describe('fan-out past the queue\'s 100-message batch (issue 15.2)', () => {
     await poll(async () => (await deliveries(p.key, '&status=delivered')).length === 150, { timeout: 60000, message: '150 delivered' });
 
     // Make all 150 overdue (a lost enqueue), then run the cron: it must re-queue every one.
-    const db = await gw.mf.getD1Database('DB');
+    // The rows live in the project's shard (ADR 0035): rewritten through its restore.
     const old = Date.now() - 3_600_000;
-    const upd = await db.prepare("UPDATE deliveries SET status = 'pending', next_attempt_at = ? WHERE project = ?").bind(old, p.name).run();
-    assert.equal(upd.meta.changes, 150);
+    const changes = await rewriteDeliveries(gw, p.name, (d) => ({ ...d, status: 'pending', next_attempt_at: old }));
+    assert.equal(changes, 150);
     await (await gw.mf.getWorker()).scheduled({ cron: '17 3 * * *' });
     await poll(() => rcv.seen.length >= 300, { timeout: 120000, message: '150 re-queued deliveries' });
     await poll(async () => (await deliveries(p.key, '&status=delivered')).length === 150, { timeout: 60000, message: 'delivered again' });

@@ -448,10 +448,16 @@ mod tests {
         assert_eq!(p.limits.policies[0].limit, 30);
         assert_eq!(p.meta.as_deref(), Some("eyJ0IjoxfQ"));
         let listed = rec.listed();
-        assert_eq!((listed.record.meta, listed.has_meta, listed.has_overrides), (None, true, true));
+        assert_eq!(
+            (listed.record.meta, listed.has_meta, listed.has_overrides),
+            (None, true, true)
+        );
         let stored = serde_json::to_value(rec.listed()).unwrap_or_default();
         let back: ListedKey = serde_json::from_value(stored).unwrap_or_default();
-        assert!(back.has_meta && back.record.id == rec.id, "the listing's entry reads back");
+        assert!(
+            back.has_meta && back.record.id == rec.id,
+            "the listing's entry reads back"
+        );
         assert_eq!(secret_tag("abcdef0123456789"), "abcdef01");
     }
 

@@ -638,6 +638,7 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
         Attempted::Sent(AttemptResult::Status { code, .. }) => Some(*code),
         _ => None,
     };
+    record_metrics(env, r, &transition, status_code, started, done);
     let row = AttemptRecord {
         delivery_id: r.delivery.id.clone(),
         request_id,
@@ -665,6 +666,32 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
         redirect: r.claim.attempt.mode == delivery::Mode::Redirect,
         follow_up: transition.follow_up,
     })
+}
+
+/// The attempt's data point (CONTRACT §15).
+fn record_metrics(
+    env: &Env,
+    r: &Run<'_>,
+    transition: &delivery::Transition,
+    status: Option<u16>,
+    started: u64,
+    done: u64,
+) {
+    use postguard_core::metrics::{attempt_lag_ms, attempt_outcome, attempt_point, AttemptFacts};
+    let dead = transition
+        .write
+        .is_some_and(|w| w.status == delivery::Status::DeadLetter);
+    let point = attempt_point(&AttemptFacts {
+        project: &r.shard.project,
+        subscription: &r.delivery.subscription_id,
+        event_type: &r.delivery.event_type,
+        outcome: attempt_outcome(status, r.gave_up.is_some(), dead),
+        status: status.unwrap_or(0),
+        attempt: r.claim.attempt.number,
+        latency_ms: done.saturating_sub(started),
+        lag_ms: attempt_lag_ms(r.job.not_before, r.delivery.created_at, started),
+    });
+    crate::metrics::write(env, &point);
 }
 
 /// The failure clock of each attempted subscription (a redirect says nothing

@@ -306,7 +306,7 @@ describe('every response has a request id; bad input is never a 500', () => {
 
 describe('unknown query parameters (400), one rule for every gateway endpoint', () => {
   it('each endpoint refuses a parameter it does not list, naming it; listed ones pass', async () => {
-    const asKey = bearer(key);
+    const asKey = bearer(key.key);
     const cases = [
       ['GET', '/_postguard/v1/me?verbose=1', asKey, 'verbose'],
       ['GET', '/_postguard/v1/webhooks?limit=5&sort=url', asKey, 'sort'],

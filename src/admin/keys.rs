@@ -1,5 +1,5 @@
 //! Operator API for API keys (`ADMIN_TOKEN`): create, list, get, PATCH,
-//! reroll and revoke (CONTRACT §8, §13).
+//! reroll and revoke (docs/operator-api.md, docs/limits.md).
 //!
 //! KV layout (namespace `API_KEYS`):
 //! - `h:<sha256(key)>` → the record of that secret (authentication lookups);
@@ -235,7 +235,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     let req = &cx.req;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let prefix = match query_param(req, "project")? {
-        Some(p) if postguard_core::config::is_valid_name(&p) => format!("i:{p}:"),
+        Some(p) if postguard_core::ids::is_valid_name(&p) => format!("i:{p}:"),
         Some(_) => {
             return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into())
         }

@@ -85,4 +85,15 @@ describe('the repository stands on its own', () => {
     const released = read('CHANGELOG.md').match(/^## \[(\d+\.\d+\.\d+)\]/m)?.[1];
     assert.equal(released, version, 'the newest release in CHANGELOG.md');
   });
+
+  it('docs/architecture.md names every source file of the shell and the core', () => {
+    const layout = read('docs/architecture.md');
+    const unnamed = trackedFiles()
+      .filter((f) => /^(src|crates\/postguard-core\/src)\/.*\.(rs|mjs)$/.test(f) && !f.endsWith('/tests.rs'))
+      .filter((f) => {
+        const short = f.replace(/^src\//, '').replace(/^crates\/postguard-core\/src\//, '');
+        return !new RegExp(`(^|\\s)${short.replaceAll('.', '\\.')}\\s`, 'm').test(layout);
+      });
+    assert.deepEqual(unnamed, []);
+  });
 });

@@ -208,8 +208,25 @@ export function buildRust() {
   if (!rustBuilt) execFileSync('bash', [path.join(RUST_DIR, 'build.sh')], { stdio: ['ignore', 'inherit', 'inherit'] });
   rustBuilt = true;
 }
+/**
+ * The Hono peer (bench/hono-peer, issue 29): Hono + bearerAuth (one uncached KV read), the
+ * rate-limiting binding, hono-idempotency 0.9.1 on its Durable Object store. Built into
+ * target/hono-peer/ by its build.sh, which needs HONO_IDEMPOTENCY_SRC (a clone of the library's
+ * repository) the first time.
+ */
+export const HONO_PEER = { hono: true };
+const HONO_DIR = path.join(ROOT, 'target', 'hono-peer', 'build');
+let honoBuilt = false;
+export function buildHono() {
+  if (!honoBuilt) execFileSync('bash', [path.join(path.dirname(fileURLToPath(import.meta.url)), 'hono-peer', 'build.sh')], { stdio: ['ignore', 'inherit', 'inherit'] });
+  honoBuilt = true;
+}
 function scriptOptions(script) {
   if (typeof script === 'string') return { modules: true, script };
+  if (script.hono) {
+    buildHono();
+    return { modules: [{ type: 'ESModule', path: path.join(HONO_DIR, 'index.js') }], modulesRoot: HONO_DIR };
+  }
   buildRust();
   const dir = path.join(RUST_DIR, 'build', script.rust);
   const js = script.rust === 'gateway-rpc' ? ['index.js', 'gateway.js'] : ['index.js'];
@@ -234,17 +251,25 @@ function referenceAssets() {
 const sha256hex = async (s) => Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))).toString('hex');
 
 /**
- * Starts one baseline (PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE or RUST_REFERENCE_RPC) in front of
+ * Starts one baseline (PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE, RUST_REFERENCE_RPC or HONO_PEER) in front of
  * `originUrl` (with a V8 inspector on `inspectorPort` if given). Resolves with `{ url, dispose }`, and for a reference `key` (a key with
  * no practical limit) and `tiny` (a key whose one request a day is used up, by a request made here unless `useTiny` is false).
  */
 export async function startBaseline(script, originUrl, { inspectorPort, useTiny = true } = {}) {
   const ref = script !== PASS_THROUGH && script !== RUST_PASS_THROUGH;
+  const objects = script === HONO_PEER
+    ? { IDEMPOTENCY: { className: 'IdempotencyObject', useSQLite: true } }
+    : { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } };
   const mf = new Miniflare(convertV4MiniflareOptions({
     host: '127.0.0.1', port: 0, ...scriptOptions(script), ...referenceAssets(),
     compatibilityDate: '2026-11-01', bindings: { ORIGIN_URL: originUrl }, log: new Log(LogLevel.WARN), cf: false, inspectorPort,
     kvNamespaces: ref ? { KEYS: 'ref-keys' } : {},
-    durableObjects: ref ? { REF: { className: 'Ref', useSQLite: true }, AUDIT: { className: 'Audit', useSQLite: true } } : {},
+    durableObjects: ref ? objects : {},
+    // The Hono peer's rate limits, one binding per plan (the binding's period is 10 or 60 s).
+    ratelimits: script === HONO_PEER ? {
+      LIMIT_BENCH: { namespace_id: '1001', simple: { limit: 10_000_000, period: 60 } },
+      LIMIT_TINY: { namespace_id: '1002', simple: { limit: 1, period: 60 } },
+    } : undefined,
   }));
   const url = new URL(await mf.ready).origin;
   const out = { url, dispose: () => mf.dispose() };
@@ -252,7 +277,8 @@ export async function startBaseline(script, originUrl, { inspectorPort, useTiny 
   const kv = await mf.getKVNamespace('KEYS');
   const seed = async (id, limit, windowMs) => {
     const key = `ref_${id}_${Math.random().toString(36).slice(2)}`;
-    await kv.put(`h:${await sha256hex(key)}`, JSON.stringify({ id, prefix: key.slice(0, 12), project: 'bench', limit, window_ms: windowMs }));
+    const plan = limit === 1 ? 'tiny' : 'bench'; // the Hono peer's limiter is chosen by plan
+    await kv.put(`h:${await sha256hex(key)}`, JSON.stringify({ id, prefix: key.slice(0, 12), project: 'bench', plan, limit, window_ms: windowMs }));
     return key;
   };
   out.auditRows = async () => {

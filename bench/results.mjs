@@ -40,13 +40,13 @@ export function writeSection(name, section) {
  * The gateway the request-path benchmarks load: plan "bench" (no practical limit) and plan
  * "tiny" (one request a day). Returns the gateway, a bench key's headers, a tiny key whose
  * only admission is used up, and the POST body, with one response stored under
- * Idempotency-Key "bench-replay".
+ * Idempotency-Key "bench-replay". `config` adds to the configuration (POSTGUARD_CONFIG).
  */
-export async function benchGateway(originUrl, options = {}) {
+export async function benchGateway(originUrl, { config = {}, ...options } = {}) {
   const gw = await startGateway({
     originUrl,
     ...options,
-    vars: { POSTGUARD_CONFIG: cfg({ plans: { bench: { requests_per_window: 10_000_000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
+    vars: { POSTGUARD_CONFIG: cfg({ ...config, plans: { bench: { requests_per_window: 10_000_000 }, tiny: { requests_per_window: 1, window_s: 86400 } } }) },
   });
   const key = (await gw.createKey({ project: 'bench', plan: 'bench' })).key;
   const tiny = (await gw.createKey({ project: 'bench', plan: 'tiny' })).key;

@@ -9,6 +9,7 @@ import { startReceiver } from './support/receiver.mjs';
 import {
   startGateway, burst, problem, poll, bearer, cfg, sleep, ORIGIN_TOKEN,
 } from './support/gateway.mjs';
+import { show, uniq } from './support/util.mjs';
 
 const LEASE_S = 5;
 const RL_N = 10;
@@ -43,7 +44,6 @@ after(async () => {
 });
 
 const ik = (name) => `${name}-${crypto.randomBytes(8).toString('hex')}`;
-const show = (res) => `${res.status} ${JSON.stringify(res.headers)} ${res.text?.slice(0, 300)}`;
 
 /** Start an origin on a fixed port; retries briefly if the port is not free yet (EADDRINUSE). */
 async function restartOriginOn(port) {
@@ -88,7 +88,7 @@ describe('idempotency under simultaneous duplicates', () => {
       for (const r of res) {
         if (r === original) continue;
         if (r.status === 201) {
-          if (r.headers['idempotent-replayed'] !== 'true') problems.push(`trial ${t}: a second original: ${show(r)}`);
+          if (r.headers['idempotent-replayed'] !== 'true') problems.push(`trial ${t}: a second original: ${show(r, { headers: true })}`);
           else if (!r.body.equals(original.body)) problems.push(`trial ${t}: replay body differs:\n  ${original.text.slice(0, 200)}\n  ${r.text.slice(0, 200)}`);
           else if (r.headers['x-origin-execution'] !== original.headers['x-origin-execution']) problems.push(`trial ${t}: replay X-Origin-Execution ${r.headers['x-origin-execution']}`);
           else tally.replays++;
@@ -102,7 +102,7 @@ describe('idempotency under simultaneous duplicates', () => {
             problems.push(`trial ${t}: bad 409: ${e.message}`);
           }
         } else {
-          problems.push(`trial ${t}: unexpected ${show(r)}`);
+          problems.push(`trial ${t}: unexpected ${show(r, { headers: true })}`);
         }
       }
     }
@@ -129,7 +129,7 @@ describe('rate limit under simultaneous bursts', () => {
       const limited = res.filter((r) => r.status === 429);
       admittedPerTrial.push(ok.length);
       const other = res.filter((r) => !ok.includes(r) && !limited.includes(r));
-      if (other.length) problems.push(`trial ${t}: unexpected ${other.map((r) => r.status).join(',')}: ${show(other[0])}`);
+      if (other.length) problems.push(`trial ${t}: unexpected ${other.map((r) => r.status).join(',')}: ${show(other[0], { headers: true })}`);
       for (const r of limited) {
         try {
           problem(r, { status: 429, code: 'RATE_LIMIT_EXCEEDED' });
@@ -172,19 +172,19 @@ describe('origin killed mid-request, restarted on the same port', () => {
     origin = await restartOriginOn(port);
 
     const first = await firstP;
-    assert.ok([502, 504].includes(first.status), `the interrupted request fails with 502/504: ${show(first)}`);
+    assert.ok([502, 504].includes(first.status), `the interrupted request fails with 502/504: ${show(first, { headers: true })}`);
     const p = problem(first);
     assert.ok(['ORIGIN_UNREACHABLE', 'ORIGIN_TIMEOUT'].includes(p.code), `problem code ${p.code}`);
     assert.equal(first.headers['idempotent-replayed'], undefined);
 
     const retry = await send();
-    assert.equal(retry.status, 201, `a retry with the same key and body runs on the new origin (not stuck): ${show(retry)}`);
+    assert.equal(retry.status, 201, `a retry with the same key and body runs on the new origin (not stuck): ${show(retry, { headers: true })}`);
     assert.equal(retry.headers['idempotent-replayed'], undefined, 'the retry is an execution, not a replay');
     assert.equal(retry.json?.execution, 1, 'executed by the new origin (its first execution of the key)');
 
     const again = await send();
-    assert.equal(again.status, 201, show(again));
-    assert.equal(again.headers['idempotent-replayed'], 'true', `a further retry is a replay: ${show(again)}`);
+    assert.equal(again.status, 201, show(again, { headers: true }));
+    assert.equal(again.headers['idempotent-replayed'], 'true', `a further retry is a replay: ${show(again, { headers: true })}`);
     assert.ok(again.body.equals(retry.body), 'the replay is byte-identical');
 
     assert.equal(origin.stats.count(k), 1, 'the new origin executed it exactly once');
@@ -198,7 +198,7 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
 
   // Bounded generously: ~7,000 attempts on a shared machine; speed is bench/webhooks.mjs's job.
   it(`${EVENTS} events × 2 subscriptions (A ~50 % 5xx, B down) → all ${2 * EVENTS} deliveries final, none missing, B all dead_letter`, { timeout: 300000 }, async () => {
-    const project = `faults-wh-${crypto.randomBytes(4).toString('hex')}`;
+    const project = uniq('faults-wh');
     const { key } = await gw.createKey({ project, plan: 'big' });
     const statuses = [500, 502, 503, 504];
     const rcvA = await startReceiver({
@@ -211,7 +211,7 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
 
     const subscribe = async (url) => {
       const res = await gw.admin('POST', '/_postguard/v1/webhooks', { url, events: ['*'] }, { token: key });
-      assert.equal(res.status, 201, show(res));
+      assert.equal(res.status, 201, show(res, { headers: true }));
       return res.json;
     };
     const subA = await subscribe(`${rcvA.url}/a`);
@@ -227,7 +227,7 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
         batch.push(gw.admin('POST', '/_postguard/v1/events', { project, type: `fault.${j % 2 ? 'odd' : 'even'}`, data: { id: `obj_${j}`, n: j } }, { token: ORIGIN_TOKEN }));
       }
       for (const res of await Promise.all(batch)) {
-        assert.equal(res.status, 202, show(res));
+        assert.equal(res.status, 202, show(res, { headers: true }));
         ids.push(res.json.id);
       }
     }
@@ -238,7 +238,7 @@ describe('webhooks: flaky receiver and a receiver down throughout', () => {
       let cursor = null;
       for (let page = 0; page < 100; page++) {
         const res = await gw.admin('GET', `/_postguard/v1/deliveries?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, undefined, { token: key });
-        assert.equal(res.status, 200, show(res));
+        assert.equal(res.status, 200, show(res, { headers: true }));
         out.push(...res.json.data);
         cursor = res.json.next_cursor;
         if (!cursor) return out;

@@ -1,12 +1,12 @@
 // Operator API (docs/operator-api.md, docs/api-reference.md): API keys, admin auth, /me, gateway routing errors.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import {
   startGateway, problem, bearer, cfg, assertRateHeaders,
   ADMIN_TOKEN, ORIGIN_TOKEN, KEY_ID_RE, API_KEY_RE, REQUEST_ID_RE,
 } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 const CONFIG = {
   plans: {
@@ -17,7 +17,6 @@ const CONFIG = {
 
 let origin;
 let gw;
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 
 before(async () => {
   origin = await startOrigin();

@@ -13,6 +13,7 @@ import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startFaultProxy } from './support/fault-proxy.mjs';
 import { startGateway, cfg, poll, ROOT, ORIGIN_TOKEN, ADMIN_TOKEN, REQUEST_ID_RE } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 const PORTAL_TOKEN_RE = /#portal=([^&]+)$/;
 
@@ -43,7 +44,6 @@ let origin;
 let gw;
 const closers = [];
 const figure = (name, obj) => console.log(`# sdk-ts ${name} ${JSON.stringify(obj)}`);
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 
 before(async () => {
   origin = await startOrigin();

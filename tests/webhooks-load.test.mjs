@@ -4,10 +4,10 @@
 // Prints the measured counts for the README / CHANGELOG.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
+import { show, uniq } from './support/util.mjs';
 
 const SCHEDULE = [1, 1, 1, 1];
 const MAX_ATTEMPTS = SCHEDULE.length + 1;
@@ -34,11 +34,9 @@ after(async () => {
   await origin?.kill();
 });
 
-const show = (res) => `${res.status} ${res.text?.slice(0, 500)}`;
-
 describe('load', () => {
   it(`${EVENTS} events, receiver failing ~${FAIL_RATE * 100} % with 5xx → every event delivered or dead_letter, none missing`, { timeout: 120000 }, async () => {
-    const project = `wh-load-${crypto.randomBytes(4).toString('hex')}`;
+    const project = uniq('wh-load');
     const { key } = await gw.createKey({ project, plan: 'big' });
     const statuses = [500, 502, 503, 504];
     rcv = await startReceiver({

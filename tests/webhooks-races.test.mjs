@@ -12,9 +12,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startOrigin } from './support/origin.mjs';
-import { startReceiver, verifyBoth } from './support/receiver.mjs';
+import { verifyBoth, receiverPool } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { rewriteDeliveries } from './support/webhook-shards.mjs';
+import { uniq, show } from './support/util.mjs';
 
 const QUEUE = 'postguard-deliveries';
 // A long schedule: the automatic follow-up of a failed attempt never fires within a test, so every
@@ -26,27 +27,19 @@ const CONFIG = {
 
 let origin;
 let gw;
-const receivers = [];
+const receiver = receiverPool();
 
 before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {
-  for (const r of receivers) await r.close();
+  await receiver.closeAll();
   await gw?.dispose();
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
-const show = (res) => `${res.status} ${res.text?.slice(0, 500)}`;
 const delay = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function receiver(behaviour) {
-  const r = await startReceiver({ behaviour });
-  receivers.push(r);
-  return r;
-}
 
 /** A project with a key, a subscription to `rcv` and one published event; returns its delivery. */
 async function setup(g, tag, rcv) {

@@ -5,10 +5,11 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
-import { startReceiver, verifyBoth, expectedSignature } from './support/receiver.mjs';
+import { verifyBoth, expectedSignature, receiverPool } from './support/receiver.mjs';
 import {
   startGateway, problem, poll, burst, cfg, ADMIN_TOKEN, ORIGIN_TOKEN, REQUEST_ID_RE,
 } from './support/gateway.mjs';
+import { uniq, show } from './support/util.mjs';
 
 const SCHEDULE = [1, 2, 3, 1];
 const CONFIG = {
@@ -31,14 +32,14 @@ const FINAL = new Set(['delivered', 'dead_letter']);
 
 let origin;
 let gw;
-const receivers = [];
+const receiver = receiverPool();
 
 before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
 });
 after(async () => {
-  for (const r of receivers) await r.close();
+  await receiver.closeAll();
   await gw?.dispose();
   await origin?.kill();
 });
@@ -46,15 +47,7 @@ after(async () => {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 const api = (method, p, token, body, headers) => gw.admin(method, p, body, { token, headers });
-const show = (res) => `${res.status} ${res.text?.slice(0, 500)}`;
-
-async function receiver(behaviour) {
-  const r = await startReceiver({ behaviour });
-  receivers.push(r);
-  return r;
-}
 
 /** A fresh project with an API key on the big plan. */
 async function project(tag) {

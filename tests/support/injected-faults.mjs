@@ -78,17 +78,51 @@ function wrapEnv(env) {
   });
 }
 
+// While GET /__consumer/d1-down?on=1 holds, the delivery queue's consumer (not the dead-letter
+// queue's) is handed a D1 binding on which every statement fails: it cannot load a batch's
+// subscriptions, so it hands the messages back until the queue gives up on them (?on=0 ends it).
+let consumerD1Down = false;
+const d1Down = () => Promise.reject(new Error('injected D1 failure'));
+function downStatement(stmt) {
+  return new Proxy(stmt, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop === 'bind') return (...args) => downStatement(v.apply(t, args));
+      if (['all', 'first', 'run', 'raw'].includes(prop)) return d1Down;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function consumerEnv(batch, env) {
+  if (!consumerD1Down || batch.queue !== 'postguard-deliveries') return env;
+  return new Proxy(env, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop !== 'DB') return v;
+      return new Proxy(v, {
+        get(db, p) {
+          const w = Reflect.get(db, p, db);
+          if (p === 'prepare') return (q) => downStatement(w.call(db, q));
+          if (p === 'batch') return d1Down;
+          return typeof w === 'function' && p !== 'constructor' ? w.bind(db) : w;
+        },
+      });
+    },
+  });
+}
+
 // The build's default export is a handler object (src/entry.mjs, ADR 0025).
 export default {
   fetch(req, env, ctx) {
     const u = new URL(req.url);
+    if (u.pathname === '/__consumer/d1-down') { consumerD1Down = u.searchParams.get('on') === '1'; return new Response('ok'); }
     if (u.pathname === '/__queue/fail') { failures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     if (u.pathname === '/__queue/sent') return Response.json({ sent, failures });
     if (u.pathname === '/__sql/fail-claim') { claimFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     if (u.pathname === '/__sql/fail-publish') { publishFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     return Gateway.fetch(req, wrapEnv(env), ctx);
   },
-  queue: (batch, env, ctx) => Gateway.queue(batch, wrapEnv(env), ctx),
+  queue: (batch, env, ctx) => Gateway.queue(batch, consumerEnv(batch, wrapEnv(env)), ctx),
   scheduled: (event, env, ctx) => Gateway.scheduled(event, wrapEnv(env), ctx),
 };
 `;

@@ -6,6 +6,7 @@
 //! Every answer after authentication carries the rate-limit headers.
 
 use crate::log;
+use crate::operations::{self, respond};
 use postguard_core::config::Config;
 use postguard_core::guard::{
     Admit, AdmitRequest, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
@@ -45,6 +46,11 @@ pub async fn proxy(
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
+    // Branch point: `Prefer: respond-async` on an async route runs as an
+    // operation (ADR 0037), answered 202 by its own path.
+    if operations::accept::wanted(cfg, &incoming) {
+        return operations::accept::accept(env, cfg, rc, ctx, &caller, incoming, pre).await;
+    }
     // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object.
     let guard = Guard::of(env, &caller.key.record.id)?;
     let (admitted, replay_body) = admit(&guard, cfg, rc, &caller, &incoming, &pre).await?;
@@ -53,11 +59,16 @@ pub async fn proxy(
         Admission::Expired => return Err(auth::expired(&caller.key).into()),
         Admission::Refused { verdicts, .. }
         | Admission::Replay { verdicts, .. }
+        | Admission::Accepted { verdicts, .. }
         | Admission::Forward { verdicts, .. } => limit_headers(rc, verdicts),
     };
     let refresh = match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
         Admission::Replay { stored, .. } => return replay(env, rc, stored, replay_body, &rl).await,
+        // Branch point: the key names an operation; its 202 again.
+        Admission::Accepted {
+            operation, again, ..
+        } => return operations::accept::answer(rc, &operation, again, false, &rl),
         Admission::Forward { refresh, .. } => refresh,
         Admission::Revoked | Admission::Expired => None,
     };
@@ -77,6 +88,7 @@ pub async fn proxy(
         ..Identity::of(&caller.key.record, meta.as_deref())
     };
     let claim = pre.claim.as_ref();
+    let route = claim.and_then(|_| respond::route_of(cfg, &incoming));
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
     let sent_at = now_ms();
@@ -85,7 +97,10 @@ pub async fn proxy(
     // 5. Record (which frees the concurrency slot with the claim), or free
     // the slot of a request without one once the origin has answered.
     let outcome = match claim {
-        Some(c) => record(env, &guard, cfg, rc, ctx, &caller, c, outcome).await,
+        Some(c) => {
+            let at = (&caller, c, route.as_ref());
+            record(env, &guard, cfg, rc, ctx, at, outcome).await
+        }
         None => {
             finish_slot(&guard, &caller, rc, ctx);
             outcome
@@ -176,7 +191,7 @@ fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {
 /// its body from the object, or streamed from R2; a body kept nowhere (too
 /// large, or its storage failed) is `IDEMPOTENT_REPLAY_UNAVAILABLE`, never a
 /// success with another body.
-async fn replay(
+pub(crate) async fn replay(
     env: &Env,
     rc: &RequestCtx,
     stored: StoredResponse,
@@ -317,15 +332,13 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
 /// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
 /// progress). Without R2, or past `max_replay_bytes`, the record says the
 /// body is unavailable: a retry gets 410, never a second execution.
-#[allow(clippy::too_many_arguments)]
 async fn record(
     env: &Env,
     guard: &Guard,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
-    caller: &Caller,
-    claim: &Claim,
+    (caller, claim, route): (&Caller, &Claim, Option<&respond::Route>),
     outcome: Result<Forwarded, Failure>,
 ) -> Result<Forwarded, Failure> {
     let answer = match &outcome {
@@ -358,6 +371,12 @@ async fn record(
             return outcome;
         }
     };
+    // The event the response implies (`events_from_responses`), stored with it.
+    let read = match &outcome {
+        Ok(Forwarded::Buffered { body, .. }) => Some(body.as_slice()),
+        _ => None,
+    };
+    respond::attach(cfg, rc, caller, claim, route, &mut done, read);
     let bucket = replays::bucket(env);
     let object = proxy::replay_object_key(&key_id, &claim.key, &claim.request_id);
     match (

@@ -2,7 +2,10 @@
 // pointing at a wrapper around the unmodified build. The wrapper hands the worker a DELIVERIES
 // queue binding that fails its next N sends (GET /__queue/fail?n=N; GET /__queue/sent counts the
 // messages passed on), and hands KeyGuard a SQL handle whose next N claim inserts
-// (`INSERT INTO idem`) throw (GET /__sql/fail-claim?n=N). Test-only: nothing of it ships.
+// (`INSERT INTO idem`) throw (GET /__sql/fail-claim?n=N), and an env whose D1 binding fails
+// every statement while GET /__publish/block?on=1 holds (what the key's object publishes from
+// its outbox then fails: the crash window between a stored response and its event, ADR 0037;
+// ?on=0 lets it through again). Test-only: nothing of it ships.
 import fs from 'node:fs';
 import path from 'node:path';
 import { ROOT, loadWranglerToml } from './gateway.mjs';
@@ -37,8 +40,39 @@ function faultyState(state) {
   return state;
 }
 
+let publishBlocked = false;
+const injected = () => Promise.reject(new Error('injected publish failure'));
+function failingStatement(stmt) {
+  return new Proxy(stmt, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop === 'bind') return (...args) => failingStatement(v.apply(t, args));
+      if (['all', 'first', 'run', 'raw'].includes(prop)) return injected;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function blockableD1(db) {
+  return new Proxy(db, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (publishBlocked && prop === 'prepare') return (q) => failingStatement(v.call(t, q));
+      if (publishBlocked && prop === 'batch') return injected;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function guardEnv(env) {
+  return new Proxy(env, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      return prop === 'DB' ? blockableD1(v) : v;
+    },
+  });
+}
+
 export class KeyGuard extends RealKeyGuard {
-  constructor(state, env) { super(faultyState(state), env); }
+  constructor(state, env) { super(faultyState(state), guardEnv(env)); }
 }
 
 let failures = 0;
@@ -76,6 +110,7 @@ export default {
     if (u.pathname === '/__queue/fail') { failures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     if (u.pathname === '/__queue/sent') return Response.json({ sent, failures });
     if (u.pathname === '/__sql/fail-claim') { claimFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
+    if (u.pathname === '/__publish/block') { publishBlocked = u.searchParams.get('on') === '1'; return new Response('ok'); }
     return Gateway.fetch(req, wrapEnv(env), ctx);
   },
   queue: (batch, env, ctx) => Gateway.queue(batch, wrapEnv(env), ctx),

@@ -311,7 +311,7 @@ pub fn lookup(record: Option<&Record>, now_ms: u64) -> Lookup {
             out.status = *status;
             out.request_id = Some(request_id.clone());
             out.created_at = Some(completed_at_ms.unwrap_or(*claimed_at_ms));
-            out.expires_at = Some(*expires_at_ms).filter(|at| *at != u64::MAX);
+            out.expires_at = Some(*expires_at_ms).filter(|at| *at < operations::NEVER);
         }
     }
     out
@@ -551,7 +551,7 @@ fn accept(
         request_id: c.request_id.clone(),
         operation_id: new.id.clone(),
         claimed_at_ms: now_ms,
-        expires_at_ms: u64::MAX,
+        expires_at_ms: operations::NEVER,
         completed_at_ms: None,
         status: None,
     };

@@ -146,7 +146,7 @@ pub enum Record {
     },
     /// The key's request runs as an asynchronous operation (ADR 0037): every
     /// request with it is told the same operation, until the TTL after the
-    /// operation is done (`expires_at_ms` is `u64::MAX` until then).
+    /// operation is done (`expires_at_ms` is `operations::NEVER` until then).
     Accepted {
         fingerprint: String,
         /// The 202's request: the operation's `request_id`.
@@ -484,11 +484,11 @@ mod tests {
     #[test]
     fn an_operation_is_accepted_again_until_its_record_expires() {
         assert_eq!(
-            decide(Some(&accepted("f", u64::MAX)), "f", 50),
+            decide(Some(&accepted("f", crate::operations::NEVER)), "f", 50),
             Decision::Accepted
         );
         assert_eq!(
-            decide(Some(&accepted("f", u64::MAX)), "g", 50),
+            decide(Some(&accepted("f", crate::operations::NEVER)), "g", 50),
             Decision::Conflict
         );
         assert_eq!(

@@ -34,6 +34,11 @@ use crate::pattern;
 use crate::response_events::PendingEvent;
 use crate::{ErrorCode, Problem};
 
+/// The expiry of what does not expire yet (an operation not done, and its
+/// key's record): the largest time SQLite's integers hold, so storage and
+/// memory agree on it.
+pub const NEVER: u64 = i64::MAX as u64;
+
 /// The id of an operation: `op_` + the 26 characters of its key's ULID +
 /// a ULID of its own, so the id names the object that holds it.
 pub fn operation_id(key_id: &str, now_ms: u64, random: u128) -> Option<String> {
@@ -197,7 +202,7 @@ pub struct Operation {
     pub due_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<u64>,
-    /// `u64::MAX` until done, then `completed_at` + the plan's TTL.
+    /// [`NEVER`] until done, then `completed_at` + the plan's TTL.
     pub expires_at: u64,
     pub ttl_ms: u64,
     /// The last answer's status.
@@ -249,7 +254,7 @@ impl Operation {
             lease_until: None,
             due_at: Some(now_ms.saturating_add(requeue_ms)),
             completed_at: None,
-            expires_at: u64::MAX,
+            expires_at: NEVER,
             ttl_ms,
             status: None,
             failure: None,
@@ -482,17 +487,6 @@ pub struct Page {
     pub limit: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<State>,
-}
-
-/// The list cursor: the last item's `created_at` and id.
-pub fn cursor_of(v: &View) -> String {
-    format!("{}.{}", v.created_at, v.id)
-}
-
-pub fn parse_cursor(c: &str) -> Option<(u64, String)> {
-    let (at, id) = c.split_once('.')?;
-    key_id_of(id)?;
-    Some((at.parse().ok()?, id.to_string()))
 }
 
 /// Merges the pages of several objects (each newest first) into one.

@@ -189,7 +189,7 @@ pub fn admit<S: GuardStore>(
         .claim
         .as_ref()
         .map(Record::expires_at_ms)
-        .filter(|at| *at != u64::MAX);
+        .filter(|at| *at < operations::NEVER);
     let slot_expiry = plan.slot.as_ref().map(|(_, until)| *until);
     Ok(Done {
         alarm_by: claim_expiry.into_iter().chain(slot_expiry).min(),
@@ -552,7 +552,7 @@ pub fn sweep<S: GuardStore>(
         false => [store.next_expiry()?, store.next_operation_expiry()?]
             .into_iter()
             .flatten()
-            .filter(|at| *at != u64::MAX)
+            .filter(|at| *at < operations::NEVER)
             .min()
             .map(|at| sweep_at(at, grace_ms)),
     };

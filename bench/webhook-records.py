@@ -72,7 +72,7 @@ def fill(db, payload_bytes, fanout, attempts, excerpt):
                      None if a == attempts else t + (a + 1) * 60_000),
                 )
     db.execute(
-        "INSERT INTO webhook_usage VALUES (?, ?, ?, ?)", ("acme-prod-00", 20788, N_EVENTS, N_EVENTS * fanout)
+        "INSERT INTO webhook_usage VALUES (?, ?, ?, ?, ?)", ("acme-prod-00", 20788, N_EVENTS, N_EVENTS * fanout, 0)
     ) if has_table(db, "webhook_usage") else None
     db.commit()
 

@@ -2,7 +2,7 @@
 # Every benchmark, one after another (never in parallel: they share the machine),
 # each writing its section of bench/RESULTS.md. Installs what is missing and builds
 # first. About 20 minutes. One benchmark: `bash scripts/bench.sh proxy` (or profile,
-# counters, coldstart, audit, audit-shards, webhooks, scaling, policies).
+# counters, coldstart, audit, audit-shards, webhooks, webhook-shards, scaling, policies).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -17,10 +17,11 @@ declare -A ARGS=(
   [audit]="3 5"        # rounds, seconds
   [audit-shards]="1000000 40" # rows of the big project, timed samples
   [webhooks]="1000 3"  # events per round, rounds
+  [webhook-shards]="800 3" # events per measurement, rounds (STORED=1000000 seeded first)
   [scaling]="3 4 100000" # rounds, seconds, largest record count
   [policies]="7 4"     # rounds, seconds per run
 )
-ORDER=(proxy profile counters coldstart audit audit-shards webhooks scaling policies)
+ORDER=(proxy profile counters coldstart audit audit-shards webhooks webhook-shards scaling policies)
 [ $# -gt 0 ] && ORDER=("$@")
 for b in "${ORDER[@]}"; do
   [ -n "${ARGS[$b]+x}" ] || { echo "unknown benchmark: $b (one of ${!ARGS[*]})" >&2; exit 2; }

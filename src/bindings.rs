@@ -24,6 +24,8 @@ pub fn per_isolate<T: Clone, E>(
 pub const KEY_GUARD: &str = "KEY_GUARD";
 /// Durable Object namespace: one `AuditShard` per (project, time bucket).
 pub const AUDIT: &str = "AUDIT";
+/// Durable Object namespace: one `WebhookShard` per (project, time bucket) (ADR 0035).
+pub const WEBHOOKS: &str = "WEBHOOKS";
 /// KV namespace holding API keys by hash.
 pub const API_KEYS: &str = "API_KEYS";
 
@@ -34,7 +36,8 @@ pub const METRICS: &str = "METRICS";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const ORIGIN_TOKEN: &str = "ORIGIN_TOKEN";
 pub const ORIGIN_SIGNING_SECRET: &str = "ORIGIN_SIGNING_SECRET";
-/// D1 database: audit log, webhook subscriptions and deliveries (schema in `migrations/`).
+/// D1 database: the audit and webhook shard directories, subscriptions, tasks, inspectors,
+/// and the legacy webhook rows read until retention empties them (schema in `migrations/`).
 pub const DB: &str = "DB";
 /// Queue carrying webhook delivery attempts, and its dead-letter queue.
 pub const DELIVERIES: &str = "DELIVERIES";

@@ -41,12 +41,13 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
         Ok(s) => log::emit(
             Line::info("delivery retention")
                 .field("days", days)
-                .field("deliveries_deleted", s.deliveries)
+                .field("shards_dropped", s.shards)
+                .field("legacy_deliveries_deleted", s.deliveries)
                 .field("events_deleted", s.events),
         ),
         Err(e) => log::emit(Line::error("delivery retention failed").err(e)),
     }
-    match webhooks::consumer::requeue_stuck(env, cfg.settings.webhooks.requeue_after_s).await {
+    match webhooks::consumer::requeue_stuck(env, cfg, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
         Ok(n) => log::emit(Line::warn("re-queued overdue deliveries").field("deliveries", n)),
         Err(e) => log::emit(Line::error("re-queueing overdue deliveries failed").err(e)),

@@ -1,12 +1,12 @@
 // The worker's entry module (build/index.js; scripts/build.sh puts worker-build's
 // generated module beside it as build/postguard.js). It re-exports every generated
-// export unchanged (each #[durable_object] class) except two: the default entrypoint
+// export unchanged (each #[durable_object] class) except three: the default entrypoint
 // (fetch/queue/scheduled), without the shim's per-request proxies (below), and
-// KeyGuard, which it exports as a class extending DurableObject: the runtime offers JS
-// RPC only on such a class, and the worker calls the key's object by RPC (`run`)
-// rather than by fetch (ADR 0018). Glue only: every decision is in Rust.
+// KeyGuard and WebhookShard, which it exports as classes extending DurableObject: the
+// runtime offers JS RPC only on such a class, and the worker calls those objects by RPC
+// (`run`) rather than by fetch (ADR 0018, ADR 0035). Glue only: every decision is in Rust.
 import { DurableObject } from 'cloudflare:workers';
-import Generated, { KeyGuard as RustKeyGuard } from './postguard.js';
+import Generated, { KeyGuard as RustKeyGuard, WebhookShard as RustWebhookShard } from './postguard.js';
 
 // wasm-bindgen's futures wake a Rust task by passing a callback to the global
 // `queueMicrotask` each time an awaited promise settles (2–3 times per request). On
@@ -37,6 +37,7 @@ if (!initState || typeof initState !== 'object' || !('instanceId' in initState))
 const handlers = Generated.prototype;
 // The proxies trap only `construct`: `prototype.constructor` is the class itself.
 const RawKeyGuard = RustKeyGuard.prototype.constructor;
+const RawWebhookShard = RustWebhookShard.prototype.constructor;
 
 /** `method` called on `self`; a wasm trap marks the instance for reinitialisation (as the shim does). */
 function invoke(self, method, ...args) {
@@ -89,5 +90,31 @@ export class KeyGuard extends DurableObject {
 
   alarm(info) {
     return invoke(this.#rust(), RawKeyGuard.prototype.alarm, info);
+  }
+}
+
+// The webhook shards (ADR 0035) the same way: the worker calls `run` by JS RPC; `fetch`
+// stays for tests and operators reaching an object through the runtime's API.
+export class WebhookShard extends DurableObject {
+  #shard = null;
+  #instance = -1;
+
+  /** The Rust object, made again once the wasm instance was reinitialised. */
+  #rust() {
+    if (initState.criticalError) new RustWebhookShard(this.ctx, this.env);
+    if (this.#instance !== initState.instanceId) {
+      this.#shard = new RawWebhookShard(this.ctx, this.env);
+      this.#instance = initState.instanceId;
+    }
+    return this.#shard;
+  }
+
+  /** One operation: `op` is its path ("/publish", …), `body` its JSON; resolves to the JSON answer. */
+  run(op, body) {
+    return invoke(this.#rust(), RawWebhookShard.prototype.rpc, op, body);
+  }
+
+  fetch(request) {
+    return invoke(this.#rust(), RawWebhookShard.prototype.fetch, request);
   }
 }

@@ -24,6 +24,7 @@ mod webhooks;
 
 pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
+pub use durable::webhook_shard::WebhookShard;
 
 use postguard_core::log::Line;
 use postguard_core::{routes, Problem};

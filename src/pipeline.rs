@@ -453,7 +453,7 @@ async fn record(
                 })
             }
             Err(e) => {
-                worker::console_error!("{} tee failed: {}", rc.request_id, e);
+                log::emit(log::of_request(Line::error("tee failed"), rc).err(e));
                 complete(guard, rc, &done, &[]).await;
                 Ok(Forwarded::Large {
                     status,

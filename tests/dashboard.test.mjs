@@ -2,7 +2,9 @@
 // built worker under Miniflare, the real demo origin and real webhook receivers, with real data:
 // portal-link sign-in, the 30-day chart against what the test sent, the audit log, Retry and
 // Redirect of dead-lettered deliveries, a subscription's secret shown once, revoking a key as the
-// operator, hostile strings rendered as text, an axe-core scan, and a 375 px wide viewport.
+// operator, a key's detail (metadata, policies), editing and rerolling it from the page (CONTRACT
+// §13), an API key's own expiry and policies, hostile strings rendered as text, an axe-core scan,
+// and a 375 px wide viewport.
 // Screenshots of every view go to target/screenshots/ (and to docs/screenshots/ with
 // UPDATE_SCREENSHOTS=1).
 import { describe, it, before, after } from 'node:test';
@@ -29,8 +31,21 @@ const XSS_DATA = { note: '<img src=x onerror="window.__pwned=3;alert(3)">', html
 
 const CONFIG = {
   webhooks: { schedule_s: [1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
-  plans: { big: { requests_per_window: 100000 } },
+  plans: {
+    big: { requests_per_window: 100000 },
+    // Three policies with windows far longer than the tests, so what remains is exact.
+    layered: {
+      policies: [{ name: 'burst', requests: 10, window_s: 600 }, { name: 'hour', requests: 50, window_s: 3600 }, { name: 'day', requests: 500, window_s: 86400 }],
+      concurrency: 2,
+    },
+  },
 };
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const DAY_MS = 86_400_000;
+/** The dashboard's own rendering of a time (dom.ts `time`). */
+const shownTime = (ms) => new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+/** A datetime-local value in UTC, to the second (dom.ts `toUtcInput`). */
+const utcInput = (ms) => new Date(ms).toISOString().slice(0, 19);
 
 let origin;
 let gw;
@@ -38,6 +53,9 @@ let browser;
 let receiverA;
 let receiverB;
 const project = `shop-${crypto.randomBytes(3).toString('hex')}`;
+// The Keys tests' keys live in a project of their own: the portal sessions of `project` take
+// the plan of its newest live key, which must stay `big`.
+const opsProject = `ops-${crypto.randomBytes(3).toString('hex')}`;
 let key;
 const sent = { requests: 0, errors: 0, server: 0 };
 /** axe findings (of any impact; none may be serious or critical) per view, printed at the end. */
@@ -107,6 +125,13 @@ async function axe(page, label) {
   return result.violations.map((v) => `${v.id} (${v.impact})`);
 }
 
+/** How many attempts a delivery has had: its first one may already have been retried (a timeout on a loaded machine). */
+async function attemptsMade(id) {
+  const res = await gw.admin('GET', `/_postguard/v1/deliveries/${id}`, undefined, { token: key.key });
+  assert.equal(res.status, 200, res.text);
+  return res.json.attempts.length;
+}
+
 /** Waits for `locator`; on failure says what the page showed instead. */
 async function shown(page, locator) {
   try {
@@ -116,6 +141,28 @@ async function shown(page, locator) {
   }
   return locator.textContent();
 }
+
+async function signInAsOperator(page) {
+  await page.goto(`${gw.url}/_postguard/dashboard/`);
+  await page.getByLabel('API key or operator token').fill(ADMIN_TOKEN);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByText('Operator (every project)').waitFor();
+}
+
+/** A key of `opsProject`, created by the harness (with meta, expiry… as given). */
+async function opsKey(body) {
+  const res = await gw.admin('POST', '/_postguard/v1/keys', { project: opsProject, ...body });
+  assert.equal(res.status, 201, res.text);
+  return res.json;
+}
+
+const keyMeta = (prefix) => {
+  const seen = origin.stats.find((r) => r.headers['x-postguard-key-prefix'] === prefix).at(-1);
+  assert.ok(seen, `the origin saw key ${prefix}`);
+  assert.equal(seen.signature_ok, true, seen.signature_error);
+  const h = seen.headers['x-postguard-key-meta'];
+  return h === undefined ? undefined : JSON.parse(Buffer.from(h, 'base64url'));
+};
 
 async function view(page, name) {
   await page.getByRole('link', { name, exact: true }).click();
@@ -289,9 +336,14 @@ describe('the dashboard, signed in with a portal link', () => {
 
   it('opens a dead-lettered delivery, shows its payload as text, and Retry delivers it', async () => {
     await view(page, 'Deliveries');
+    // The unfiltered list first, its row marked: the filtered list replaces it, and a row
+    // opened before that would be thrown away with it.
+    const unfiltered = page.locator(`tr[data-delivery-id="${ids.retryDelivery}"]`);
+    await unfiltered.waitFor();
+    await unfiltered.evaluate((tr) => (tr.dataset.stale = '1'));
     await page.getByLabel('Status').selectOption('dead_letter');
     await page.getByRole('button', { name: 'Filter' }).click();
-    const row = page.locator(`tr[data-delivery-id="${ids.retryDelivery}"]`);
+    const row = page.locator(`tr[data-delivery-id="${ids.retryDelivery}"]:not([data-stale])`);
     await row.waitFor();
     await page.getByRole('button', { name: `Details of delivery ${ids.retryDelivery}` }).click();
     const payload = page.getByLabel('Payload');
@@ -301,10 +353,11 @@ describe('the dashboard, signed in with a portal link', () => {
     assert.equal(shown.id, ids.retryEvent);
     const attempts = page.getByRole('region', { name: 'Attempts' });
     assert.match(await attempts.textContent(), /400/);
+    const made = await attemptsMade(ids.retryDelivery);
     await receiverA.setBehaviour(() => ({ status: 200 }));
     await page.getByRole('button', { name: `Retry delivery ${ids.retryDelivery}` }).click();
     await row.locator('.badge').getByText('delivered', { exact: true }).waitFor({ timeout: 30000 });
-    await page.getByText(/Retry: attempt 2 answered HTTP 200; the delivery is delivered\./).waitFor();
+    await page.getByText(`Retry: attempt ${made + 1} answered HTTP 200; the delivery is delivered.`).waitFor();
     const got = receiverA.forEvent(ids.retryEvent).filter((r) => r.answered === 200);
     assert.equal(got.length, 1, 'the receiver got it once more');
     assert.ok(got[0].verified, 'signed');
@@ -319,8 +372,9 @@ describe('the dashboard, signed in with a portal link', () => {
     await page.getByRole('button', { name: `Details of delivery ${ids.redirectDelivery}` }).click();
     const form = page.getByRole('form', { name: `Redirect delivery ${ids.redirectDelivery}` });
     await form.getByLabel('Send once to URL').fill(`${receiverB.url}/elsewhere`);
+    const made = await attemptsMade(ids.redirectDelivery);
     await form.getByRole('button', { name: 'Redirect' }).click();
-    await page.getByText(/Redirect: attempt 2 answered HTTP 200/).waitFor({ timeout: 30000 });
+    await page.getByText(new RegExp(`Redirect: attempt ${made + 1} answered HTTP 200`)).waitFor({ timeout: 30000 });
     const got = await receiverB.waitFor((rs) => rs.find((r) => r.headers['webhook-id'] === ids.redirectEvent), { message: 'the redirected delivery' });
     assert.equal(got.path, '/elsewhere');
     assert.equal(await row.locator('.badge').textContent(), 'dead_letter', 'the original delivery keeps its status');
@@ -451,6 +505,256 @@ describe('the dashboard, signed in with an API key', () => {
   });
 });
 
+describe('the Keys view: a key’s detail, edit and reroll (operator, CONTRACT §13)', () => {
+  let context;
+  let page;
+  /** Every PATCH and reroll the page sent: method, path, Idempotency-Key, body. */
+  const mutations = [];
+
+  before(async () => {
+    context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    page = await newPage(context);
+    page.on('request', (r) => {
+      const p = new URL(r.url()).pathname;
+      if (p.startsWith('/_postguard/v1/keys/') && r.method() !== 'GET') {
+        mutations.push({ method: r.method(), path: p, idem: r.headers()['idempotency-key'], body: r.postData() });
+      }
+    });
+    await signInAsOperator(page);
+  });
+  after(async () => context?.close());
+
+  /** Opens the Keys view (afresh) and the detail of key `k`; the detail panel. */
+  async function openKey(k) {
+    await view(page, 'Statistics');
+    await view(page, 'Keys');
+    await page.getByRole('button', { name: `Details of key ${k.prefix}` }).click();
+    const panel = page.getByRole('region', { name: `Key ${k.prefix}… of ${k.project}` });
+    await shown(page, panel);
+    return panel;
+  }
+
+  it('lists each key’s plan, expiry and whether it has metadata; the detail shows the metadata as text and each policy’s remaining', async () => {
+    const expiresAt = Date.now() + 3 * DAY_MS;
+    const meta = { tenant: 't1', ...XSS_DATA };
+    const k = await opsKey({ plan: 'layered', name: 'three policies', meta, expires_at: expiresAt });
+    const bare = await opsKey({ plan: 'big' });
+    const soon = await opsKey({ plan: 'big', expires_at: Date.now() + 1500 });
+    for (let i = 0; i < 3; i++) assert.equal((await gw.fetch(`/orders/${i}`, { headers: bearer(k.key) })).status, 200);
+    await poll(async () => (await gw.fetch('/orders/1', { headers: bearer(soon.key) })).status === 401, { timeout: 15000, interval: 200, message: 'the short-lived key to expire' });
+
+    await view(page, 'Keys');
+    const row = page.locator(`tr[data-key-id="${k.id}"]`);
+    await row.locator('td.meta', { hasText: 'yes' }).waitFor();
+    await page.locator(`tr[data-key-id="${bare.id}"] td.meta`, { hasText: 'no' }).waitFor();
+    assert.equal(await row.locator('td.expires').textContent(), `${shownTime(expiresAt)} (in 3 days)`);
+    assert.equal(await row.locator('td').nth(2).textContent(), 'layered');
+    assert.equal(await page.locator(`tr[data-key-id="${bare.id}"] td.expires`).textContent(), 'never');
+    const soonRow = page.locator(`tr[data-key-id="${soon.id}"]`);
+    assert.match(await soonRow.locator('td.expires').textContent(), /^expired \(/);
+    assert.equal(await soonRow.locator('td').nth(7).textContent(), 'expired');
+
+    await page.getByRole('button', { name: `Details of key ${k.prefix}` }).click();
+    const panel = page.getByRole('region', { name: `Key ${k.prefix}… of ${opsProject}` });
+    await shown(page, panel);
+    assert.equal(await page.evaluate(() => document.activeElement?.tagName), 'H2', 'focus moves to the detail');
+    assert.equal(await page.getByRole('button', { name: `Details of key ${k.prefix}` }).getAttribute('aria-expanded'), 'true');
+    // The gateway's answer, as the page got it (its JSON has the members sorted).
+    const gwKey = (await gw.admin('GET', `/_postguard/v1/keys/${k.id}`)).json;
+    const metaText = await panel.getByLabel(`Metadata of key ${k.prefix}…`).textContent();
+    assert.equal(metaText, JSON.stringify(gwKey.meta, null, 2), 'pretty-printed JSON, as text');
+    assert.deepEqual(JSON.parse(metaText), meta);
+    assert.equal(await panel.locator('img, script').count(), 0, 'no element was made from the metadata');
+    assert.equal(await panel.getByLabel(`Overrides of key ${k.prefix}…`).textContent(), 'none');
+    // Each policy as the gateway reports it: three requests charged each one.
+    assert.deepEqual(gwKey.policies.map((p) => [p.name, p.limit, p.remaining]), [['burst', 10, 7], ['hour', 50, 47], ['day', 500, 497]]);
+    for (const p of gwKey.policies) {
+      const tr = panel.locator(`tr[data-policy="${p.name}"]`);
+      const cells = await tr.locator('td').allTextContents();
+      assert.deepEqual(cells.slice(0, 2).map((c) => c.trim()), [String(p.limit), String(p.remaining)], `${p.name}: ${cells}`);
+      // `reset` is the peek's second plus the seconds left: two peeks may differ by one.
+      const [, at, left] = /^(\S+ \S+Z) \((in \d+ (?:minutes|hours?|days?))\)$/.exec(cells[2]) ?? [];
+      assert.ok(at && Math.abs(Date.parse(at.replace(' ', 'T')) - p.reset * 1000) <= 2000, `${p.name} resets: ${cells[2]}, the gateway says ${p.reset}`);
+      assert.ok(left, cells[2]);
+      assert.equal(cells[3], `${p.window_s} s`);
+      const bar = tr.getByRole('meter', { name: `${p.name}: ${p.remaining} of ${p.limit} remaining` });
+      assert.equal(await bar.getAttribute('value'), String(p.remaining));
+    }
+    assert.equal(await panel.locator('.inflight').textContent(), '0 of 2 in-flight slots in use ');
+    const facts = await panel.locator('dl.fields').textContent();
+    assert.ok(facts.includes(`expires${shownTime(expiresAt)} (in 3 days)`), facts);
+    await shot(page, 'keys-detail');
+    axeFindings.keyDetail = await axe(page, 'Keys, a key’s detail');
+    await assertNothingRan(page);
+  });
+
+  it('edits name, plan, metadata and expiry from the page; the gateway then reflects it, and the origin gets the new meta', async () => {
+    const k = await opsKey({ plan: 'big', name: 'before', meta: { tenant: 't1' } });
+    assert.equal((await gw.fetch('/orders/1', { headers: bearer(k.key) })).status, 200);
+    assert.deepEqual(keyMeta(k.prefix), { tenant: 't1' });
+    const panel = await openKey(k);
+    const form = panel.getByRole('form', { name: `Edit key ${k.prefix}…` });
+    assert.equal(await form.getByLabel('Metadata (JSON)').inputValue(), JSON.stringify({ tenant: 't1' }, null, 2));
+    assert.ok(await form.getByLabel('Never expires').isChecked());
+    assert.ok(await form.getByLabel('Expires (UTC)').isDisabled());
+    const expiresAt = Math.floor((Date.now() + 5 * DAY_MS) / 1000) * 1000;
+    const meta = { tenant: 't2', tier: 'gold', seats: 12 };
+    await form.getByLabel('Name').fill('edited in the browser');
+    await form.getByLabel('Plan').fill('layered');
+    await form.getByLabel('Metadata (JSON)').fill(JSON.stringify(meta, null, 2));
+    await form.getByLabel('Never expires').uncheck();
+    await form.getByLabel('Expires (UTC)').fill(utcInput(expiresAt));
+    const before = mutations.length;
+    await form.getByRole('button', { name: 'Save changes' }).click();
+    await shown(page, panel.getByText(`Key ${k.prefix}… saved (name, plan, meta, expires_at); it applies from the key’s next request.`));
+
+    const sent = mutations.slice(before);
+    assert.equal(sent.length, 1, 'one PATCH');
+    assert.equal(sent[0].method, 'PATCH');
+    assert.equal(sent[0].path, `/_postguard/v1/keys/${k.id}`);
+    assert.match(sent[0].idem ?? '', UUID_RE, 'with an Idempotency-Key');
+    assert.deepEqual(JSON.parse(sent[0].body), { name: 'edited in the browser', plan: 'layered', meta, expires_at: expiresAt });
+    const got = (await gw.admin('GET', `/_postguard/v1/keys/${k.id}`)).json;
+    assert.deepEqual([got.name, got.plan, got.meta, got.expires_at], ['edited in the browser', 'layered', meta, expiresAt]);
+    // From the key's next request: the new plan's policies and the new meta at the origin.
+    const res = await gw.fetch('/orders/2', { headers: bearer(k.key) });
+    assert.equal(res.status, 200);
+    assert.match(res.headers['ratelimit-policy'], /^"burst";q=10;w=600, "hour";q=50;w=3600, "day";q=500;w=86400/);
+    assert.deepEqual(keyMeta(k.prefix), meta);
+    // The detail and the row show it too.
+    assert.deepEqual(JSON.parse(await panel.getByLabel(`Metadata of key ${k.prefix}…`).textContent()), meta);
+    const row = page.locator(`tr[data-key-id="${k.id}"]`);
+    assert.equal(await row.locator('td').nth(2).textContent(), 'layered');
+    assert.equal(await row.locator('td.expires').textContent(), `${shownTime(expiresAt)} (in 5 days)`);
+    assert.equal(await panel.locator('tr[data-policy]').count(), 3);
+
+    // "Never" clears the expiry; an unchanged form sends nothing.
+    await form.getByLabel('Never expires').check();
+    await form.getByRole('button', { name: 'Save changes' }).click();
+    await shown(page, panel.getByText(`Key ${k.prefix}… saved (expires_at); it applies from the key’s next request.`));
+    await form.getByRole('button', { name: 'Save changes' }).click();
+    await shown(page, panel.getByText('Nothing changed.'));
+    const more = mutations.slice(before + 1);
+    assert.equal(more.length, 1);
+    assert.deepEqual(JSON.parse(more[0].body), { expires_at: null });
+    assert.match(more[0].idem ?? '', UUID_RE);
+    assert.notEqual(more[0].idem, sent[0].idem, 'a new Idempotency-Key per submit');
+    assert.equal((await gw.admin('GET', `/_postguard/v1/keys/${k.id}`)).json.expires_at, null);
+    assert.equal(await row.locator('td.expires').textContent(), 'never');
+    await assertNothingRan(page);
+  });
+
+  it('refuses invalid metadata in the page (sends nothing) and shows the gateway’s problem detail on a 4xx', async () => {
+    const k = await opsKey({ plan: 'big', meta: { tenant: 't1' } });
+    const panel = await openKey(k);
+    const form = panel.getByRole('form', { name: `Edit key ${k.prefix}…` });
+    const metaField = form.getByLabel('Metadata (JSON)');
+    const save = form.getByRole('button', { name: 'Save changes' });
+    const before = mutations.length;
+    const cases = [
+      ['{"tenant": ', /^Metadata is not valid JSON: .+ Nothing was sent\.$/],
+      ['[1, 2]', /^Metadata must be a JSON object/],
+      [JSON.stringify({ big: 'x'.repeat(1100) }), /^Metadata is 1110 bytes of JSON; at most 1024 \(1 KiB\)\. Nothing was sent\.$/],
+    ];
+    for (const [text, expected] of cases) {
+      await metaField.fill(text);
+      await save.click();
+      await shown(page, panel.getByRole('alert').filter({ hasText: expected }));
+      assert.equal(await metaField.getAttribute('aria-invalid'), 'true');
+    }
+    // A request the page does send, after those: the only PATCH recorded is this one.
+    await metaField.fill(JSON.stringify({ tenant: 't1' }, null, 2));
+    await form.getByLabel('Plan').fill('nope');
+    await save.click();
+    const alert = panel.getByRole('alert').filter({ hasText: /^400 VALIDATION_ERROR: plan: unknown plan 'nope' \(configured: [^)]*\) \(request req_/ });
+    await shown(page, alert);
+    assert.equal(await metaField.getAttribute('aria-invalid'), null);
+    const sent = mutations.slice(before);
+    assert.deepEqual(sent.map((m) => JSON.parse(m.body)), [{ plan: 'nope' }], 'nothing was sent for the invalid metadata');
+    const got = (await gw.admin('GET', `/_postguard/v1/keys/${k.id}`)).json;
+    assert.deepEqual([got.plan, got.meta], ['big', { tenant: 't1' }]);
+    // Chromium logs the 400 it was meant to get as a console error: that one, and nothing else.
+    const expected = /Failed to load resource: the server responded with a status of 400/;
+    await poll(() => page.trouble.some((t) => expected.test(t)), { message: 'the console line of the 400' });
+    page.trouble.splice(page.trouble.findIndex((t) => expected.test(t)), 1);
+    await assertNothingRan(page);
+  });
+
+  it('rerolls after a confirm step with a grace choice: the new key is shown once, both secrets work, the old one’s end is shown', async () => {
+    // Windows far longer than the test: the two secrets' remaining counts are consecutive.
+    const k = await opsKey({ plan: 'layered' });
+    assert.equal((await gw.fetch('/orders/1', { headers: bearer(k.key) })).status, 200);
+    const panel = await openKey(k);
+    // Cancel sends nothing.
+    const before = mutations.length;
+    await panel.getByRole('button', { name: `Reroll key ${k.prefix}…`, exact: true }).click();
+    await panel.getByRole('button', { name: `Cancel rerolling key ${k.prefix}…`, exact: true }).click();
+    await panel.getByRole('button', { name: `Reroll key ${k.prefix}…`, exact: true }).click();
+    const confirmForm = panel.getByRole('form', { name: `Reroll key ${k.prefix}…`, exact: true });
+    const grace = confirmForm.getByLabel('The current secret keeps working for');
+    assert.equal(await grace.inputValue(), '86400', '24 h by default');
+    assert.deepEqual(await grace.locator('option').allTextContents(), ['1 hour', '24 hours', '7 days']);
+    await grace.selectOption('3600');
+    const answer = page.waitForResponse((r) => r.url().endsWith(`/_postguard/v1/keys/${k.id}/reroll`));
+    const clickedAt = Date.now();
+    await confirmForm.getByRole('button', { name: `Confirm reroll of key ${k.prefix}…`, exact: true }).click();
+    const rerolled = await (await answer).json();
+    assert.equal((await answer).status(), 201);
+    const newKey = await shown(page, panel.locator('.secret-value'));
+    assert.equal(newKey, rerolled.key);
+    assert.match(newKey, /^pgk_[A-Za-z0-9_-]{43}$/);
+    assert.equal(newKey.slice(0, 12), k.prefix, 'the same public prefix');
+    assert.notEqual(newKey, k.key);
+    assert.equal(await panel.getByRole('button', { name: /^Copy new api key/ }).count(), 1);
+    assert.ok(rerolled.previous_expires_at >= clickedAt + 3_600_000 && rerolled.previous_expires_at <= Date.now() + 3_600_000, `previous_expires_at ${rerolled.previous_expires_at}: 1 h`);
+    assert.equal(await panel.locator('.previous-until').textContent(), `The previous secret works until ${shownTime(rerolled.previous_expires_at)} (in 1 hour).`);
+    await panel.getByText(`Key ${k.prefix}… rerolled.`).waitFor();
+    const sent = mutations.slice(before);
+    assert.deepEqual(sent.map((m) => [m.method, m.path, JSON.parse(m.body)]), [['POST', `/_postguard/v1/keys/${k.id}/reroll`, { grace_s: 3600 }]]);
+    assert.match(sent[0].idem ?? '', UUID_RE);
+    // Both secrets work, on one budget.
+    const viaNew = await gw.fetch('/orders/2', { headers: bearer(newKey) });
+    const viaOld = await gw.fetch('/orders/3', { headers: bearer(k.key) });
+    assert.deepEqual([viaNew.status, viaOld.status], [200, 200]);
+    assert.equal(Number(viaOld.headers['x-ratelimit-remaining']), Number(viaNew.headers['x-ratelimit-remaining']) - 1);
+    await shot(page, 'keys-reroll');
+    // Shown once: the key's detail opened again has no secret, nor has the page.
+    await openKey(k);
+    assert.equal(await page.locator('.secret-value').count(), 0);
+    assert.ok(!(await page.content()).includes(newKey), 'the new key is nowhere on the page any more');
+    await assertNothingRan(page);
+  });
+});
+
+describe('the dashboard, signed in with an API key of several policies', () => {
+  it('shows the key’s expiry, every policy’s remaining and its in-flight slots', async () => {
+    const expiresAt = Date.now() + 2 * DAY_MS;
+    const k = await opsKey({ plan: 'layered', expires_at: expiresAt });
+    for (let i = 0; i < 2; i++) assert.equal((await gw.fetch(`/orders/${i}`, { headers: bearer(k.key) })).status, 200);
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await newPage(context);
+    try {
+      await page.goto(`${gw.url}/_postguard/dashboard/`);
+      await page.getByLabel('API key or operator token').fill(k.key);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      const limit = page.locator('section', { has: page.getByRole('heading', { name: 'This key’s limit' }) });
+      await shown(page, limit);
+      const text = await limit.textContent();
+      assert.ok(text.includes(`expires${shownTime(expiresAt)} (in 2 days)`), text);
+      const rows = await limit.locator('tr[data-policy]').evaluateAll((trs) =>
+        trs.map((tr) => [tr.dataset.policy, ...[...tr.querySelectorAll('td')].slice(0, 2).map((td) => td.textContent.trim())]));
+      assert.deepEqual(rows, [['burst', '10', '8'], ['hour', '50', '48'], ['day', '500', '498']]);
+      assert.equal(await limit.getByRole('meter', { name: 'burst: 8 of 10 remaining' }).count(), 1);
+      assert.equal(await limit.locator('.inflight').textContent(), '0 of 2 in-flight slots in use ');
+      await shot(page, 'key-limit');
+      axeFindings.keyLimit = await axe(page, 'Statistics with an API key');
+      await assertNothingRan(page);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
 describe('the dashboard at 375 px wide', () => {
   it('every view fits the viewport (wide tables scroll inside their own region)', async () => {
     const context = await browser.newContext({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 1 });
@@ -464,6 +768,25 @@ describe('the dashboard at 375 px wide', () => {
         assert.ok(width <= 375, `${name}: page is ${width} px wide`);
         if (name === 'Statistics') await shot(page, 'statistics-375px');
       }
+      await assertNothingRan(page);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('the operator’s Keys view fits too, a key’s detail open', async () => {
+    const context = await browser.newContext({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 1 });
+    const page = await newPage(context);
+    try {
+      const k = await opsKey({ plan: 'layered', meta: { tenant: 'narrow' } });
+      await signInAsOperator(page);
+      await view(page, 'Keys');
+      await page.getByRole('button', { name: `Details of key ${k.prefix}` }).click();
+      await page.getByRole('form', { name: `Edit key ${k.prefix}…` }).waitFor();
+      await page.waitForLoadState('networkidle');
+      const width = await page.evaluate(() => document.documentElement.scrollWidth);
+      assert.ok(width <= 375, `Keys: page is ${width} px wide`);
+      await shot(page, 'keys-375px');
       await assertNothingRan(page);
     } finally {
       await context.close();

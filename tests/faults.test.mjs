@@ -123,7 +123,9 @@ describe('rate limit under simultaneous bursts', () => {
       const k = await gw.createKey({ project: 'faults-rl', plan: 'rl10' });
       const reqs = Array.from({ length: 10 * RL_N }, (_, i) => ({ path: `/faults/rl?t=${t}&i=${i}`, headers: bearer(k.key) }));
       const res = await burst(gw.url, reqs);
-      const ok = res.filter((r) => r.status >= 200 && r.status < 300);
+      // Admitted = not refused: a request the origin was too slow for on a loaded machine
+      // (504 ORIGIN_TIMEOUT) was admitted and forwarded all the same.
+      const ok = res.filter((r) => (r.status >= 200 && r.status < 300) || (r.status === 504 && r.json?.code === 'ORIGIN_TIMEOUT'));
       const limited = res.filter((r) => r.status === 429);
       admittedPerTrial.push(ok.length);
       const other = res.filter((r) => !ok.includes(r) && !limited.includes(r));
@@ -145,7 +147,6 @@ describe('rate limit under simultaneous bursts', () => {
         problems.push(`trial ${t}: origin saw ${seen.length} requests ${JSON.stringify(seen)}, admitted ${admittedIds.length} ${JSON.stringify(admittedIds)}`);
       }
     }
-    assert.ok(admittedPerTrial.every((n) => n <= RL_N), `never more than ${RL_N} admitted: ${JSON.stringify(admittedPerTrial)}`);
     assert.deepEqual(admittedPerTrial, Array(TRIALS).fill(RL_N), `exactly ${RL_N} admitted per trial: ${JSON.stringify(admittedPerTrial)}`);
     assert.deepEqual(problems.slice(0, 10), [], `${problems.length} problems`);
     console.log(`# faults-ratelimit: ${JSON.stringify({ trials: TRIALS, burst: 10 * RL_N, admitted: admittedPerTrial })}`);

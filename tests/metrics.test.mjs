@@ -1,4 +1,5 @@
-// Metrics (CONTRACT §15, issue 27 item 1): one Analytics Engine data point per request,
+// Metrics (CONTRACT §15, issue 27 item 1): one Analytics Engine data point per request and
+// per delivery attempt,
 // written through the real METRICS binding's interface by the real built worker under
 // Miniflare. Miniflare keeps no local dataset to query, so the points are read back from a
 // recorder standing in for the binding (tests/support/metrics-recorder.mjs); the columns
@@ -6,7 +7,8 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
-import { startGateway, poll, bearer, cfg } from './support/gateway.mjs';
+import { startReceiver } from './support/receiver.mjs';
+import { startGateway, poll, bearer, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { prepareRecordingRoot, recordedPoints } from './support/metrics-recorder.mjs';
 
 const CONFIG = {
@@ -14,7 +16,9 @@ const CONFIG = {
   idempotency: { lease_s: 5, routes: [{ method: 'POST', path: '/orders/*', mode: 'required' }] },
   plans: {
     metered: { policies: [{ name: 'burst', requests: 100, window_s: 60 }, { name: 'minute', requests: 12, window_s: 60 }] },
+    roomy: { requests_per_window: 1000, window_s: 60 },
   },
+  webhooks: { schedule_s: [1], timeout_ms: 10000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
 };
 
 let origin;
@@ -103,5 +107,41 @@ describe('a data point per request', () => {
 
     const everything = JSON.stringify(await recordedPoints(gw));
     assert.ok(!everything.includes(key.key), 'no API key in a data point');
+  });
+});
+
+describe('a data point per delivery attempt', () => {
+  it('a failed attempt then a delivered one: outcome, status, attempt number, lag and latency', async () => {
+    const rcv = await startReceiver({ behaviour: (req, n) => (n === 1 ? { status: 503 } : { status: 204 }) });
+    try {
+      const owner = await gw.createKey({ project: 'metrics-hooks', plan: 'roomy' });
+      const sub = await gw.fetch('/_postguard/v1/webhooks', {
+        method: 'POST',
+        headers: { ...bearer(owner.key), 'content-type': 'application/json', 'idempotency-key': 'm-sub' },
+        body: JSON.stringify({ url: `${rcv.url}/hook`, events: ['order.*'] }),
+      });
+      assert.equal(sub.status, 201, sub.text);
+      const evt = await gw.admin('POST', '/_postguard/v1/events', { project: 'metrics-hooks', type: 'order.paid', data: { id: 1 } }, { token: ORIGIN_TOKEN });
+      assert.equal(evt.status, 202, evt.text);
+      const attempts = await poll(async () => {
+        const all = (await recordedPoints(gw)).filter((p) => p.blobs[0] === 'delivery' && p.blobs[3] === sub.json.id);
+        return all.length >= 2 && all;
+      }, { timeout: 30000, message: 'two attempt points' });
+      const cols = attempts.map((p) => ({
+        index: p.index, outcome: p.blobs[1], project: p.blobs[2], type: p.blobs[4], status: p.doubles[0], attempt: p.doubles[2],
+      }));
+      assert.deepEqual(cols, [
+        { index: 'metrics-hooks', outcome: 'failed', project: 'metrics-hooks', type: 'order.paid', status: 503, attempt: 1 },
+        { index: 'metrics-hooks', outcome: 'delivered', project: 'metrics-hooks', type: 'order.paid', status: 204, attempt: 2 },
+      ]);
+      for (const p of attempts) {
+        assert.ok(p.doubles[1] >= 0, `latency ${p.doubles[1]}`);
+        assert.ok(p.doubles[3] >= 0 && p.doubles[3] < 60000, `lag ${p.doubles[3]} ms`);
+      }
+      const [first, second] = attempts.map((p, i) => rcv.requests[i]?.at);
+      assert.ok(second - first >= 900, 'the retry came on the 1 s schedule');
+    } finally {
+      await rcv.close();
+    }
   });
 });

@@ -177,8 +177,20 @@ describe('what counts', () => {
     assert.equal(origin.stats.count('bulk-2'), 0);
   });
 
-  it('requests without a valid key are not counted against anyone and carry no budget', async () => {
-    const res = await gw.fetch('/rl/anon');
-    problem(res, { status: 401, code: 'INVALID_API_KEY' });
+  it('requests without a valid key are charged to no key and carry no key\'s budget', async () => {
+    const k = await gw.createKey({ project: 'rl', plan: 'micro' });
+    const before = (await gw.fetch('/_postguard/v1/me', { headers: bearer(k.key) })).json.remaining;
+    // No key, a malformed one, and one that is the real key's prefix with another secret.
+    const forged = k.key.slice(0, 12) + 'A'.repeat(35);
+    for (const headers of [{}, { authorization: 'Bearer nope' }, bearer(forged)]) {
+      const res = await gw.fetch('/rl/anon', { headers });
+      problem(res, { status: 401, code: 'INVALID_API_KEY' });
+      for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'ratelimit', 'ratelimit-policy']) {
+        assert.equal(res.headers[h], undefined, `a 401 carries no ${h}`);
+      }
+    }
+    const after = (await gw.fetch('/_postguard/v1/me', { headers: bearer(k.key) })).json.remaining;
+    assert.equal(after, before, 'the key whose prefix was used is not charged');
+    assert.equal(forwardedFor(k.prefix), 0, 'nothing reached the origin');
   });
 });

@@ -7,13 +7,14 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import http from 'node:http';
 import { startOrigin, verifySignature, identityOf } from './support/origin.mjs';
+import { rewriteDeliveries } from './support/webhook-shards.mjs';
 import {
   startGateway, problem, poll, cfg, bearer, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
 
 const CONFIG = {
   webhooks: { schedule_s: [1, 1], timeout_ms: 20000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
-  plans: { big: { requests_per_window: 100000 }, small: { requests_per_window: 20 } },
+  plans: { big: { requests_per_window: 100000 }, small: { requests_per_window: 20, gateway: { requests: 20, window_s: 3600 } } },
   rate_limit: { stats_cost: 5 },
 };
 
@@ -131,10 +132,10 @@ describe('fan-out past the queue\'s 100-message batch (issue 15.2)', () => {
     await poll(async () => (await deliveries(p.key, '&status=delivered')).length === 150, { timeout: 60000, message: '150 delivered' });
 
     // Make all 150 overdue (a lost enqueue), then run the cron: it must re-queue every one.
-    const db = await gw.mf.getD1Database('DB');
+    // The rows live in the project's shard (ADR 0035): rewritten through its restore.
     const old = Date.now() - 3_600_000;
-    const upd = await db.prepare("UPDATE deliveries SET status = 'pending', next_attempt_at = ? WHERE project = ?").bind(old, p.name).run();
-    assert.equal(upd.meta.changes, 150);
+    const changes = await rewriteDeliveries(gw, p.name, (d) => ({ ...d, status: 'pending', next_attempt_at: old }));
+    assert.equal(changes, 150);
     await (await gw.mf.getWorker()).scheduled({ cron: '17 3 * * *' });
     await poll(() => rcv.seen.length >= 300, { timeout: 120000, message: '150 re-queued deliveries' });
     await poll(async () => (await deliveries(p.key, '&status=delivered')).length === 150, { timeout: 60000, message: 'delivered again' });
@@ -322,13 +323,16 @@ describe('endpoints whose cost a caller controls (issue 15.6)', () => {
     assert.deepEqual(await paths(`/Case?${tag}`), [], '? is literal');
   });
 
-  it('/audit and /stats consume the key\'s budget (audit_cost 1 by default, stats_cost 5 as configured); /me and the webhook endpoints do not', async () => {
+  it('/audit and /stats consume the key\'s gateway policy (audit_cost 1 by default, stats_cost 5 as configured), never its API budget; /me and the webhook endpoints cost nothing', async () => {
     const p = await project('budget', 'small');
     const remaining = (res) => Number(res.headers['x-ratelimit-remaining']);
     const me = await api('GET', '/_postguard/v1/me', p.key);
-    const start = me.json.remaining;
-    assert.equal(start, 20);
-    assert.equal((await api('GET', '/_postguard/v1/webhooks', p.key)).status, 200);
+    assert.equal(me.json.remaining, 20, 'the API budget');
+    const hooks = await api('GET', '/_postguard/v1/webhooks', p.key);
+    assert.equal(hooks.status, 200);
+    assert.equal(hooks.headers['ratelimit-policy'], '"gateway";q=20;w=3600', 'gateway endpoints answer with the gateway policy');
+    const start = remaining(hooks);
+    assert.equal(start, 20, 'listing webhooks cost nothing');
     const audit = await api('GET', '/_postguard/v1/audit', p.key);
     assert.equal(audit.status, 200, audit.text);
     assert.equal(remaining(audit), start - 1);
@@ -339,7 +343,7 @@ describe('endpoints whose cost a caller controls (issue 15.6)', () => {
     const refused = await api('GET', '/_postguard/v1/stats', p.key); // 4 left, costs 5
     problem(refused, { status: 429, code: 'RATE_LIMIT_EXCEEDED' });
     assert.ok(refused.headers['retry-after']);
-    assert.equal((await api('GET', '/_postguard/v1/me', p.key)).json.remaining, 4);
+    assert.equal((await api('GET', '/_postguard/v1/me', p.key)).json.remaining, 20, 'the API budget untouched');
   });
 
   it('an unknown API key is remembered briefly: a key appearing in KV is not looked up until the entry expires', async () => {

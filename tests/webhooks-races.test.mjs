@@ -14,6 +14,7 @@ import path from 'node:path';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver, verifyBoth } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
+import { rewriteDeliveries } from './support/webhook-shards.mjs';
 
 const QUEUE = 'postguard-deliveries';
 // A long schedule: the automatic follow-up of a failed attempt never fires within a test, so every
@@ -71,7 +72,8 @@ async function setup(g, tag, rcv) {
     }, { timeout, interval: 100, message }).catch((e) => {
       throw new Error(`${e.message}; last: ${JSON.stringify(last)}`);
     });
-  return { name, key, api, sub: sub.json, eventId: pub.json.id, id: row.id, get, wait };
+  const job = { delivery_id: row.id, project: name, subscription_id: sub.json.id };
+  return { name, key, api, sub: sub.json, eventId: pub.json.id, id: row.id, job, get, wait };
 }
 
 /** Dispatch one batch per job, all at once, straight into the consumer. */
@@ -116,11 +118,12 @@ describe('delivery races (batches dispatched concurrently)', { concurrency: true
       assert.ok(Number.isInteger(failed.next_attempt_at), JSON.stringify(failed));
       // Its next attempt falls due now (rather than in 60 s): the job the queue then hands to a
       // consumer, next to a manual retry's job.
+      // The delivery lives in its project's shard (ADR 0035): rewritten through its restore.
       const due = Date.now();
-      const db = await gw.mf.getD1Database('DB');
-      await db.prepare('UPDATE deliveries SET next_attempt_at = ? WHERE id = ?').bind(due, s.id).run();
-      const scheduled = { delivery_id: s.id, not_before: due };
-      const manual = { delivery_id: s.id, manual: true };
+      assert.equal(await rewriteDeliveries(gw, s.name, (x) => ({ ...x, next_attempt_at: due })), 1);
+      // The jobs as the gateway writes them: the delivery with its project and subscription.
+      const scheduled = { ...s.job, not_before: due };
+      const manual = { ...s.job, manual: true };
       await dispatchAtOnce(gw, round === 2 ? [manual, scheduled] : [scheduled, manual]);
 
       const d = await s.wait((x) => x.status === 'delivered' && x.attempts.length === 3, 'delivered, and the slow attempt recorded');
@@ -148,7 +151,7 @@ describe('delivery races (batches dispatched concurrently)', { concurrency: true
     const s = await setup(gw, 'manual', rcv);
     await s.wait((d) => d.status === 'dead_letter' && d.attempts.length === 1, 'attempt 1 dead-lettered (401)');
     const k = 4;
-    await dispatchAtOnce(gw, Array.from({ length: k }, () => ({ delivery_id: s.id, manual: true })));
+    await dispatchAtOnce(gw, Array.from({ length: k }, () => ({ ...s.job, manual: true })));
     const d = await s.wait((x) => x.attempts.length === k + 1, `${k} manual retries recorded`);
     const expected = Array.from({ length: k + 1 }, (_, i) => i + 1);
     assert.deepEqual(logged(d), expected, `attempt numbers in the log: ${JSON.stringify(d.attempts)}`);

@@ -65,6 +65,12 @@ export interface CallOptions {
   body?: unknown;
   /** Another credential than the signed-in one (sign-in checks), or null for none. */
   token?: string | null;
+  /**
+   * Sent as `Idempotency-Key` (CONTRACT §13): a new one per submit of a
+   * mutating form (`newIdempotencyKey()`); the gateway runs a submit at most
+   * once and answers a repeat of it with the stored answer.
+   */
+  idempotencyKey?: string;
 }
 
 let current: Credential | null = null;
@@ -87,6 +93,7 @@ export async function call<T>(method: string, path: string, opts: CallOptions = 
   const headers: Record<string, string> = { accept: 'application/json' };
   const token = opts.token === undefined ? current?.token : opts.token;
   if (token) headers.authorization = `Bearer ${token}`;
+  if (opts.idempotencyKey) headers['idempotency-key'] = opts.idempotencyKey;
   let body: string | undefined;
   if (opts.body !== undefined) {
     body = JSON.stringify(opts.body);
@@ -114,19 +121,54 @@ export async function call<T>(method: string, path: string, opts: CallOptions = 
   return json as T;
 }
 
+/**
+ * A fresh Idempotency-Key (a random UUID). `crypto.randomUUID` exists only in
+ * secure contexts; a gateway reached over plain http elsewhere than localhost
+ * still gets 122 random bits from `getRandomValues`, which exists everywhere.
+ */
+export function newIdempotencyKey(): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 export function describe(e: unknown): string {
   return e instanceof ApiError ? e.describe() : e instanceof Error ? e.message : String(e);
 }
 
-// The resources (CONTRACT §10 "Resources").
-export interface Me {
-  prefix: string;
-  project: string;
-  plan: string;
+// The resources (CONTRACT §10 "Resources", §13).
+
+/** One named policy's state now (`reset`: epoch seconds). */
+export interface PolicyState {
+  name: string;
   limit: number;
   remaining: number;
   reset: number;
   window_s: number;
+}
+
+/** The concurrency quota: requests of the key in flight at the origin. */
+export interface Inflight {
+  limit: number;
+  in_use: number;
+}
+
+export interface Me {
+  prefix: string;
+  project: string;
+  plan: string;
+  /** `limit`…`window_s`: the binding policy. */
+  limit: number;
+  remaining: number;
+  reset: number;
+  window_s: number;
+  /** Epoch ms; null: never. */
+  expires_at?: number | null;
+  policies?: PolicyState[];
+  inflight?: Inflight;
 }
 
 export interface Page<T> {
@@ -225,5 +267,26 @@ export interface KeyRecord {
   name: string | null;
   created_at: number;
   revoked_at: number | null;
+  /** Epoch ms; null: never. */
+  expires_at?: number | null;
+  /** null in the listing; `GET /keys/{id}` has it. */
+  meta?: Record<string, unknown> | null;
+  overrides?: Record<string, unknown> | null;
+  updated_at?: number;
   key?: string;
+  /** The listing's: whether the key has metadata / overrides. */
+  has_meta?: boolean;
+  has_overrides?: boolean;
+}
+
+/** `GET /keys/{id}`: the key with its meta, overrides and each policy's state. */
+export interface KeyDetail extends KeyRecord {
+  policies: PolicyState[];
+  inflight?: Inflight;
+}
+
+/** `POST /keys/{id}/reroll`: the new secret (shown once) and the old one's end. */
+export interface Rerolled extends KeyRecord {
+  key: string;
+  previous_expires_at: number;
 }

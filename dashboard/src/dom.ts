@@ -156,3 +156,57 @@ export function secretBox(label: string, value: string): HTMLDivElement {
     h('div', { class: 'row' }, copy, note),
   );
 }
+
+const RELATIVE = new Intl.RelativeTimeFormat('en', { numeric: 'always' });
+
+/** How far `ms` is from `now` in words: "in 3 days", "in 1 hour", "5 minutes ago". */
+export function relative(ms: number, now = Date.now()): string {
+  const d = ms - now;
+  const a = Math.abs(d);
+  const [n, unit]: [number, Intl.RelativeTimeFormatUnit] =
+    a < 45_000
+      ? [d / 1000, 'second']
+      : a < 45 * 60_000
+        ? [d / 60_000, 'minute']
+        : a < 36 * 3_600_000
+          ? [d / 3_600_000, 'hour']
+          : [d / 86_400_000, 'day'];
+  return RELATIVE.format(Math.round(n), unit);
+}
+
+/** A key's expiry as the views show it: "never", "expired (…)", or the date and how far. */
+export function expiry(ms: number | null | undefined, now = Date.now()): string {
+  if (ms === null || ms === undefined) return 'never';
+  if (ms <= now) return `expired (${time(ms)})`;
+  return `${time(ms)} (${relative(ms, now)})`;
+}
+
+/** A datetime-local input's value, read as UTC, in epoch ms (undefined when empty or invalid). */
+export function fromUtcInput(v: string): number | undefined {
+  if (!v) return undefined;
+  const ms = Date.parse(`${v}Z`);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+/** Epoch ms as a datetime-local value in UTC, to the second. */
+export function toUtcInput(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 19);
+}
+
+/**
+ * A small bar of `value` out of `max`: a native <meter> (no inline style, which
+ * the CSP forbids), named for assistive technology. `goodWhen` says which end is
+ * healthy, so the browser colours a nearly spent budget (or a nearly full quota).
+ */
+export function meter(label: string, value: number, max: number, goodWhen: 'high' | 'low'): HTMLMeterElement {
+  const top = Math.max(max, 1);
+  return h('meter', {
+    min: 0,
+    max: top,
+    value: Math.min(Math.max(value, 0), top),
+    low: top * 0.2,
+    high: top * 0.8,
+    optimum: goodWhen === 'high' ? top : 0,
+    'aria-label': label,
+  });
+}

@@ -250,7 +250,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         q = q.cursor(c);
     }
     let page = q.execute().await.map_err(|_| bad_cursor())?;
-    let data: Vec<KeyRecord> = page
+    let data: Vec<keys::ListedKey> = page
         .keys
         .into_iter()
         .filter_map(|k| k.metadata.and_then(|m| serde_json::from_value(m).ok()))

@@ -5,3 +5,4 @@
 pub mod audit_shard;
 pub mod client;
 pub mod key_guard;
+pub mod webhook_shard;

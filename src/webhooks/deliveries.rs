@@ -1,22 +1,31 @@
 //! The delivery log (`/_postguard/v1/deliveries`): list with filters and
-//! cursor, one delivery with every attempt, manual retry and redirect.
+//! cursor (newest first across the project's shards and the legacy rows),
+//! one delivery with every attempt, manual retry and redirect (ADR 0035).
 
 use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
+use postguard_core::config::Config;
 use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::ops::check_target_url;
+use postguard_core::webhooks::records::{
+    AttemptRecord, DeliveryQuery, DeliveryRecord, Detail, Manual,
+};
+use postguard_core::webhooks::shard::ShardKey;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
-use worker::{Env, Result};
+use worker::{Env, Request};
 
-use super::{num, policy, text, Job};
 use crate::admin::Ctx;
+
+use super::shards::{self, ops};
+use super::{policy, Job};
+use crate::durable::webhook_shard::ManualReq;
 use crate::reject::Handled;
-use crate::runtime::RequestCtx;
+use crate::runtime::{now_ms, RequestCtx};
 use crate::{bindings, http};
 
-#[derive(Serialize, Deserialize, Clone)]
+/// A delivery as the log shows it.
+#[derive(Serialize)]
 pub struct Delivery {
     pub id: String,
     pub event_id: String,
@@ -31,7 +40,24 @@ pub struct Delivery {
     pub request_id: Option<String>,
 }
 
-#[derive(Serialize, Deserialize)]
+impl Delivery {
+    fn of(d: DeliveryRecord, request_id: Option<String>) -> Delivery {
+        Delivery {
+            id: d.id,
+            event_id: d.event_id,
+            event_type: d.event_type,
+            subscription_id: d.subscription_id,
+            url: d.url,
+            status: d.status,
+            attempts_made: d.attempts_made,
+            next_attempt_at: d.next_attempt_at,
+            created_at: d.created_at,
+            request_id,
+        }
+    }
+}
+
+#[derive(Serialize)]
 struct Attempt {
     attempt: u32,
     url: String,
@@ -43,8 +69,24 @@ struct Attempt {
     at: u64,
     next_retry_at: Option<u64>,
     /// The X-Request-Id of the publish request (the delivery's `request_id`).
-    #[serde(default)]
     publish_request_id: Option<String>,
+}
+
+impl Attempt {
+    fn of(a: AttemptRecord, publish_request_id: Option<String>) -> Attempt {
+        Attempt {
+            attempt: a.attempt,
+            url: a.url,
+            status_code: a.status_code,
+            error: a.error,
+            response_excerpt: a.response_excerpt,
+            duration_ms: a.duration_ms,
+            request_id: a.request_id,
+            at: a.at,
+            next_retry_at: a.next_retry_at,
+            publish_request_id,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -57,25 +99,15 @@ struct WithAttempts {
     attempts: Vec<Attempt>,
 }
 
-#[derive(Deserialize)]
-struct Payload {
-    payload: String,
-}
-
 #[derive(Serialize)]
 struct Page {
     data: Vec<Delivery>,
     next_cursor: Option<String>,
 }
 
-const COLUMNS: &str = "d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, d.attempts_made, d.next_attempt_at, d.created_at, r.request_id \
-     FROM deliveries d LEFT JOIN event_requests r ON r.project = d.project AND r.event_id = d.event_id";
-
-pub async fn list(cx: &Ctx<'_>) -> Handled {
-    let (req, env, rc) = (&cx.req, cx.env, cx.rc);
-    let project = cx.project()?;
-    let mut sql = format!("SELECT {COLUMNS} WHERE d.project = ?");
-    let mut args: Vec<JsValue> = vec![text(project)];
+/// The query string as a [`DeliveryQuery`] and a page size.
+fn parse_query(req: &Request) -> Handled<(DeliveryQuery, u32)> {
+    let mut q = DeliveryQuery::default();
     let mut limit = 50u32;
     let pairs: Vec<(String, String)> = req
         .url()?
@@ -86,32 +118,21 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         let parsed: std::result::Result<(), String> = (|| {
             match k.as_str() {
                 "status" => {
-                    let s = Status::parse(v)
-                        .ok_or_else(|| format!("status: must be one of {}", Status::list()))?;
-                    sql.push_str(" AND status = ?");
-                    args.push(text(s.as_str()));
+                    q.status = Some(
+                        Status::parse(v)
+                            .ok_or_else(|| format!("status: must be one of {}", Status::list()))?,
+                    );
                 }
                 "event_type" => {
                     if v.is_empty() || v.len() > 128 {
                         return Err("event_type: must be 1-128 characters".to_string());
                     }
-                    sql.push_str(" AND event_type = ?");
-                    args.push(text(v));
+                    q.event_type = Some(v.clone());
                 }
-                "since" => {
-                    sql.push_str(" AND created_at >= ?");
-                    args.push(num(parse_time("since", v)?));
-                }
-                "until" => {
-                    sql.push_str(" AND created_at <= ?");
-                    args.push(num(parse_time("until", v)?));
-                }
+                "since" => q.since = Some(parse_time("since", v)?),
+                "until" => q.until = Some(parse_time("until", v)?),
                 "limit" => limit = parse_limit(Some(v))?,
-                "cursor" => {
-                    let (t, id) = decode_cursor(v)?;
-                    sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
-                    args.extend([num(t), num(t), text(&id)]);
-                }
+                "cursor" => q.before = Some(decode_cursor(v)?),
                 other => {
                     return Err(format!(
                         "{}: unknown parameter",
@@ -123,68 +144,57 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         })();
         parsed.map_err(Invalid)?;
     }
-    sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
-    args.push(num(u64::from(limit) + 1));
-    let mut data: Vec<Delivery> = env
-        .d1(bindings::DB)?
-        .prepare(sql)
-        .bind(&args)?
-        .all()
-        .await?
-        .results()?;
-    let next_cursor = if data.len() > limit as usize {
-        data.truncate(limit as usize);
-        data.last().map(|d| encode_cursor(d.created_at, &d.id))
+    Ok((q, limit))
+}
+
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let project = cx.project()?;
+    let (q, limit) = parse_query(&cx.req)?;
+    let mut rows = shards::page_deliveries(env, project, &q, limit + 1).await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|d| encode_cursor(d.created_at, &d.id))
     } else {
         None
     };
+    let data = rows
+        .into_iter()
+        .map(|mut d| {
+            let request_id = d.request_id.take();
+            Delivery::of(d, request_id)
+        })
+        .collect();
     http::json(rc, 200, &Page { data, next_cursor }, &[])
 }
 
-pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Delivery>> {
-    env.d1(bindings::DB)?
-        .prepare(format!("SELECT {COLUMNS} WHERE d.id = ? AND d.project = ?"))
-        .bind(&[text(id), text(project)])?
-        .first(None)
-        .await
+/// Delivery `id` of `project` with its attempts and event, and its shard.
+async fn load(env: &Env, cfg: &Config, project: &str, id: &str) -> Handled<(ShardKey, Detail)> {
+    shards::find(env, cfg, project, id, now_ms())
+        .await?
+        .ok_or_else(|| Problem::not_found("delivery", id).into())
 }
 
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (env, rc) = (cx.env, cx.rc);
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
-    let Some(delivery) = load(env, project, id).await? else {
-        return Err(Problem::not_found("delivery", id).into());
+    let (_, detail) = load(env, cfg, project, id).await?;
+    let request_id = detail.event.as_ref().and_then(|e| e.request_id.clone());
+    let payload = detail
+        .event
+        .as_ref()
+        .and_then(|e| serde_json::from_slice(e.payload.as_bytes()).ok());
+    let attempts = detail
+        .attempts
+        .into_iter()
+        .map(|a| Attempt::of(a, request_id.clone()))
+        .collect();
+    let body = WithAttempts {
+        delivery: Delivery::of(detail.delivery, request_id),
+        payload,
+        attempts,
     };
-    let mut attempts: Vec<Attempt> = env
-        .d1(bindings::DB)?
-        .prepare(
-            "SELECT attempt, url, status_code, error, response_excerpt, duration_ms, request_id, at, next_retry_at \
-             FROM attempts WHERE delivery_id = ? ORDER BY at, attempt",
-        )
-        .bind(&[text(id)])?
-        .all()
-        .await?
-        .results()?;
-    for a in &mut attempts {
-        a.publish_request_id.clone_from(&delivery.request_id);
-    }
-    let payload: Option<Payload> = env
-        .d1(bindings::DB)?
-        .prepare("SELECT payload FROM events WHERE project = ? AND id = ?")
-        .bind(&[text(project), text(&delivery.event_id)])?
-        .first(None)
-        .await?;
-    let payload = payload.and_then(|p| serde_json::from_slice(p.payload.as_bytes()).ok());
-    http::json(
-        rc,
-        200,
-        &WithAttempts {
-            delivery,
-            payload,
-            attempts,
-        },
-        &[],
-    )
+    http::json(rc, 200, &body, &[])
 }
 
 #[derive(Serialize)]
@@ -195,14 +205,33 @@ struct Queued<'a> {
     status: &'static str,
 }
 
-/// Queues a manual attempt (a retry, or a redirect to `redirect_url`) → 202.
+/// Claims a manual attempt in the delivery's shard (409 past the bound),
+/// then queues it (a retry, or a redirect to `redirect_url`) → 202.
 async fn queue_manual(
     env: &Env,
+    cfg: &Config,
     rc: &RequestCtx,
-    d: &Delivery,
+    shard: &ShardKey,
+    id: &str,
     redirect_url: Option<String>,
 ) -> Handled {
-    let job = Job::manual(d.id.clone(), redirect_url);
+    let req = ManualReq {
+        delivery_id: id.to_string(),
+        max: cfg.settings.webhooks.manual_attempts_per_delivery,
+        now: now_ms(),
+    };
+    let d = match shards::call(env, shard, ops::MANUAL, &req).await? {
+        Manual::Queued { delivery } => delivery,
+        Manual::LimitReached => {
+            return Err(postguard_core::webhooks::capacity::manual_refused(&cfg.settings).into())
+        }
+        Manual::NotFound => return Err(Problem::not_found("delivery", id).into()),
+    };
+    let job = Job {
+        project: Some(shard.project.clone()),
+        subscription_id: Some(d.subscription_id.clone()),
+        ..Job::manual(d.id.clone(), redirect_url)
+    };
     env.queue(bindings::DELIVERIES)?.send(job).await?;
     let queued = Queued {
         id: &d.id,
@@ -216,11 +245,8 @@ async fn queue_manual(
 pub async fn retry(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
-    let Some(d) = load(env, project, id).await? else {
-        return Err(Problem::not_found("delivery", id).into());
-    };
-    super::usage::manual(env, cfg, project, &d.id).await?;
-    queue_manual(env, rc, &d, None).await
+    let (shard, detail) = load(env, cfg, project, id).await?;
+    queue_manual(env, cfg, rc, &shard, &detail.delivery.id, None).await
 }
 
 #[derive(Deserialize)]
@@ -234,17 +260,13 @@ struct RedirectBody {
 pub async fn redirect(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
-    let body = &cx.body;
     // The URL rules, with the configured public URL's capture URLs exempt
     // (never the origin a request's `Host` claims); the consumer checks again
     // right before it sends.
-    let url = match serde_json::from_slice::<RedirectBody>(body) {
+    let url = match serde_json::from_slice::<RedirectBody>(&cx.body) {
         Ok(b) => check_target_url(&b.url, cfg.settings.public_origin(), &policy(cfg))?,
         Err(e) => return Err(Invalid(format!("body must be a JSON object {{url}}: {e}")).into()),
     };
-    let Some(d) = load(env, project, id).await? else {
-        return Err(Problem::not_found("delivery", id).into());
-    };
-    super::usage::manual(env, cfg, project, &d.id).await?;
-    queue_manual(env, rc, &d, Some(url)).await
+    let (shard, detail) = load(env, cfg, project, id).await?;
+    queue_manual(env, cfg, rc, &shard, &detail.delivery.id, Some(url)).await
 }

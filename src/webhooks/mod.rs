@@ -9,21 +9,25 @@
 
 pub mod consumer;
 pub mod deliveries;
+pub mod directory;
 pub mod feed;
 pub mod group;
 pub mod inspectors;
 pub mod ops;
 pub mod publish;
 pub mod retention;
+pub mod sender;
+pub mod shards;
 pub mod subscriptions;
 pub mod usage;
+pub mod write;
 
 use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::webhooks::url_guard::UrlPolicy;
 use serde::{Deserialize, Serialize};
 
-pub use crate::d1::{num, opt_text, text};
+pub use crate::d1::{num, text};
 
 /// One delivery attempt to make (the wire form of
 /// `postguard_core::webhooks::delivery::Job`). Attempts are numbered when
@@ -33,6 +37,13 @@ pub use crate::d1::{num, opt_text, text};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub delivery_id: String,
+    /// The delivery's project and subscription: with the id, they name its
+    /// shard and its receiver without a lookup (ADR 0035). Absent in the
+    /// messages of the deployment before the shards (legacy D1 rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscription_id: Option<String>,
     /// The planned time of a scheduled attempt (epoch ms). It is the job's
     /// identity: a scheduled job runs only while it equals the delivery's
     /// `next_attempt_at`, so a superseded job (after a manual retry took over
@@ -56,6 +67,9 @@ pub struct Job {
     pub slot: Option<u64>,
 }
 
+/// A message of the delivery queue (or its dead-letter queue).
+pub type Msg = worker::Message<serde_json::Value>;
+
 /// A step of a background task (bulk recover), on the same queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskStep {
@@ -63,9 +77,20 @@ pub struct TaskStep {
 }
 
 impl Job {
+    /// The scheduled attempt of a stored delivery of `project`.
+    pub fn first(project: &str, j: &postguard_core::webhooks::records::FirstJob) -> Job {
+        Job {
+            project: Some(project.to_string()),
+            subscription_id: Some(j.subscription_id.clone()),
+            ..Job::scheduled(j.delivery_id.clone(), j.at)
+        }
+    }
+
     pub fn scheduled(delivery_id: String, at: u64) -> Job {
         Job {
             delivery_id,
+            project: None,
+            subscription_id: None,
             not_before: Some(at),
             redirect_url: None,
             manual: false,
@@ -77,6 +102,8 @@ impl Job {
     pub fn manual(delivery_id: String, redirect_url: Option<String>) -> Job {
         Job {
             delivery_id,
+            project: None,
+            subscription_id: None,
             not_before: None,
             redirect_url,
             manual: true,

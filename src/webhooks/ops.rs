@@ -1,29 +1,32 @@
 //! CONTRACT §11 operations on one subscription: the test ping and bulk
 //! recover (a background task through the queue), and `GET /tasks/{id}`.
 
+use crate::log;
+use postguard_core::config::Config;
+use postguard_core::log::Line;
 use postguard_core::webhooks::events::{self, excerpt};
 use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageExt, Result};
 
-use super::consumer::{self, Msg, Outgoing, Secrets};
+use postguard_core::webhooks::records::{RecoverStep, Recovered};
+use postguard_core::webhooks::shard::ShardKey;
+
+use super::directory::{
+    self,
+    tasks::{self, Task},
+};
+use super::sender::{self, Outgoing, Secrets};
+use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
-use super::{new_id, num, text, Job, TaskStep};
+use super::{new_id, Job, Msg, TaskStep};
 use crate::admin::Ctx;
+use crate::durable::webhook_shard::{CountReq, RecoverReq};
 use crate::reject::Handled;
 use crate::runtime::now_ms;
 use crate::{bindings, http};
-
-#[derive(Deserialize)]
-struct SubSecrets {
-    url: String,
-    secret: String,
-    previous_secret: Option<String>,
-    previous_secret_until: Option<u64>,
-}
 
 #[derive(Serialize)]
 struct Ping {
@@ -39,11 +42,7 @@ struct Ping {
 pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
-    let sub: SubSecrets = env
-        .d1(bindings::DB)?
-        .prepare("SELECT url, secret, previous_secret, previous_secret_until FROM subscriptions WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(project)])?
-        .first(None)
+    let sub = directory::subscriptions::secrets(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     let started = now_ms();
@@ -68,7 +67,7 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
         },
     };
     let (result, error, response_excerpt) =
-        consumer::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
+        sender::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
     let status_code = match result {
         AttemptResult::Status { code, .. } => Some(code),
         _ => None,
@@ -82,208 +81,164 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
     http::json(rc, 200, &ping, &[])
 }
 
-#[derive(Serialize, Deserialize)]
-struct Task {
-    id: String,
-    kind: String,
-    state: TaskState,
-    subscription_id: String,
-    total: u32,
-    done: u32,
-    failed: u32,
-    created_at: u64,
-    updated_at: u64,
+/// The project's shards that may hold deliveries created in `[since, until]`,
+/// oldest first.
+async fn shards_in(env: &Env, project: &str, since: u64, until: u64) -> Result<Vec<ShardKey>> {
+    let all = directory::shards_of(env, project).await?;
+    let visit = postguard_core::webhooks::shard::visit_order(all, Some(since), Some(until), false);
+    Ok(visit
+        .into_iter()
+        .map(|(start_ms, _)| ShardKey {
+            project: project.to_string(),
+            start_ms,
+        })
+        .collect())
 }
-
-#[derive(Deserialize)]
-struct Count {
-    n: u32,
-}
-
-/// The deliveries a recover re-sends: failed or dead-lettered, in range.
-const RECOVERABLE: &str = "FROM deliveries WHERE subscription_id = ? AND project = ? AND status IN ('failed', 'dead_letter') AND created_at >= ? AND created_at <= ?";
 
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
 pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (env, rc) = (cx.env, cx.rc);
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
-    let body = &cx.body;
-    let r = ops::parse_recover(body)?;
+    let r = ops::parse_recover(&cx.body)?;
     super::subscriptions::load(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
-    let db = env.d1(bindings::DB)?;
     let until = r.until.unwrap_or(ops::MAX_TIME_MS);
-    let total: Count = db
-        .prepare(format!("SELECT COUNT(*) AS n {RECOVERABLE}"))
-        .bind(&[text(id), text(project), num(r.since), num(until)])?
-        .first(None)
-        .await?
-        .unwrap_or(Count { n: 0 });
-    let task_id = new_id("task_");
     let now = now_ms();
-    // One task per subscription at a time, decided in the insert itself (two
-    // racing recovers cannot both pass). A task whose steps stopped moving
-    // for `TASK_STALE_MS` (its queue message lost) no longer holds the place.
-    let stale = now.saturating_sub(TASK_STALE_MS);
+    // Legacy rows in range go into their shards first: the task runs there.
+    loop {
+        let legacy = directory::legacy::recoverable(env, id, r.since, until, 50).await?;
+        if legacy.is_empty() {
+            break;
+        }
+        for l in legacy {
+            shards::adopt(env, cfg, &l.project, &l.event_id, now).await?;
+        }
+    }
+    let mut total = 0u64;
+    for key in shards_in(env, project, r.since, until).await? {
+        let req = CountReq {
+            subscription_id: id.to_string(),
+            since: r.since,
+            until,
+        };
+        let n: u64 = shards::call(env, &key, op::COUNT_RECOVERABLE, &req).await?;
+        total += n;
+    }
+    let total = u32::try_from(total).unwrap_or(u32::MAX);
     // Nothing in the range: the task is done as it is created (no queue step).
-    let state = match total.n {
+    let state = match total {
         0 => TaskState::Done,
         _ => TaskState::Queued,
     };
-    let inserted = db.prepare(
-        "INSERT INTO tasks (id, project, kind, state, subscription_id, since, until, total, created_at, updated_at) \
-         SELECT ?, ?, 'recover', ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS \
-         (SELECT 1 FROM tasks WHERE subscription_id = ? AND state IN ('queued', 'running') AND updated_at > ?)",
-    )
-    .bind(&[text(&task_id), text(project), text(state.as_str()), text(id), num(r.since), num(until), num(u64::from(total.n)), num(now), num(now), text(id), num(stale)])?
-    .run()
-    .await?;
-    if inserted.meta()?.and_then(|m| m.changes).unwrap_or(0) == 0 {
-        return Err(running_task(env, id).await?.into());
-    }
-    if state == TaskState::Queued {
-        let queue = env.queue(bindings::DELIVERIES)?;
-        let step = TaskStep {
-            task_id: task_id.clone(),
-        };
-        if let Err(e) = queue.send(step).await {
-            // Not left `queued` with no step to run it.
-            fail(env, &task_id).await?;
-            return Err(e.into());
-        }
-    }
     // The task as queued (its `id` is what `GET /tasks/{id}` takes).
     let task = Task {
-        id: task_id,
+        id: new_id("task_"),
         kind: "recover".to_string(),
         state,
         subscription_id: id.to_string(),
-        total: total.n,
+        total,
         done: 0,
         failed: 0,
         created_at: now,
         updated_at: now,
     };
+    // One task per subscription at a time. A task whose steps stopped moving
+    // for `TASK_STALE_MS` (its queue message lost) no longer holds the place.
+    let stale = now.saturating_sub(TASK_STALE_MS);
+    if !tasks::insert_recover(env, &task, project, r.since, until, stale).await? {
+        // It finished in between: the client may retry at once.
+        let running = tasks::running(env, id).await?.unwrap_or_default();
+        return Err(Problem::task_in_progress(&running)
+            .with_retry_after(1)
+            .into());
+    }
+    if state == TaskState::Queued {
+        let step = TaskStep {
+            task_id: task.id.clone(),
+        };
+        if let Err(e) = env.queue(bindings::DELIVERIES)?.send(step).await {
+            // Not left `queued` with no step to run it.
+            fail(env, &task.id).await?;
+            return Err(e.into());
+        }
+    }
     http::json(rc, 202, &task, &[])
 }
 
 /// A task that has not moved for this long is no longer running (ms).
 const TASK_STALE_MS: u64 = 10 * 60_000;
 
-#[derive(Deserialize)]
-struct Running {
-    id: String,
-}
-
-/// 409 `TASK_IN_PROGRESS` naming the subscription's running task.
-async fn running_task(env: &Env, subscription_id: &str) -> Handled<Problem> {
-    let found: Option<Running> = env
-        .d1(bindings::DB)?
-        .prepare("SELECT id FROM tasks WHERE subscription_id = ? AND state IN ('queued', 'running') ORDER BY created_at DESC LIMIT 1")
-        .bind(&[text(subscription_id)])?
-        .first(None)
-        .await?;
-    // It finished in between: the client may retry at once.
-    let id = found.map(|r| r.id).unwrap_or_default();
-    Ok(Problem::task_in_progress(&id).with_retry_after(1))
-}
-
 /// `GET /tasks/{id}` (own project only).
 pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
     let project = cx.project()?;
-    let task: Task = env
-        .d1(bindings::DB)?
-        .prepare("SELECT id, kind, state, subscription_id, total, done, failed, created_at, updated_at FROM tasks WHERE id = ? AND project = ?")
-        .bind(&[text(id), text(project)])?
-        .first(None)
+    let task = tasks::get(env, project, id)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;
     http::json(rc, 200, &task, &[])
 }
 
-#[derive(Deserialize)]
-struct TaskRow {
-    project: String,
-    state: TaskState,
-    subscription_id: String,
-    since: u64,
-    until: u64,
-    cursor_at: Option<u64>,
-    cursor_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Recoverable {
-    id: String,
-    created_at: u64,
-}
-
-/// One step of a task: the next chunk after its cursor re-queued, the
-/// cursor and counts moved on, and the next step queued while more remain.
-/// A crash re-runs the step from the stored cursor (at least once; a manual
-/// attempt on an already delivered delivery sends nothing).
-async fn step(env: &Env, task_id: &str) -> Result<()> {
-    let db = env.d1(bindings::DB)?;
-    let Some(t) = db
-        .prepare("SELECT project, state, subscription_id, since, until, cursor_at, cursor_id FROM tasks WHERE id = ?")
-        .bind(&[text(task_id)])?
-        .first::<TaskRow>(None)
-        .await?
-    else {
+/// One step of a task: the next chunk after its cursor re-sent (a manual
+/// attempt claimed in its shard for each, within the bound: a delivery past
+/// it is counted as failed), the cursor and counts moved on, and the next
+/// step queued while more remain. A crash re-runs the step from the stored
+/// cursor (at least once; a manual attempt on an already delivered delivery
+/// sends nothing).
+async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
+    let Some(t) = tasks::progress(env, task_id).await? else {
         return Ok(());
     };
     if matches!(t.state, TaskState::Done | TaskState::Failed) {
         return Ok(());
     }
-    let (at, after) = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
-    let chunk: Vec<Recoverable> = db
-        .prepare(format!(
-            "SELECT id, created_at {RECOVERABLE} AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?"
-        ))
-        .bind(&[
-            text(&t.subscription_id),
-            text(&t.project),
-            num(t.since),
-            num(t.until),
-            num(at),
-            num(at),
-            text(&after),
-            num(u64::from(RECOVER_CHUNK)),
-        ])?
-        .all()
-        .await?
-        .results()?;
-    let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-    let last = chunk.last().map(|r| (r.created_at, r.id.clone()));
-    // Each re-send is a manual attempt, held to the same bound as a retry
-    // (ADR 0017): a delivery past it is skipped, counted as failed.
-    let cfg = crate::runtime::config(env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let ids: Vec<&str> = chunk.iter().map(|r| r.id.as_str()).collect();
-    let claimed = super::usage::claim_manual(&db, &cfg, &t.project, &ids).await?;
-    let skipped = claimed.iter().filter(|c| !**c).count() as u64;
-    let jobs: Vec<Job> = chunk
-        .into_iter()
-        .zip(claimed)
-        .filter(|(_, c)| *c)
-        .map(|(r, _)| Job::manual(r.id, None))
-        .collect();
-    if !jobs.is_empty() {
-        env.queue(bindings::DELIVERIES)?.send_batch(jobs).await?;
+    let mut after = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
+    let from = t.since.max(after.0);
+    let mut left = RECOVER_CHUNK;
+    let (mut done, mut skipped) = (0u64, 0u64);
+    let now = now_ms();
+    for key in shards_in(env, &t.project, from, t.until).await? {
+        let step = RecoverStep {
+            subscription_id: t.subscription_id.clone(),
+            since: t.since,
+            until: t.until,
+            after: after.clone(),
+            limit: left,
+            max_manual: cfg.settings.webhooks.manual_attempts_per_delivery,
+        };
+        let got: Recovered =
+            shards::call(env, &key, op::RECOVER, &RecoverReq { step, now }).await?;
+        let jobs: Vec<Job> = got
+            .queued
+            .iter()
+            .map(|j| Job {
+                project: Some(key.project.clone()),
+                subscription_id: Some(j.subscription_id.clone()),
+                ..Job::manual(j.delivery_id.clone(), None)
+            })
+            .collect();
+        super::enqueue(env, jobs).await?;
+        let n = got.queued.len() as u32 + got.skipped;
+        done += got.queued.len() as u64;
+        skipped += u64::from(got.skipped);
+        if let Some(last) = got.last {
+            after = last;
+        }
+        left -= n.min(left);
+        if left == 0 {
+            break;
+        }
     }
-    let more = n == RECOVER_CHUNK;
-    let state = if more { "running" } else { "done" };
-    let (cursor_at, cursor_id) = match last {
-        Some((a, i)) => (num(a), text(&i)),
-        None => (JsValue::NULL, JsValue::NULL),
+    let more = left == 0;
+    let state = if more {
+        TaskState::Running
+    } else {
+        TaskState::Done
     };
-    db.prepare("UPDATE tasks SET state = ?, done = done + ?, failed = failed + ?, cursor_at = COALESCE(?, cursor_at), cursor_id = COALESCE(?, cursor_id), updated_at = ? WHERE id = ?")
-        .bind(&[text(state), num(u64::from(n) - skipped), num(skipped), cursor_at, cursor_id, num(now_ms()), text(task_id)])?
-        .run()
-        .await?;
+    let cursor = Some(&after).filter(|a| !a.1.is_empty());
+    tasks::advance(env, task_id, state, done, skipped, cursor, now_ms()).await?;
     if more {
         env.queue(bindings::DELIVERIES)?
             .send(TaskStep {
@@ -296,30 +251,36 @@ async fn step(env: &Env, task_id: &str) -> Result<()> {
 
 /// Runs one task message: acknowledged when its step is done; retried by
 /// the queue when it fails; from the dead-letter queue, the task is `failed`.
-pub async fn run_task_message(env: &Env, m: &Msg, from_dlq: bool) {
-    let Some(t) = consumer::task_step(m) else {
+pub async fn run_task_message(env: &Env, cfg: &Config, m: &Msg, from_dlq: bool) {
+    let Some(t) = task_step(m) else {
         m.ack();
         return;
     };
     let outcome = if from_dlq {
         fail(env, &t.task_id).await
     } else {
-        step(env, &t.task_id).await
+        step(env, cfg, &t.task_id).await
     };
     match outcome {
         Ok(()) => m.ack(),
         Err(e) => {
-            worker::console_error!("task {} step failed, will retry: {}", t.task_id, e);
+            log::emit(
+                Line::error("task step failed, will retry")
+                    .field("task_id", t.task_id.as_str())
+                    .err(e),
+            );
             m.retry();
         }
     }
 }
 
 async fn fail(env: &Env, task_id: &str) -> Result<()> {
-    env.d1(bindings::DB)?
-        .prepare("UPDATE tasks SET state = 'failed', updated_at = ? WHERE id = ? AND state IN ('queued', 'running')")
-        .bind(&[num(now_ms()), text(task_id)])?
-        .run()
-        .await?;
-    Ok(())
+    tasks::fail(env, task_id, now_ms()).await
+}
+
+/// A task message's body, or `None` (logged) when malformed.
+pub fn task_step(m: &Msg) -> Option<TaskStep> {
+    TaskStep::deserialize(m.body())
+        .map_err(|e| log::emit(Line::error("dropping a malformed task message").err(e)))
+        .ok()
 }

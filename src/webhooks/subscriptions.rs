@@ -1,42 +1,24 @@
 //! `/_postguard/v1/webhooks`: create (secret shown once), list, get, delete,
 //! rotate-secret (the previous secret keeps signing for 24 h), and the §11
-//! lifecycle: PATCH (the secret is kept), pause and resume. A subscription's
-//! state, health and throttle live in `subscription_ops` (no row = active).
+//! lifecycle: PATCH (the secret is kept), pause and resume. The rows are D1's
+//! (`super::directory::subscriptions`).
 
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::portal;
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
 use postguard_core::{Invalid, Problem};
-use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
+use serde::Serialize;
 use worker::{Env, Result};
 
-use super::{new_id, num, opt_text, policy, text};
+use super::directory::subscriptions as rows;
+use super::{new_id, policy};
 use crate::admin::Ctx;
 use crate::auth::Principal;
-use crate::bindings;
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{now_ms, random_bytes};
-
-#[derive(Deserialize)]
-struct Row {
-    id: String,
-    url: String,
-    events: String,
-    description: Option<String>,
-    created_at: u64,
-    state: Option<SubState>,
-    disabled_reason: Option<String>,
-    disabled_at: Option<u64>,
-    rate_limit_per_s: Option<u32>,
-}
-
-/// The columns of [`Row`], from `subscriptions s LEFT JOIN subscription_ops o`.
-const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s \
-     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id";
 
 #[derive(Serialize)]
 pub struct Subscription {
@@ -55,8 +37,8 @@ pub struct Subscription {
     secret: Option<String>,
 }
 
-impl From<Row> for Subscription {
-    fn from(r: Row) -> Self {
+impl From<rows::Row> for Subscription {
+    fn from(r: rows::Row) -> Self {
         let state = r.state.unwrap_or(SubState::Active);
         let disabled = state == SubState::Disabled;
         Subscription {
@@ -92,35 +74,24 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         Principal::Key(c) => c.key.record.id.clone(),
         _ => portal::subscription_owner(project),
     };
-    let body = &cx.body;
-    let (input, rate) = ops::parse_create(body, &policy(cfg))?;
+    let (input, rate) = ops::parse_create(&cx.body, &policy(cfg))?;
     let id = new_id("sub_");
     let secret = new_secret()?;
     let now = now_ms();
     let events_json = serde_json::to_string(&input.events)?;
     let cap = cfg.settings.webhooks.max_subscriptions_per_project;
-    let db = env.d1(bindings::DB)?;
-    let insert = db
-        .prepare("INSERT INTO subscriptions (id, project, url, events, description, secret, created_at) \
-                  SELECT ?, ?, ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM subscriptions WHERE project = ?) < ?")
-        .bind(&[text(&id), text(project), text(&input.url), text(&events_json), opt_text(input.description.as_deref()), text(&secret), num(now), text(project), num(u64::from(cap))])?;
-    let mut statements = vec![insert];
-    statements.push(db
-        .prepare("INSERT INTO subscription_owners (subscription_id, key_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
-        .bind(&[text(&id), text(&owner), text(&id)])?);
-    if let Some(r) = rate {
-        statements.push(
-            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?)")
-                .bind(&[text(&id), text(project), num(u64::from(r)), text(&id)])?,
-        );
-    }
-    let results = db.batch(statements).await?;
-    let inserted = results
-        .first()
-        .and_then(|r| r.meta().ok().flatten())
-        .and_then(|m| m.changes)
-        .unwrap_or(0);
-    if inserted == 0 {
+    let new = rows::New {
+        id: &id,
+        project,
+        url: &input.url,
+        events: &events_json,
+        description: input.description.as_deref(),
+        secret: &secret,
+        created_at: now,
+        owner: &owner,
+        rate_limit_per_s: rate,
+    };
+    if !rows::insert(env, &new, cap).await? {
         return Err(Invalid::from(format!(
             "this project already has {cap} webhook subscriptions (webhooks.max_subscriptions_per_project); delete one first"
         ))
@@ -145,17 +116,12 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     let (req, env, rc) = (&cx.req, cx.env, cx.rc);
     let project = cx.project()?;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
-    let mut sql = format!("SELECT {COLUMNS} WHERE s.project = ?");
-    let mut args = vec![text(project)];
-    if let Some(c) = query_param(req, "cursor")? {
-        let (t, id) = decode_cursor(&c)?;
-        sql.push_str(" AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?))");
-        args.extend([num(t), num(t), text(&id)]);
-    }
-    sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT ?");
-    args.push(num(u64::from(limit) + 1));
-    let rows: Vec<Row> = crate::d1::all(&env.d1(bindings::DB)?, sql, &args).await?;
-    let subs: Vec<Subscription> = rows.into_iter().map(Subscription::from).collect();
+    let cursor = match query_param(req, "cursor")? {
+        Some(c) => Some(decode_cursor(&c)?),
+        None => None,
+    };
+    let found = rows::list(env, project, cursor, limit + 1).await?;
+    let subs: Vec<Subscription> = found.into_iter().map(Subscription::from).collect();
     let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
     http::json(rc, 200, &page, &[])
 }
@@ -165,13 +131,7 @@ pub fn not_found(id: &str) -> Problem {
 }
 
 pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscription>> {
-    let row: Option<Row> = env
-        .d1(bindings::DB)?
-        .prepare(format!("SELECT {COLUMNS} WHERE s.id = ? AND s.project = ?"))
-        .bind(&[text(id), text(project)])?
-        .first(None)
-        .await?;
-    Ok(row.map(Subscription::from))
+    Ok(rows::load(env, project, id).await?.map(Subscription::from))
 }
 
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
@@ -181,28 +141,12 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     http::json(rc, 200, &sub, &[])
 }
 
-/// Runs one UPDATE/DELETE on a subscription; whether it matched a row (one
-/// round trip: no separate existence check before the write).
-async fn write_one(env: &Env, sql: &str, binds: &[worker::wasm_bindgen::JsValue]) -> Result<bool> {
-    let res = env
-        .d1(bindings::DB)?
-        .prepare(sql)
-        .bind(binds)?
-        .run()
-        .await?;
-    Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
-}
-
 pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
     let project = cx.project()?;
-    // The owner row goes with it (a leftover one is harmless: nothing joins it).
-    let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
-    if !write_one(env, sql, &[text(id), text(project)]).await? {
+    if !rows::delete(env, project, id).await? {
         return Err(not_found(id).into());
     }
-    let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
-    write_one(env, sql, &[text(id), text(project)]).await?;
     http::no_content(rc)
 }
 
@@ -215,14 +159,8 @@ pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
     let secret = new_secret()?;
-    let sql = "UPDATE subscriptions SET previous_secret = secret, previous_secret_until = ?, secret = ? WHERE id = ? AND project = ?";
-    let binds = [
-        num(now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000),
-        text(&secret),
-        text(id),
-        text(project),
-    ];
-    if !write_one(env, sql, &binds).await? {
+    let until = now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000;
+    if !rows::rotate(env, project, id, &secret, until).await? {
         return Err(not_found(id).into());
     }
     http::json(rc, 200, &Rotated { secret }, &[])
@@ -236,33 +174,7 @@ pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
     let body = &cx.body;
     let current = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     let p = ops::parse_patch(body, &current.url, &current.events, &policy(cfg))?;
-    let db = env.d1(bindings::DB)?;
-    let mut statements = Vec::new();
-    let mut set = |col: &str, v: JsValue| -> Result<()> {
-        let sql = format!("UPDATE subscriptions SET {col} = ? WHERE id = ? AND project = ?");
-        statements.push(db.prepare(sql).bind(&[v, text(id), text(project)])?);
-        Ok(())
-    };
-    if let Some(url) = &p.url {
-        set("url", text(url))?;
-    }
-    if let Some(ev) = &p.events {
-        set("events", text(&serde_json::to_string(ev)?))?;
-    }
-    if let Some(d) = &p.description {
-        set("description", opt_text(d.as_deref()))?;
-    }
-    if let Some(r) = p.rate_limit_per_s {
-        let r = r.map_or(JsValue::NULL, |r| num(u64::from(r)));
-        statements.push(
-            db.prepare("INSERT INTO subscription_ops (subscription_id, project, rate_limit_per_s) VALUES (?, ?, ?) \
-                        ON CONFLICT (subscription_id) DO UPDATE SET rate_limit_per_s = excluded.rate_limit_per_s")
-                .bind(&[text(id), text(project), r])?,
-        );
-    }
-    if !statements.is_empty() {
-        db.batch(statements).await?;
-    }
+    rows::patch(env, project, id, &p).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }
@@ -273,52 +185,22 @@ pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
     let project = cx.project()?;
     load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    set_state(env, project, id, SubState::Paused, None).await?;
+    rows::set_state(env, project, id, SubState::Paused, None).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
-}
-
-/// Writes a subscription's state (and, when disabling, why and since when).
-pub async fn set_state(
-    env: &Env,
-    project: &str,
-    id: &str,
-    state: SubState,
-    disabled: Option<(&str, u64)>,
-) -> Result<()> {
-    let (reason, at) = match disabled {
-        Some((r, at)) => (text(r), num(at)),
-        None => (JsValue::NULL, JsValue::NULL),
-    };
-    // Resuming also restarts the failure clock.
-    let clock = if state == SubState::Active {
-        ", failing_since = NULL"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "INSERT INTO subscription_ops (subscription_id, project, state, disabled_reason, disabled_at) VALUES (?, ?, ?, ?, ?) \
-         ON CONFLICT (subscription_id) DO UPDATE SET state = excluded.state, disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at{clock}"
-    );
-    env.d1(bindings::DB)?
-        .prepare(sql)
-        .bind(&[text(id), text(project), text(state.as_str()), reason, at])?
-        .run()
-        .await?;
-    Ok(())
 }
 
 /// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
 /// every held delivery back on its schedule, due now, queued in creation
 /// order (ADR 0014).
 pub async fn resume(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (env, rc) = (cx.env, cx.rc);
+    let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let project = cx.project()?;
     load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     // First active (a hold written after this fails its compare-and-set and
     // sends instead), then release what was held before.
-    set_state(env, project, id, SubState::Active, None).await?;
-    super::consumer::release_held(env, id).await?;
+    rows::set_state(env, project, id, SubState::Active, None).await?;
+    super::write::release_held(env, cfg, project, id).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     http::json(rc, 200, &sub, &[])
 }

@@ -226,8 +226,18 @@ export async function freePort() {
  * is the gateway's own address (as an operator sets it to the deployment's URL), and the
  * limit on requests without a valid credential is out of the way of tests that are about
  * something else (tests/security-round3.test.mjs sets its own). A POSTGUARD_CONFIG that is
- * not a JSON object (a config test's bad value) is left exactly as given.
+ * not a JSON object (a config test's bad value) is left exactly as given. A build from
+ * before those settings (a benchmark's BEFORE_ROOT) would refuse them as unknown: they are
+ * added only for builds whose core knows them.
  */
+function knowsSetting(name, root = process.env.POSTGUARD_ROOT ?? ROOT) {
+  try {
+    return fs.readFileSync(path.join(root, 'crates/postguard-core/src/config.rs'), 'utf8').includes(name);
+  } catch {
+    return true;
+  }
+}
+
 function withHarnessDefaults(config, publicUrl) {
   let parsed;
   try {
@@ -236,8 +246,8 @@ function withHarnessDefaults(config, publicUrl) {
     return config;
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return config;
-  parsed.public_url ??= publicUrl;
-  parsed.limits ??= { unauthenticated_per_minute: 1000000 };
+  if (knowsSetting('public_url')) parsed.public_url ??= publicUrl;
+  if (knowsSetting('unauthenticated_per_minute')) parsed.limits ??= { unauthenticated_per_minute: 1000000 };
   return JSON.stringify(parsed);
 }
 

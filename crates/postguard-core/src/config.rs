@@ -442,8 +442,14 @@ pub struct WebhooksConfig {
     /// beyond), on top of the automatic schedule.
     pub manual_attempts_per_delivery: u32,
     /// D1's size (bytes) at which publishing is refused with 503
-    /// `STORAGE_FULL` until retention frees space. D1 holds at most 10 GB.
+    /// `STORAGE_FULL` until retention frees space. D1 holds at most 10 GB;
+    /// it keeps the shard directory and the subscriptions (ADR 0035).
     pub d1_high_water_bytes: u64,
+    /// The time span of one webhook shard (ms; default one UTC day, ADR 0035).
+    pub shard_bucket_ms: u64,
+    /// A shard's size (bytes) at which its project's publishes are refused
+    /// with 503 `STORAGE_FULL` (a Durable Object holds at most 10 GB).
+    pub shard_high_water_bytes: u64,
     /// What one inspector's capture URL accepts from its (unauthenticated)
     /// senders: captures and bytes per minute and per UTC day. Over it the
     /// sender gets 429; the project's own quotas are never touched.
@@ -477,11 +483,13 @@ impl Default for WebhooksConfig {
             disable_after_s: 432_000,
             max_subscriptions_per_project: 200,
             on_key_revoked: OnKeyRevoked::Pause,
-            events_per_project_per_day: 10_000,
-            deliveries_per_project_per_day: 50_000,
-            bytes_per_project_per_day: 64 << 20,
+            events_per_project_per_day: 1_000_000,
+            deliveries_per_project_per_day: 5_000_000,
+            bytes_per_project_per_day: 8 << 30,
             manual_attempts_per_delivery: 5,
             d1_high_water_bytes: 8_000_000_000,
+            shard_bucket_ms: crate::webhooks::shard::DEFAULT_BUCKET_MS,
+            shard_high_water_bytes: 9_000_000_000,
             inspector_captures_per_minute: 60,
             inspector_bytes_per_minute: 1 << 20,
             inspector_captures_per_day: 2_000,
@@ -663,6 +671,8 @@ const MAX_TTL_S: u32 = 30 * 86_400;
 pub const MAX_SUBSCRIPTIONS_CAP: u32 = 5_000;
 /// One D1 database's largest size (bytes).
 pub const D1_MAX_BYTES: u64 = 10_000_000_000;
+/// What one SQLite-backed Durable Object holds at most (a webhook shard).
+pub const DO_MAX_BYTES: u64 = 10_000_000_000;
 
 const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
@@ -1159,7 +1169,7 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         "webhooks.bytes_per_project_per_day",
         wh.bytes_per_project_per_day,
         1,
-        D1_MAX_BYTES,
+        DO_MAX_BYTES,
     )?;
     range(
         "webhooks.manual_attempts_per_delivery",
@@ -1170,6 +1180,18 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
     range(
         "webhooks.d1_high_water_bytes",
         wh.d1_high_water_bytes,
+        1,
+        D1_MAX_BYTES,
+    )?;
+    range(
+        "webhooks.shard_bucket_ms",
+        wh.shard_bucket_ms,
+        crate::webhooks::shard::MIN_BUCKET_MS,
+        crate::webhooks::shard::MAX_BUCKET_MS,
+    )?;
+    range(
+        "webhooks.shard_high_water_bytes",
+        wh.shard_high_water_bytes,
         1,
         D1_MAX_BYTES,
     )?;
@@ -1623,7 +1645,7 @@ mod tests {
             err_field(r#"{"webhooks":{"manual_attempts_per_delivery":101}}"#),
             "webhooks.manual_attempts_per_delivery"
         );
-        assert_eq!(c.settings.webhooks.events_per_project_per_day, 10_000);
+        assert_eq!(c.settings.webhooks.events_per_project_per_day, 1_000_000);
         assert_eq!(c.settings.webhooks.d1_high_water_bytes, 8_000_000_000);
         assert_eq!(
             err_field(r#"{"webhooks":{"on_key_revoked":"ignore"}}"#),

@@ -36,15 +36,31 @@ pub struct KeyRecord {
     pub updated_at: u64,
 }
 
+/// A key in `GET /keys`: its record without metadata and overrides, and
+/// whether it has each (entries written before these flags read `false`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedKey {
+    #[serde(flatten)]
+    pub record: KeyRecord,
+    #[serde(default)]
+    pub has_meta: bool,
+    #[serde(default)]
+    pub has_overrides: bool,
+}
+
 impl KeyRecord {
     /// The record as the listing's index entries carry it (KV metadata is
     /// bounded at 1 KiB): without its metadata and overrides, which
-    /// `GET /keys/{id}` shows.
-    pub fn listed(&self) -> KeyRecord {
-        KeyRecord {
-            meta: None,
-            overrides: None,
-            ..self.clone()
+    /// `GET /keys/{id}` shows, but saying whether it has them.
+    pub fn listed(&self) -> ListedKey {
+        ListedKey {
+            has_meta: self.meta.is_some(),
+            has_overrides: self.overrides.is_some(),
+            record: KeyRecord {
+                meta: None,
+                overrides: None,
+                ..self.clone()
+            },
         }
     }
 
@@ -431,7 +447,17 @@ mod tests {
         assert_eq!((p.version, p.limits.concurrency), (5, Some(2)));
         assert_eq!(p.limits.policies[0].limit, 30);
         assert_eq!(p.meta.as_deref(), Some("eyJ0IjoxfQ"));
-        assert_eq!(rec.listed().meta, None);
+        let listed = rec.listed();
+        assert_eq!(
+            (listed.record.meta, listed.has_meta, listed.has_overrides),
+            (None, true, true)
+        );
+        let stored = serde_json::to_value(rec.listed()).unwrap_or_default();
+        let back: ListedKey = serde_json::from_value(stored).unwrap_or_default();
+        assert!(
+            back.has_meta && back.record.id == rec.id,
+            "the listing's entry reads back"
+        );
         assert_eq!(secret_tag("abcdef0123456789"), "abcdef01");
     }
 

@@ -125,8 +125,7 @@ pub struct AttemptFacts<'a> {
     pub project: &'a str,
     pub subscription: &'a str,
     pub event_type: &'a str,
-    /// `delivered`, `failed` (will be retried), `dead` (dead-lettered), or
-    /// `held` (not sent: paused, throttled, disabled).
+    /// [`attempt_outcome`]: `delivered`, `failed` or `dead`.
     pub outcome: &'a str,
     /// The receiver's status (0: none, e.g. a timeout or refused connection).
     pub status: u16,
@@ -136,13 +135,30 @@ pub struct AttemptFacts<'a> {
     pub lag_ms: u64,
 }
 
+/// An attempt's outcome: `delivered` (2xx), `dead` (given up, or the last
+/// attempt of the schedule failed: dead-lettered), else `failed` (a retry
+/// follows, or a manual attempt that changed nothing).
+pub fn attempt_outcome(status: Option<u16>, gave_up: bool, dead_lettered: bool) -> &'static str {
+    match (status, gave_up || dead_lettered) {
+        (Some(200..=299), _) => "delivered",
+        (_, true) => "dead",
+        _ => "failed",
+    }
+}
+
+/// When an attempt was due: the job's planned time, or for a first attempt
+/// the delivery's creation; the lag is from then to `sent_at`.
+pub fn attempt_lag_ms(planned: Option<u64>, created_at: u64, sent_at: u64) -> u64 {
+    sent_at.saturating_sub(planned.unwrap_or(created_at))
+}
+
 /// A delivery attempt's data point.
 ///
 /// | column | value |
 /// |---|---|
 /// | `index1` | project |
 /// | `blob1` | `delivery` |
-/// | `blob2` | outcome: `delivered`, `failed`, `dead` or `held` |
+/// | `blob2` | outcome: `delivered`, `failed` or `dead` |
 /// | `blob3` | project |
 /// | `blob4` | subscription id |
 /// | `blob5` | event type |
@@ -299,6 +315,18 @@ mod tests {
             ["delivery", "failed", "acme", "sub_1", "order.paid"]
         );
         assert_eq!(p.doubles, [503.0, 40.0, 2.0, 1_500.0]);
+    }
+
+    #[test]
+    fn attempt_outcomes_and_lag() {
+        assert_eq!(attempt_outcome(Some(204), false, false), "delivered");
+        assert_eq!(attempt_outcome(Some(503), false, false), "failed");
+        assert_eq!(attempt_outcome(None, false, false), "failed");
+        assert_eq!(attempt_outcome(Some(410), false, true), "dead");
+        assert_eq!(attempt_outcome(None, true, false), "dead");
+        assert_eq!(attempt_lag_ms(Some(1_000), 10, 1_250), 250);
+        assert_eq!(attempt_lag_ms(None, 10, 1_250), 1_240);
+        assert_eq!(attempt_lag_ms(Some(2_000), 10, 1_250), 0, "early is no lag");
     }
 
     #[test]

@@ -2,17 +2,10 @@
 // row expands to every field.
 
 import * as api from '../api';
-import { button, field, fields, h, input, replace, scroller, select, status, table, td, time } from '../dom';
+import { button, field, fields, fromUtcInput, h, input, replace, scroller, select, status, table, td, time } from '../dom';
 
 const METHODS: Array<[string, string]> = [['', 'any'], ...['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'].map((m): [string, string] => [m, m])];
 const CLASSES: Array<[string, string]> = [['', 'any'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx']];
-
-/** A datetime-local value (read as UTC) in epoch ms, or undefined. */
-function utcMs(v: string): number | undefined {
-  if (!v) return undefined;
-  const ms = Date.parse(`${v}Z`);
-  return Number.isNaN(ms) ? undefined : ms;
-}
 
 function row(r: api.AuditRow): HTMLTableRowElement[] {
   const detail = h('tr', { class: 'detail', hidden: true }, h('td', { colspan: 7 }, fields(r as unknown as Record<string, unknown>)));
@@ -72,8 +65,8 @@ export async function audit(main: HTMLElement): Promise<void> {
     status: statusClass.value || undefined,
     path: path.value.trim() || undefined,
     idempotency_key: idem.value || undefined,
-    since: utcMs(since.value),
-    until: utcMs(until.value),
+    since: fromUtcInput(since.value),
+    until: fromUtcInput(until.value),
     project: project?.value.trim() || undefined,
     limit: 25,
   });

@@ -1,9 +1,11 @@
 // Statistics: requests and errors per day over 30 days (uPlot), top endpoints,
-// error share, p50/p95 latency, and the key's limit state when signed in with one.
+// error share, p50/p95 latency, and the key's limit state when signed in with one
+// (its expiry, each policy's remaining, its in-flight slots).
 
 import uPlot from 'uplot';
 import * as api from '../api';
-import { field, fields, h, input, scroller, status, table, td } from '../dom';
+import { expiry, field, fields, h, input, scroller, status, table, td } from '../dom';
+import { inflightLine, policyTable } from '../limits';
 
 const DAY_MS = 86_400_000;
 const DAYS = 30;
@@ -84,7 +86,11 @@ async function limitState(): Promise<HTMLElement> {
       limit: `${me.limit} requests per ${me.window_s} s`,
       remaining: me.remaining,
       resets: new Date(me.reset * 1000).toISOString(),
+      expires: expiry(me.expires_at),
     }),
+    h('h3', null, 'Policies'),
+    policyTable(me.policies ?? [], 'this key'),
+    inflightLine(me.inflight),
   );
 }
 

@@ -49,7 +49,7 @@ pub fn until_next_sweep_s(now_ms: u64) -> u64 {
 }
 
 /// A project's counter row for one UTC day (`webhook_usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub events: u64,
     pub deliveries: u64,
@@ -219,30 +219,41 @@ pub fn delivery_bytes(s: &Settings) -> u64 {
 /// What one manual attempt (retry or redirect) is charged.
 pub const MANUAL_ATTEMPT_BYTES: u64 = measured::ATTEMPT_MAX;
 
-/// What projects at their full daily quota keep in D1.
+/// What a project at its full daily quota keeps (ADR 0035): one shard per
+/// project and bucket (a UTC day by default) holds at most a bucket's worth
+/// of its charged bytes, so the bound is per shard and no figure depends on
+/// how many projects share the deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footprint {
     /// Bytes charged for one event with a 1 KB payload and one delivery.
     pub typical_event_bytes: u64,
     /// Bytes charged for one event with the largest payload and one delivery.
     pub largest_event_bytes: u64,
-    /// One project at its bytes quota, over the retention.
+    /// What one shard can be charged: a bucket's days (at least one) of the
+    /// daily bytes quota.
+    pub bytes_per_shard: u64,
+    /// What one project keeps over the retention (its shards together).
     pub bytes_per_project: u64,
-    /// Projects at full quota under `d1_high_water_bytes`.
-    pub projects: u64,
+    /// Whether a shard at full quota stays under `shard_high_water_bytes`.
+    pub shard_fits: bool,
 }
 
-/// The capacity arithmetic: projects at full quota × retention × bytes per
-/// day ≤ the high-water mark. Every event is charged at least what it
-/// stores, so this holds whatever the payloads and failures are.
+/// The capacity arithmetic: a shard is charged at most its bucket's days ×
+/// the daily bytes quota, which must stay under the shard's mark. Every
+/// event is charged at least what it stores, so this holds whatever the
+/// payloads and failures are.
 pub fn footprint(s: &Settings) -> Footprint {
     let wh = &s.webhooks;
-    let bytes_per_project = wh.bytes_per_project_per_day * u64::from(s.retention.deliveries_days);
+    let days = wh.shard_bucket_ms.div_ceil(DAY_MS).max(1);
+    let bytes_per_shard = wh.bytes_per_project_per_day.saturating_mul(days);
     Footprint {
         typical_event_bytes: event_bytes(1_024, 1, s),
         largest_event_bytes: event_bytes(u64::from(wh.max_payload_bytes), 1, s),
-        bytes_per_project,
-        projects: wh.d1_high_water_bytes / bytes_per_project.max(1),
+        bytes_per_shard,
+        bytes_per_project: wh
+            .bytes_per_project_per_day
+            .saturating_mul(u64::from(s.retention.deliveries_days)),
+        shard_fits: bytes_per_shard <= wh.shard_high_water_bytes,
     }
 }
 
@@ -381,9 +392,11 @@ mod tests {
         let f = footprint(&s);
         assert_eq!(f.typical_event_bytes, 6_313);
         assert_eq!(f.largest_event_bytes, 65_536 + 787 + 4_502);
-        assert_eq!(f.bytes_per_project, 14 * (64 << 20));
-        assert_eq!(f.projects, 8);
-        assert!(f.projects * f.bytes_per_project <= s.webhooks.d1_high_water_bytes);
+        assert_eq!(f.bytes_per_shard, 8 << 30);
+        assert_eq!(f.bytes_per_project, 14 * (8 << 30));
+        assert!(f.shard_fits);
+        // Issue 24: at least 1,000,000 events of 1 KB per project per UTC day.
+        assert!(s.webhooks.events_per_project_per_day >= 1_000_000);
         // The events quota is reachable within the bytes quota with 1 KB events.
         assert!(
             u64::from(s.webhooks.events_per_project_per_day) * f.typical_event_bytes
@@ -396,15 +409,16 @@ mod tests {
         /// exceeds the mark (the proof the README states).
         #[test]
         fn footprint_never_exceeds_the_mark(
-            bytes in 1u64..10_000_000_000, days in 1u32..3_650, hw in 1u64..10_000_000_000,
+            bytes in 1u64..10_000_000_000, bucket in 1_000u64..(31 * DAY_MS), hw in 1u64..10_000_000_000,
         ) {
             let mut s = settings();
             s.webhooks.bytes_per_project_per_day = bytes;
-            s.webhooks.d1_high_water_bytes = hw;
-            s.retention.deliveries_days = days;
+            s.webhooks.shard_high_water_bytes = hw;
+            s.webhooks.shard_bucket_ms = bucket;
             let f = footprint(&s);
-            proptest::prop_assert!(f.projects * f.bytes_per_project <= hw);
-            proptest::prop_assert!((f.projects + 1) * f.bytes_per_project > hw);
+            // A shard holds events of at most ceil(bucket / day) UTC days.
+            proptest::prop_assert!(f.bytes_per_shard >= bytes);
+            proptest::prop_assert_eq!(f.shard_fits, f.bytes_per_shard <= hw);
         }
 
         /// An event is charged at least the rows it stores at their largest.

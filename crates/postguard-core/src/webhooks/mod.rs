@@ -5,8 +5,13 @@
 //! - [`retry`]: what an attempt's result means and when the next one is due;
 //! - [`events`]: publish and subscription bodies, filter matching and the
 //!   exact bytes delivered;
-//! - [`capacity`]: the daily quotas, the D1 size guard, the manual-attempt
-//!   bound and the arithmetic that proves D1 holds the records (ADR 0017).
+//! - [`capacity`]: the daily quotas, the size guards, the manual-attempt
+//!   bound and the arithmetic that proves a shard holds a day (ADR 0017, 0035);
+//! - [`delivery`]: the delivery state machine (plan, settle, release);
+//! - [`records`]: every write to a webhook record, over the synchronous
+//!   `WebhookStore` port the shard implements, with an in-memory backend;
+//! - [`shard`]: which shard holds what, ids that name their shard, paging
+//!   across shards (ADR 0035).
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -20,6 +25,8 @@ pub mod delivery;
 pub mod events;
 pub mod fanout;
 pub mod ops;
+pub mod records;
 pub mod retry;
+pub mod shard;
 pub mod signature;
 pub mod url_guard;

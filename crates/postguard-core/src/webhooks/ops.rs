@@ -99,21 +99,37 @@ pub fn health(
     })
 }
 
-/// The spacing of attempts under `rate_limit_per_s` (ms, at least 1).
+/// How late after its slot a throttled attempt may still be sent (ms). A
+/// later one (its queue hop came back late) reserves a new slot instead, so
+/// it cannot land beside the attempts of the slots after it.
+pub const THROTTLE_LATE_MS: u64 = 50;
+/// What `rate` consecutive slots span beyond one second (ms): more than
+/// [`THROTTLE_LATE_MS`], so that `rate + 1` sends, each at most that late,
+/// never fall within one second (§11: the bound holds over any one-second
+/// span, not per clock second; issue 24).
+pub const THROTTLE_MARGIN_MS: u64 = 2 * THROTTLE_LATE_MS;
+
+/// The spacing of attempts under `rate_limit_per_s` (ms, at least 1):
+/// `rate` intervals span a second and the margin.
 pub fn interval_ms(rate_per_s: u32) -> u64 {
-    1_000u64.div_ceil(u64::from(rate_per_s.max(1)))
+    (1_000 + THROTTLE_MARGIN_MS).div_ceil(u64::from(rate_per_s.max(1)))
 }
 
 /// How a throttled attempt waits for its reserved `slot` (epoch ms) at `now`:
 /// whole seconds in the queue (a hop frees the consumer for everyone else),
-/// and the remaining fraction of a second in place.
+/// the remaining fraction of a second in place, or, when it came back too
+/// late for its slot, a new reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
     Hop { delay_s: u64 },
     Sleep { ms: u64 },
+    Stale,
 }
 
 pub fn throttle_wait(slot: u64, now: u64) -> Wait {
+    if now > slot.saturating_add(THROTTLE_LATE_MS) {
+        return Wait::Stale;
+    }
     let ahead = slot.saturating_sub(now);
     if ahead >= 1_000 {
         Wait::Hop {
@@ -419,12 +435,39 @@ mod tests {
 
     #[test]
     fn throttle_spacing_and_waits() {
-        assert_eq!(interval_ms(5), 200);
-        assert_eq!(interval_ms(3), 334);
-        assert_eq!(interval_ms(0), 1_000);
+        assert_eq!(interval_ms(5), 220);
+        assert_eq!(interval_ms(3), 367);
+        assert_eq!(interval_ms(0), 1_100);
         assert_eq!(throttle_wait(T, T + 5), Wait::Sleep { ms: 0 });
+        assert_eq!(throttle_wait(T, T + THROTTLE_LATE_MS + 1), Wait::Stale);
         assert_eq!(throttle_wait(T + 999, T), Wait::Sleep { ms: 999 });
         assert_eq!(throttle_wait(T + 2_500, T), Wait::Hop { delay_s: 2 });
+    }
+
+    proptest::proptest! {
+        /// Slots reserved one interval apart, each sent at most
+        /// `THROTTLE_LATE_MS` after its slot (a later one re-reserves):
+        /// no one-second span holds more than `rate` sends.
+        #[test]
+        fn no_second_holds_more_than_the_rate(
+            rate in 1u32..50,
+            late in proptest::collection::vec(0u64..=THROTTLE_LATE_MS, 1..200),
+            gaps in proptest::collection::vec(0u64..3_000, 1..200),
+        ) {
+            let interval = interval_ms(rate);
+            let (mut next, mut sends) = (T, Vec::new());
+            for (i, l) in late.iter().enumerate() {
+                let now = T + gaps.iter().take(i + 1).sum::<u64>() / 4;
+                let slot = next.max(now);
+                next = slot + interval;
+                sends.push(slot + l);
+            }
+            sends.sort_unstable();
+            let r = rate as usize;
+            for w in sends.windows(r + 1) {
+                proptest::prop_assert!(w[r] - w[0] > 1_000, "{} sends within {} ms", r + 1, w[r] - w[0]);
+            }
+        }
     }
 
     fn policy() -> UrlPolicy<'static> {

@@ -1,0 +1,1262 @@
+//! Every write to a webhook record, over a synchronous storage port
+//! (ADR 0035). A `WebhookShard` object (`src/durable/webhook_shard.rs`)
+//! implements [`WebhookStore`] over its SQLite tables and runs each of these
+//! functions inside one `transactionSync`; [`MemoryStore`] implements it for
+//! the property tests, which drive these same functions. The object's single
+//! thread runs one call at a time, with no `await` between reading and
+//! writing, so every compare-and-set here is atomic by construction.
+//!
+//! The delivery state machine itself is [`super::delivery`]: these functions
+//! load a record, ask it ([`delivery::plan`], [`delivery::settle`],
+//! [`delivery::release`], …), and store what it answered. Status values
+//! appear only as [`Status`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::capacity::{self, Usage};
+use super::delivery::{self, Attempted, Claim, Delivery, Plan, Status, Transition};
+use crate::problem::{ErrorCode, Problem};
+
+/// A stored event: the exact body delivered and its trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub created_at: u64,
+    /// The X-Request-Id of the publish request.
+    pub request_id: Option<String>,
+}
+
+/// A stored delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub subscription_id: String,
+    pub url: String,
+    pub status: Status,
+    pub attempts_made: u32,
+    pub next_attempt_at: Option<u64>,
+    pub created_at: u64,
+    pub updated_at: u64,
+    /// When its first attempt was handed to the queue (`None`: the outbox
+    /// still holds it; a held delivery is never in the outbox).
+    pub queued_at: Option<u64>,
+    /// Manual attempts (retries, redirects, recover re-sends) queued.
+    pub manual: u32,
+    /// The X-Request-Id of the publish (its event's), filled in by a list;
+    /// not a column of the delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl DeliveryRecord {
+    /// What the state machine sees, given the subscription's state.
+    pub fn snapshot(&self, sub: SubView) -> Delivery {
+        Delivery {
+            status: self.status,
+            attempts_made: self.attempts_made,
+            next_attempt_at: self.next_attempt_at,
+            subscribed: sub.subscribed,
+            held: sub.held,
+        }
+    }
+
+    fn apply(&mut self, w: &delivery::Write, now: u64) -> bool {
+        if self.status != w.expect.status || self.attempts_made != w.expect.attempts_made {
+            return false;
+        }
+        self.status = w.status;
+        self.next_attempt_at = w.next_attempt_at;
+        self.updated_at = now;
+        true
+    }
+}
+
+/// One attempt as the delivery log shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub delivery_id: String,
+    pub request_id: String,
+    pub attempt: u32,
+    pub url: String,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub response_excerpt: Option<String>,
+    pub duration_ms: u64,
+    pub at: u64,
+    pub next_retry_at: Option<u64>,
+}
+
+/// The subscription as the shell read it (D1): whether it still exists and
+/// whether it is paused or disabled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubView {
+    pub subscribed: bool,
+    pub held: bool,
+}
+
+/// `GET /deliveries` filters (newest first).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryQuery {
+    pub status: Option<Status>,
+    pub event_type: Option<String>,
+    pub since: Option<u64>,
+    pub until: Option<u64>,
+    /// Rows strictly after this `(created_at, id)` in newest-first order.
+    pub before: Option<(u64, String)>,
+}
+
+impl DeliveryQuery {
+    pub fn matches(&self, d: &DeliveryRecord) -> bool {
+        self.status.is_none_or(|s| d.status == s)
+            && self.event_type.as_ref().is_none_or(|t| *t == d.event_type)
+            && self.since.is_none_or(|s| d.created_at >= s)
+            && self.until.is_none_or(|u| d.created_at <= u)
+            && self
+                .before
+                .as_ref()
+                .is_none_or(|(t, id)| d.created_at < *t || (d.created_at == *t && d.id < *id))
+    }
+}
+
+/// `GET /events` filters; `desc` orders newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventQuery {
+    pub since: Option<u64>,
+    pub until: Option<u64>,
+    pub event_type: Option<String>,
+    pub desc: bool,
+    /// Rows strictly after this `(created_at, id)` in the page's order.
+    pub after: Option<(u64, String)>,
+}
+
+impl EventQuery {
+    pub fn matches(&self, e: &EventRecord) -> bool {
+        let key = (e.created_at, e.id.as_str());
+        self.since.is_none_or(|s| e.created_at >= s)
+            && self.until.is_none_or(|u| e.created_at <= u)
+            && self.event_type.as_ref().is_none_or(|t| *t == e.event_type)
+            && self.after.as_ref().is_none_or(|(t, id)| {
+                let c = key.cmp(&(*t, id.as_str()));
+                if self.desc {
+                    c.is_lt()
+                } else {
+                    c.is_gt()
+                }
+            })
+    }
+}
+
+/// How many deliveries of an event are in each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub total: u32,
+    pub delivered: u32,
+    pub failed: u32,
+    pub dead_letter: u32,
+    pub pending: u32,
+    pub paused: u32,
+}
+
+impl Summary {
+    pub fn count(&mut self, s: Status) {
+        self.total += 1;
+        match s {
+            Status::Delivered => self.delivered += 1,
+            Status::Failed => self.failed += 1,
+            Status::DeadLetter => self.dead_letter += 1,
+            Status::Pending => self.pending += 1,
+            Status::Paused => self.paused += 1,
+        }
+    }
+}
+
+/// An event of the feed with its delivery summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedRow {
+    pub event: EventRecord,
+    pub summary: Summary,
+}
+
+/// What one shard stores. Synchronous: see the module doc.
+pub trait WebhookStore {
+    type Error;
+    fn event(&mut self, id: &str) -> Result<Option<EventRecord>, Self::Error>;
+    /// Inserts the event (its id is new in this shard).
+    fn insert_event(&mut self, e: &EventRecord) -> Result<(), Self::Error>;
+    fn delivery(&mut self, id: &str) -> Result<Option<DeliveryRecord>, Self::Error>;
+    /// Inserts or replaces the delivery row.
+    fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<(), Self::Error>;
+    fn deliveries_of(&mut self, event_id: &str) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// Inserts the attempt; one already stored (same delivery and request id) stays.
+    fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error>;
+    fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error>;
+    /// Deliveries never queued, created at or before `before`, oldest first.
+    fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// `paused` deliveries of a subscription, in creation order.
+    fn held(
+        &mut self,
+        subscription_id: &str,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// In-progress deliveries whose next attempt is before `before`.
+    fn overdue(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// Failed or dead-lettered deliveries of a subscription created in
+    /// `[since, until]` after `(created_at, id)`, oldest first.
+    fn recoverable(
+        &mut self,
+        subscription_id: &str,
+        since: u64,
+        until: u64,
+        after: &(u64, String),
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// Newest first, each with its event's `request_id`.
+    fn list(&mut self, q: &DeliveryQuery, limit: usize)
+        -> Result<Vec<DeliveryRecord>, Self::Error>;
+    fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>, Self::Error>;
+    fn usage(&mut self, day: u64) -> Result<Usage, Self::Error>;
+    fn put_usage(&mut self, day: u64, u: &Usage) -> Result<(), Self::Error>;
+    /// Drops the day counters before `day` (retention).
+    fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error>;
+    /// The shard's storage size (bytes).
+    fn size(&mut self) -> Result<u64, Self::Error>;
+
+    // Batched forms of the above, for the hot paths (publish, claim,
+    // settle, marks): an adapter answers each with one statement; these
+    // defaults loop over the single-row forms.
+
+    /// The stored events among `ids`.
+    fn events(&mut self, ids: &[&str]) -> Result<Vec<EventRecord>, Self::Error> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.event(id)?);
+        }
+        Ok(out)
+    }
+    fn insert_events(&mut self, es: &[EventRecord]) -> Result<(), Self::Error> {
+        es.iter().try_for_each(|e| self.insert_event(e))
+    }
+    /// The stored deliveries among `ids`.
+    fn deliveries(&mut self, ids: &[&str]) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.delivery(id)?);
+        }
+        Ok(out)
+    }
+    fn put_deliveries(&mut self, ds: &[DeliveryRecord]) -> Result<(), Self::Error> {
+        ds.iter().try_for_each(|d| self.put_delivery(d))
+    }
+    fn insert_attempts(&mut self, rows: &[AttemptRecord]) -> Result<(), Self::Error> {
+        rows.iter().try_for_each(|a| self.insert_attempt(a))
+    }
+}
+
+/// Deliveries read once for a call, changed in memory, written once: the
+/// batched form of read-modify-write that the single-threaded shard allows.
+struct Loaded {
+    rows: BTreeMap<String, DeliveryRecord>,
+    changed: Vec<String>,
+}
+
+impl Loaded {
+    fn of<S: WebhookStore>(s: &mut S, ids: &[&str]) -> Result<Loaded, S::Error> {
+        let rows = s
+            .deliveries(ids)?
+            .into_iter()
+            .map(|d| (d.id.clone(), d))
+            .collect();
+        Ok(Loaded {
+            rows,
+            changed: Vec::new(),
+        })
+    }
+
+    fn get(&self, id: &str) -> Option<DeliveryRecord> {
+        self.rows.get(id).cloned()
+    }
+
+    fn put(&mut self, d: DeliveryRecord) {
+        if !self.changed.contains(&d.id) {
+            self.changed.push(d.id.clone());
+        }
+        self.rows.insert(d.id.clone(), d);
+    }
+
+    fn write<S: WebhookStore>(self, s: &mut S) -> Result<(), S::Error> {
+        let rows: Vec<DeliveryRecord> = self
+            .changed
+            .iter()
+            .filter_map(|id| self.rows.get(id).cloned())
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        s.put_deliveries(&rows)
+    }
+}
+
+/// The limits a shard admits a publish against (from the settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub events_per_day: u64,
+    pub deliveries_per_day: u64,
+    pub bytes_per_day: u64,
+    /// A shard at this size refuses its project's publishes.
+    pub high_water_bytes: u64,
+    /// Bytes charged per delivery ([`capacity::delivery_bytes`]).
+    pub delivery_bytes: u64,
+    /// Bytes the project was charged today outside its shards (inspectors
+    /// and their captures, in D1): the bytes quota is the project's.
+    #[serde(default)]
+    pub bytes_elsewhere: u64,
+}
+
+/// Why a shard refused to store an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "refused", rename_all = "snake_case")]
+pub enum Refusal {
+    Quota { what: String, n: u64, quota: u64 },
+    Full { bytes: u64, high_water: u64 },
+}
+
+impl Refusal {
+    /// 429 `EVENT_QUOTA_EXCEEDED` or 503 `STORAGE_FULL`, with Retry-After.
+    pub fn problem(&self, project: &str, now: u64) -> Problem {
+        let shown: String = project.chars().take(64).collect();
+        match self {
+            Refusal::Quota { what, n, quota } => Problem::new(
+                ErrorCode::EventQuotaExceeded,
+                format!("project {shown} reached its daily quota of {quota} {what} ({n} today, UTC); it resets at 00:00 UTC"),
+            )
+            .with_retry_after(capacity::until_next_day_s(now)),
+            Refusal::Full { bytes, high_water } => Problem::new(
+                ErrorCode::StorageFull,
+                format!("project {shown}'s webhook storage for this period is full ({bytes} of {high_water} bytes); no event of this project is accepted until retention frees space"),
+            )
+            .with_retry_after(capacity::until_next_sweep_s(now)),
+        }
+    }
+}
+
+/// One event to store, planned by the shell ([`super::fanout`] rules):
+/// the payload and one delivery per matching subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub event: EventRecord,
+    pub deliveries: Vec<NewDelivery>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewDelivery {
+    pub id: String,
+    pub subscription_id: String,
+    pub url: String,
+    /// Its subscription is paused or disabled: created `paused`, not queued.
+    pub held: bool,
+}
+
+/// A scheduled attempt to queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstJob {
+    pub delivery_id: String,
+    pub subscription_id: String,
+    /// Its planned time (`next_attempt_at`).
+    pub at: u64,
+}
+
+impl FirstJob {
+    fn of(d: &DeliveryRecord, at: u64) -> FirstJob {
+        FirstJob {
+            delivery_id: d.id.clone(),
+            subscription_id: d.subscription_id.clone(),
+            at,
+        }
+    }
+}
+
+/// What storing one event came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Stored {
+    /// Stored now; queue these.
+    Stored {
+        jobs: Vec<FirstJob>,
+    },
+    /// The id was stored before; these of its jobs are still unsent.
+    Known {
+        jobs: Vec<FirstJob>,
+    },
+    Refused {
+        refusal: Refusal,
+    },
+}
+
+/// Stores each event with its deliveries and outbox entries (in the one
+/// transaction the caller runs this in), each admitted against the shard's
+/// day counters as the ones before it left them. The one write path of
+/// every event: HTTP publishes, operational events (ADR 0035).
+pub fn publish<S: WebhookStore>(
+    s: &mut S,
+    events: &[NewEvent],
+    limits: &Limits,
+    now: u64,
+) -> Result<Vec<Stored>, S::Error> {
+    let day = capacity::utc_day(now);
+    let mut usage = s.usage(day)?;
+    let size = s.size()?;
+    let ids: Vec<&str> = events.iter().map(|e| e.event.id.as_str()).collect();
+    let mut known: BTreeMap<String, Vec<FirstJob>> = BTreeMap::new();
+    for e in s.events(&ids)? {
+        let jobs = unsent_of(s, &e.id)?;
+        known.insert(e.id, jobs);
+    }
+    let mut out = Vec::with_capacity(events.len());
+    let (mut new_events, mut new_deliveries) = (Vec::new(), Vec::new());
+    for ev in events {
+        if let Some(jobs) = known.get(&ev.event.id) {
+            out.push(Stored::Known { jobs: jobs.clone() });
+            continue;
+        }
+        if let Some(refusal) = admit(usage, size, limits) {
+            out.push(Stored::Refused { refusal });
+            continue;
+        }
+        let mut jobs = Vec::new();
+        for d in &ev.deliveries {
+            let (status, next) = if d.held {
+                (Status::Paused, None)
+            } else {
+                (Status::Pending, Some(ev.event.created_at))
+            };
+            let record = DeliveryRecord {
+                id: d.id.clone(),
+                event_id: ev.event.id.clone(),
+                event_type: ev.event.event_type.clone(),
+                subscription_id: d.subscription_id.clone(),
+                url: d.url.clone(),
+                status,
+                attempts_made: 0,
+                next_attempt_at: next,
+                created_at: ev.event.created_at,
+                updated_at: ev.event.created_at,
+                queued_at: None,
+                manual: 0,
+                request_id: None,
+            };
+            if let Some(at) = next {
+                jobs.push(FirstJob::of(&record, at));
+            }
+            new_deliveries.push(record);
+        }
+        let n = ev.deliveries.len() as u64;
+        usage = Usage {
+            events: usage.events + 1,
+            deliveries: usage.deliveries + n,
+            bytes: usage.bytes
+                + ev.event.payload.len() as u64
+                + capacity::measured::EVENT_OVERHEAD
+                + capacity::measured::EVENT_REQUEST
+                + n * limits.delivery_bytes,
+        };
+        // The same id again later in this call is a repeat of this one.
+        known.insert(ev.event.id.clone(), jobs.clone());
+        new_events.push(ev.event.clone());
+        out.push(Stored::Stored { jobs });
+    }
+    if !new_events.is_empty() {
+        s.insert_events(&new_events)?;
+        s.put_deliveries(&new_deliveries)?;
+        s.put_usage(day, &usage)?;
+    }
+    Ok(out)
+}
+
+/// The first refusal of the shard's day counters or size, if any.
+fn admit(u: Usage, size: u64, l: &Limits) -> Option<Refusal> {
+    if size >= l.high_water_bytes {
+        return Some(Refusal::Full {
+            bytes: size,
+            high_water: l.high_water_bytes,
+        });
+    }
+    [
+        ("events", u.events, l.events_per_day),
+        ("deliveries", u.deliveries, l.deliveries_per_day),
+        (
+            "bytes",
+            u.bytes.saturating_add(l.bytes_elsewhere),
+            l.bytes_per_day,
+        ),
+    ]
+    .into_iter()
+    .find(|(_, n, quota)| n >= quota)
+    .map(|(what, n, quota)| Refusal::Quota {
+        what: what.to_string(),
+        n,
+        quota,
+    })
+}
+
+fn unsent_of<S: WebhookStore>(s: &mut S, event_id: &str) -> Result<Vec<FirstJob>, S::Error> {
+    Ok(s.deliveries_of(event_id)?
+        .into_iter()
+        .filter(|d| d.queued_at.is_none())
+        .filter_map(|d| d.next_attempt_at.map(|at| FirstJob::of(&d, at)))
+        .collect())
+}
+
+/// Records first attempts handed to the queue (the outbox drains).
+pub fn mark_sent<S: WebhookStore>(s: &mut S, ids: &[String], now: u64) -> Result<(), S::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut loaded = Loaded::of(s, &refs)?;
+    for id in ids {
+        if let Some(mut d) = loaded.get(id).filter(|d| d.queued_at.is_none()) {
+            d.queued_at = Some(now);
+            loaded.put(d);
+        }
+    }
+    loaded.write(s)
+}
+
+/// The outbox sweep: deliveries left unsent since `before`; they are marked
+/// sent by the caller once queued.
+pub fn unsent<S: WebhookStore>(
+    s: &mut S,
+    before: u64,
+    limit: usize,
+) -> Result<Vec<FirstJob>, S::Error> {
+    Ok(s.unsent(before, limit)?
+        .into_iter()
+        .map(|d| FirstJob::of(&d, d.next_attempt_at.unwrap_or(d.created_at)))
+        .collect())
+}
+
+/// One queue job to plan: the delivery, what the message asks, and the
+/// subscription as the shell read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimJob {
+    pub delivery_id: String,
+    pub job: JobKind,
+    pub sub: SubView,
+}
+
+/// [`delivery::Job`] on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobKind {
+    Scheduled { at: u64 },
+    ManualRetry,
+    Redirect,
+    DeadLetterQueue { scheduled_at: Option<u64> },
+}
+
+impl From<delivery::Job> for JobKind {
+    fn from(j: delivery::Job) -> Self {
+        match j {
+            delivery::Job::Scheduled { at } => JobKind::Scheduled { at },
+            delivery::Job::ManualRetry => JobKind::ManualRetry,
+            delivery::Job::Redirect => JobKind::Redirect,
+            delivery::Job::DeadLetterQueue { scheduled_at } => {
+                JobKind::DeadLetterQueue { scheduled_at }
+            }
+        }
+    }
+}
+
+impl From<JobKind> for delivery::Job {
+    fn from(j: JobKind) -> Self {
+        match j {
+            JobKind::Scheduled { at } => delivery::Job::Scheduled { at },
+            JobKind::ManualRetry => delivery::Job::ManualRetry,
+            JobKind::Redirect => delivery::Job::Redirect,
+            JobKind::DeadLetterQueue { scheduled_at } => {
+                delivery::Job::DeadLetterQueue { scheduled_at }
+            }
+        }
+    }
+}
+
+/// What a job may do, decided and claimed in one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "claimed", rename_all = "snake_case")]
+pub enum Claimed {
+    /// Send attempt `claim.attempt.number` (claimed), or record it as given
+    /// up (`gave_up`), with what the attempt needs.
+    Send {
+        claim: ClaimWire,
+        gave_up: Option<GiveUpWire>,
+        delivery: Box<DeliveryRecord>,
+        payload: String,
+    },
+    /// Not due: send the job again after `delay_s`.
+    Wait { delay_s: u64 },
+    /// Now `paused` (its subscription is not active).
+    Held,
+    /// Nothing to do (superseded, finished, gone).
+    Dropped,
+    /// No such delivery in this shard (it may be a legacy row not moved yet).
+    Missing,
+}
+
+/// Plans each job ([`delivery::plan`]) and applies the claim or the hold at
+/// once: the shard runs one call at a time, so no other attempt can move
+/// the delivery between the plan and its write.
+pub fn claim<S: WebhookStore>(
+    s: &mut S,
+    jobs: &[ClaimJob],
+    now: u64,
+) -> Result<Vec<Claimed>, S::Error> {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.delivery_id.as_str()).collect();
+    let mut loaded = Loaded::of(s, &ids)?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        out.push(claim_one(&mut loaded, j, now));
+    }
+    loaded.write(s)?;
+    // The payloads the claimed attempts send, in one read.
+    let mut wanted: Vec<&str> = out
+        .iter()
+        .filter_map(|c| match c {
+            Claimed::Send { delivery, .. } => Some(delivery.event_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let payloads: BTreeMap<String, String> = s
+        .events(&wanted)?
+        .into_iter()
+        .map(|e| (e.id, e.payload))
+        .collect();
+    for c in &mut out {
+        if let Claimed::Send {
+            delivery, payload, ..
+        } = c
+        {
+            payload.clone_from(payloads.get(&delivery.event_id).unwrap_or(&String::new()));
+        }
+    }
+    Ok(out)
+}
+
+/// One job against the deliveries as this call has left them; the claim
+/// (or hold) is written to `loaded`, the payload filled in by [`claim`].
+fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64) -> Claimed {
+    let Some(mut d) = loaded.get(&j.delivery_id) else {
+        return Claimed::Missing;
+    };
+    let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now) {
+        Plan::Send(c) => (c, None),
+        Plan::GiveUp(c, why) => (c, Some(why)),
+        Plan::Wait { delay_s } => return Claimed::Wait { delay_s },
+        Plan::Hold(w) => {
+            return if d.apply(&w, now) {
+                loaded.put(d);
+                Claimed::Held
+            } else {
+                Claimed::Dropped
+            }
+        }
+        Plan::Drop(_) => return Claimed::Dropped,
+    };
+    d.attempts_made = claim.attempt.number;
+    d.updated_at = now;
+    loaded.put(d.clone());
+    Claimed::Send {
+        claim: claim.into(),
+        gave_up: gave_up.map(Into::into),
+        delivery: Box::new(d),
+        payload: String::new(),
+    }
+}
+
+/// An attempt's outcome to record and settle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settle {
+    pub claim: ClaimWire,
+    pub result: AttemptedWire,
+    pub row: AttemptRecord,
+    pub sub: SubView,
+}
+
+/// Records each attempt and settles it ([`delivery::settle`]) on the
+/// delivery as it is now, at the time the attempt ended (`at` +
+/// `duration_ms`: the same time the consumer computed its follow-up at, so
+/// an unchanged delivery settles to the very job already queued); the
+/// follow-up jobs to queue (a retry's next attempt), per attempt.
+pub fn settle<S: WebhookStore>(
+    s: &mut S,
+    attempts: &[Settle],
+    schedule: &[u32],
+    now: u64,
+) -> Result<Vec<Option<delivery::FollowUp>>, S::Error> {
+    let ids: Vec<&str> = attempts
+        .iter()
+        .map(|a| a.row.delivery_id.as_str())
+        .collect();
+    let mut loaded = Loaded::of(s, &ids)?;
+    let mut rows = Vec::with_capacity(attempts.len());
+    let mut out = Vec::with_capacity(attempts.len());
+    for a in attempts {
+        let claim: Claim = a.claim.into();
+        let result: Attempted = a.result.clone().into();
+        let Some(mut d) = loaded.get(&a.row.delivery_id) else {
+            out.push(None);
+            continue;
+        };
+        let ended = a.row.at.saturating_add(a.row.duration_ms);
+        let t: Transition =
+            delivery::settle(&d.snapshot(a.sub), &claim.attempt, &result, schedule, ended);
+        if let Some(w) = &t.write {
+            if d.apply(w, now) {
+                loaded.put(d);
+            }
+        }
+        let mut row = a.row.clone();
+        row.next_retry_at = t.follow_up.map(|f| f.at);
+        rows.push(row);
+        out.push(t.follow_up);
+    }
+    loaded.write(s)?;
+    if !rows.is_empty() {
+        s.insert_attempts(&rows)?;
+    }
+    Ok(out)
+}
+
+/// Resume: up to `limit` of the subscription's `paused` deliveries back to
+/// `pending`, due at `now` ([`delivery::release`]), in creation order; the
+/// jobs released (to queue, in order).
+pub fn release<S: WebhookStore>(
+    s: &mut S,
+    subscription_id: &str,
+    limit: usize,
+    now: u64,
+) -> Result<Vec<FirstJob>, S::Error> {
+    let mut out = Vec::new();
+    for mut d in s.held(subscription_id, limit)? {
+        let view = SubView {
+            subscribed: true,
+            held: false,
+        };
+        if let Some(w) = delivery::release(&d.snapshot(view), now) {
+            if d.apply(&w, now) {
+                s.put_delivery(&d)?;
+                out.push(FirstJob::of(&d, now));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Claims one manual attempt (retry, redirect, recover re-send) of a
+/// delivery, within `max` per delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "manual", rename_all = "snake_case")]
+pub enum Manual {
+    Queued { delivery: Box<DeliveryRecord> },
+    LimitReached,
+    NotFound,
+}
+
+pub fn manual<S: WebhookStore>(
+    s: &mut S,
+    delivery_id: &str,
+    max: u32,
+    now: u64,
+) -> Result<Manual, S::Error> {
+    let Some(mut d) = s.delivery(delivery_id)? else {
+        return Ok(Manual::NotFound);
+    };
+    if d.manual >= max {
+        return Ok(Manual::LimitReached);
+    }
+    d.manual += 1;
+    d.updated_at = now;
+    s.put_delivery(&d)?;
+    let day = capacity::utc_day(now);
+    let mut u = s.usage(day)?;
+    u.bytes += capacity::MANUAL_ATTEMPT_BYTES;
+    s.put_usage(day, &u)?;
+    Ok(Manual::Queued {
+        delivery: Box::new(d),
+    })
+}
+
+/// One step of a recover task in this shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoverStep {
+    pub subscription_id: String,
+    pub since: u64,
+    pub until: u64,
+    pub after: (u64, String),
+    pub limit: u32,
+    pub max_manual: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// Manual attempts claimed: queue one job each.
+    pub queued: Vec<FirstJob>,
+    /// Past their manual bound: counted as failed.
+    pub skipped: u32,
+    /// The cursor after the last delivery handled; `None`: none was.
+    pub last: Option<(u64, String)>,
+}
+
+/// Re-sends up to `limit` recoverable deliveries after the cursor: a
+/// manual attempt claimed for each, within the bound.
+pub fn recover<S: WebhookStore>(
+    s: &mut S,
+    r: &RecoverStep,
+    now: u64,
+) -> Result<Recovered, S::Error> {
+    let chunk = s.recoverable(
+        &r.subscription_id,
+        r.since,
+        r.until,
+        &r.after,
+        r.limit as usize,
+    )?;
+    let mut out = Recovered::default();
+    for d in chunk {
+        out.last = Some((d.created_at, d.id.clone()));
+        match manual(s, &d.id, r.max_manual, now)? {
+            Manual::Queued { .. } => out.queued.push(FirstJob::of(&d, now)),
+            _ => out.skipped += 1,
+        }
+    }
+    Ok(out)
+}
+
+/// How many deliveries a recover over `[since, until]` would visit.
+pub fn count_recoverable<S: WebhookStore>(
+    s: &mut S,
+    subscription_id: &str,
+    since: u64,
+    until: u64,
+) -> Result<u64, S::Error> {
+    let all = s.recoverable(
+        subscription_id,
+        since,
+        until,
+        &(0, String::new()),
+        usize::MAX,
+    )?;
+    Ok(all.len() as u64)
+}
+
+/// The daily safety net: in-progress deliveries overdue since `before` are
+/// re-planned due `now` (their message was lost); the jobs to queue. Day
+/// counters older than `oldest_day` (retention) go too.
+pub fn requeue<S: WebhookStore>(
+    s: &mut S,
+    before: u64,
+    limit: usize,
+    now: u64,
+    oldest_day: u64,
+) -> Result<Vec<FirstJob>, S::Error> {
+    s.drop_usage_before(oldest_day)?;
+    let mut out = Vec::new();
+    for mut d in s.overdue(before, limit)? {
+        d.next_attempt_at = Some(now);
+        d.updated_at = now;
+        s.put_delivery(&d)?;
+        out.push(FirstJob::of(&d, now));
+    }
+    Ok(out)
+}
+
+/// One delivery with its attempts and its event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detail {
+    pub delivery: DeliveryRecord,
+    pub event: Option<EventRecord>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+pub fn detail<S: WebhookStore>(s: &mut S, delivery_id: &str) -> Result<Option<Detail>, S::Error> {
+    let Some(d) = s.delivery(delivery_id)? else {
+        return Ok(None);
+    };
+    let mut attempts = s.attempts(delivery_id)?;
+    attempts.sort_by_key(|a| (a.at, a.attempt));
+    Ok(Some(Detail {
+        event: s.event(&d.event_id)?,
+        delivery: d,
+        attempts,
+    }))
+}
+
+/// A whole event moved in from elsewhere (D1's legacy rows): its record,
+/// deliveries and attempts, ids and states kept. Rows already present are
+/// left as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Imported {
+    pub event: EventRecord,
+    pub deliveries: Vec<DeliveryRecord>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+pub fn import<S: WebhookStore>(s: &mut S, batch: &[Imported]) -> Result<u64, S::Error> {
+    let event_ids: Vec<&str> = batch.iter().map(|i| i.event.id.as_str()).collect();
+    let mut events: std::collections::BTreeSet<String> =
+        s.events(&event_ids)?.into_iter().map(|e| e.id).collect();
+    let delivery_ids: Vec<&str> = batch
+        .iter()
+        .flat_map(|i| i.deliveries.iter().map(|d| d.id.as_str()))
+        .collect();
+    let mut known: std::collections::BTreeSet<String> = s
+        .deliveries(&delivery_ids)?
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    let (mut new_events, mut new_deliveries, mut attempts) = (Vec::new(), Vec::new(), Vec::new());
+    for imp in batch {
+        if events.insert(imp.event.id.clone()) {
+            new_events.push(imp.event.clone());
+        }
+        for d in &imp.deliveries {
+            if known.insert(d.id.clone()) {
+                new_deliveries.push(d.clone());
+            }
+        }
+        // An attempt already stored is kept (its key is the delivery and request id).
+        attempts.extend(imp.attempts.iter().cloned());
+    }
+    if !new_events.is_empty() {
+        s.insert_events(&new_events)?;
+    }
+    if !new_deliveries.is_empty() {
+        s.put_deliveries(&new_deliveries)?;
+    }
+    if !attempts.is_empty() {
+        s.insert_attempts(&attempts)?;
+    }
+    Ok(new_deliveries.len() as u64)
+}
+
+/// Rows to write back as given: an operator's repair from a shard's dump
+/// (tests set up states with it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    #[serde(default)]
+    pub deliveries: Vec<DeliveryRecord>,
+    /// `(day, counters)`; a day not listed is left as it is.
+    #[serde(default)]
+    pub usage: Vec<(u64, Usage)>,
+}
+
+/// Writes `r`'s rows as given; how many were written.
+pub fn restore<S: WebhookStore>(s: &mut S, r: &Restore) -> Result<u64, S::Error> {
+    for d in &r.deliveries {
+        s.put_delivery(d)?;
+    }
+    for (day, u) in &r.usage {
+        s.put_usage(*day, u)?;
+    }
+    Ok((r.deliveries.len() + r.usage.len()) as u64)
+}
+
+/// The in-memory backend of the property tests.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    pub events: BTreeMap<String, EventRecord>,
+    pub deliveries: BTreeMap<String, DeliveryRecord>,
+    pub attempts: Vec<AttemptRecord>,
+    pub usage: BTreeMap<u64, Usage>,
+    /// What [`WebhookStore::size`] answers.
+    pub size: u64,
+}
+
+impl WebhookStore for MemoryStore {
+    type Error = std::convert::Infallible;
+
+    fn event(&mut self, id: &str) -> Result<Option<EventRecord>, Self::Error> {
+        Ok(self.events.get(id).cloned())
+    }
+    fn insert_event(&mut self, e: &EventRecord) -> Result<(), Self::Error> {
+        self.events.insert(e.id.clone(), e.clone());
+        Ok(())
+    }
+    fn delivery(&mut self, id: &str) -> Result<Option<DeliveryRecord>, Self::Error> {
+        Ok(self.deliveries.get(id).cloned())
+    }
+    fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<(), Self::Error> {
+        self.deliveries.insert(d.id.clone(), d.clone());
+        Ok(())
+    }
+    fn deliveries_of(&mut self, event_id: &str) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        Ok(self
+            .deliveries
+            .values()
+            .filter(|d| d.event_id == event_id)
+            .cloned()
+            .collect())
+    }
+    fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error> {
+        // As the shard's INSERT OR IGNORE: one row per (delivery, request id).
+        let known = self
+            .attempts
+            .iter()
+            .any(|x| x.delivery_id == a.delivery_id && x.request_id == a.request_id);
+        if !known {
+            self.attempts.push(a.clone());
+        }
+        Ok(())
+    }
+    fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error> {
+        Ok(self
+            .attempts
+            .iter()
+            .filter(|a| a.delivery_id == delivery_id)
+            .cloned()
+            .collect())
+    }
+    fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| {
+                d.queued_at.is_none() && d.next_attempt_at.is_some() && d.created_at <= before
+            })
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        v.truncate(limit);
+        Ok(v)
+    }
+    fn held(&mut self, sub: &str, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| d.subscription_id == sub && d.status == Status::Paused)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        v.truncate(limit);
+        Ok(v)
+    }
+    fn overdue(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| d.status.in_progress() && d.next_attempt_at.is_some_and(|n| n < before))
+            .cloned()
+            .collect();
+        v.truncate(limit);
+        Ok(v)
+    }
+    fn recoverable(
+        &mut self,
+        sub: &str,
+        since: u64,
+        until: u64,
+        after: &(u64, String),
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| {
+                d.subscription_id == sub
+                    && matches!(d.status, Status::Failed | Status::DeadLetter)
+                    && d.created_at >= since
+                    && d.created_at <= until
+                    && (d.created_at, &d.id) > (after.0, &after.1)
+            })
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        v.truncate(limit);
+        Ok(v)
+    }
+    fn list(
+        &mut self,
+        q: &DeliveryQuery,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| q.matches(d))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        v.truncate(limit);
+        Ok(v)
+    }
+    fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>, Self::Error> {
+        let mut v: Vec<_> = self
+            .events
+            .values()
+            .filter(|e| q.matches(e))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        if q.desc {
+            v.reverse();
+        }
+        v.truncate(limit);
+        Ok(v.into_iter()
+            .map(|event| {
+                let mut summary = Summary::default();
+                for d in self.deliveries.values().filter(|d| d.event_id == event.id) {
+                    summary.count(d.status);
+                }
+                FeedRow { event, summary }
+            })
+            .collect())
+    }
+    fn usage(&mut self, day: u64) -> Result<Usage, Self::Error> {
+        Ok(self.usage.get(&day).copied().unwrap_or_default())
+    }
+    fn put_usage(&mut self, day: u64, u: &Usage) -> Result<(), Self::Error> {
+        self.usage.insert(day, *u);
+        Ok(())
+    }
+    fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error> {
+        self.usage.retain(|d, _| *d >= day);
+        Ok(())
+    }
+    fn size(&mut self) -> Result<u64, Self::Error> {
+        Ok(self.size)
+    }
+}
+
+// The state machine's values on the wire (the core's own types carry no
+// serde: they are decisions, not records).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimWire {
+    pub expect_status: Status,
+    pub expect_attempts: u32,
+    pub number: u32,
+    pub mode: ModeWire,
+    pub planned_next: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModeWire {
+    Schedule,
+    Final,
+    Redirect,
+}
+
+impl From<Claim> for ClaimWire {
+    fn from(c: Claim) -> Self {
+        ClaimWire {
+            expect_status: c.expect.status,
+            expect_attempts: c.expect.attempts_made,
+            number: c.attempt.number,
+            mode: match c.attempt.mode {
+                delivery::Mode::Schedule => ModeWire::Schedule,
+                delivery::Mode::Final => ModeWire::Final,
+                delivery::Mode::Redirect => ModeWire::Redirect,
+            },
+            planned_next: c.attempt.planned_next,
+        }
+    }
+}
+
+impl From<ClaimWire> for Claim {
+    fn from(c: ClaimWire) -> Self {
+        Claim {
+            expect: delivery::Expect {
+                status: c.expect_status,
+                attempts_made: c.expect_attempts,
+            },
+            attempt: delivery::Attempt {
+                number: c.number,
+                mode: match c.mode {
+                    ModeWire::Schedule => delivery::Mode::Schedule,
+                    ModeWire::Final => delivery::Mode::Final,
+                    ModeWire::Redirect => delivery::Mode::Redirect,
+                },
+                planned_next: c.planned_next,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GiveUpWire {
+    SubscriptionDeleted,
+    GatewayFailure,
+}
+
+impl From<delivery::GiveUp> for GiveUpWire {
+    fn from(g: delivery::GiveUp) -> Self {
+        match g {
+            delivery::GiveUp::SubscriptionDeleted => GiveUpWire::SubscriptionDeleted,
+            delivery::GiveUp::GatewayFailure => GiveUpWire::GatewayFailure,
+        }
+    }
+}
+
+impl From<GiveUpWire> for delivery::GiveUp {
+    fn from(g: GiveUpWire) -> Self {
+        match g {
+            GiveUpWire::SubscriptionDeleted => delivery::GiveUp::SubscriptionDeleted,
+            GiveUpWire::GatewayFailure => delivery::GiveUp::GatewayFailure,
+        }
+    }
+}
+
+/// [`Attempted`] on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "attempted", rename_all = "snake_case")]
+pub enum AttemptedWire {
+    Status {
+        code: u16,
+        retry_after: Option<String>,
+    },
+    Timeout,
+    NetworkError,
+    GaveUp {
+        why: GiveUpWire,
+    },
+}
+
+impl From<Attempted> for AttemptedWire {
+    fn from(a: Attempted) -> Self {
+        use super::retry::AttemptResult as R;
+        match a {
+            Attempted::Sent(R::Status { code, retry_after }) => {
+                AttemptedWire::Status { code, retry_after }
+            }
+            Attempted::Sent(R::Timeout) => AttemptedWire::Timeout,
+            Attempted::Sent(R::NetworkError) => AttemptedWire::NetworkError,
+            Attempted::GaveUp(g) => AttemptedWire::GaveUp { why: g.into() },
+        }
+    }
+}
+
+impl From<AttemptedWire> for Attempted {
+    fn from(a: AttemptedWire) -> Self {
+        use super::retry::AttemptResult as R;
+        match a {
+            AttemptedWire::Status { code, retry_after } => {
+                Attempted::Sent(R::Status { code, retry_after })
+            }
+            AttemptedWire::Timeout => Attempted::Sent(R::Timeout),
+            AttemptedWire::NetworkError => Attempted::Sent(R::NetworkError),
+            AttemptedWire::GaveUp { why } => Attempted::GaveUp(why.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

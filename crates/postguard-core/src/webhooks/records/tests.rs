@@ -1,0 +1,297 @@
+//! Property tests over the functions the shard runs in production, on the
+//! in-memory backend: any interleaving of publishes, claims, settles, holds,
+//! resumes, manual attempts and re-queues keeps the delivery invariants.
+
+use super::*;
+use crate::webhooks::retry::AttemptResult;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const SCHEDULE: &[u32] = &[1, 2, 4];
+const T0: u64 = 1_700_000_000_000;
+const LIMITS: Limits = Limits {
+    events_per_day: 1_000_000,
+    deliveries_per_day: 10_000_000,
+    bytes_per_day: u64::MAX,
+    high_water_bytes: u64::MAX,
+    delivery_bytes: 100,
+    bytes_elsewhere: 0,
+};
+
+fn event(id: &str, subs: &[(&str, bool)], now: u64) -> NewEvent {
+    NewEvent {
+        event: EventRecord {
+            id: id.to_string(),
+            event_type: "t".into(),
+            payload: format!("{{\"id\":\"{id}\"}}"),
+            created_at: now,
+            request_id: Some("req_1".into()),
+        },
+        deliveries: subs
+            .iter()
+            .map(|(s, held)| NewDelivery {
+                id: format!("dlv_{id}_{s}"),
+                subscription_id: (*s).to_string(),
+                url: "https://r.test/".into(),
+                held: *held,
+            })
+            .collect(),
+    }
+}
+
+fn row(id: &str, number: u32, at: u64) -> AttemptRecord {
+    AttemptRecord {
+        delivery_id: id.to_string(),
+        request_id: format!("req_{id}_{number}_{at}"),
+        attempt: number,
+        url: "https://r.test/".into(),
+        status_code: None,
+        error: None,
+        response_excerpt: None,
+        duration_ms: 1,
+        at,
+        next_retry_at: None,
+    }
+}
+
+#[test]
+fn publish_stores_once_and_flushes_what_is_unsent() {
+    let mut s = MemoryStore::default();
+    let ev = event("evt_1", &[("a", false), ("b", true)], T0);
+    let out = publish(&mut s, std::slice::from_ref(&ev), &LIMITS, T0).unwrap();
+    let Stored::Stored { jobs } = &out[0] else {
+        panic!("{out:?}")
+    };
+    let ids: Vec<(&str, u64)> = jobs
+        .iter()
+        .map(|j| (j.delivery_id.as_str(), j.at))
+        .collect();
+    assert_eq!(ids, vec![("dlv_evt_1_a", T0)]);
+    assert_eq!(s.deliveries["dlv_evt_1_b"].status, Status::Paused);
+    // Again before its jobs were marked sent: the same jobs, nothing new.
+    let again = publish(&mut s, std::slice::from_ref(&ev), &LIMITS, T0 + 5).unwrap();
+    assert_eq!(again[0], Stored::Known { jobs: jobs.clone() });
+    mark_sent(&mut s, &["dlv_evt_1_a".to_string()], T0 + 6).unwrap();
+    let third = publish(&mut s, &[ev], &LIMITS, T0 + 7).unwrap();
+    assert_eq!(third[0], Stored::Known { jobs: vec![] });
+    assert_eq!(s.usage[&capacity::utc_day(T0)].events, 1);
+    assert_eq!(s.usage[&capacity::utc_day(T0)].deliveries, 2);
+}
+
+#[test]
+fn a_full_shard_or_a_spent_quota_refuses_and_stores_nothing() {
+    let mut s = MemoryStore {
+        size: 10,
+        ..Default::default()
+    };
+    let full = Limits {
+        high_water_bytes: 10,
+        ..LIMITS
+    };
+    let out = publish(&mut s, &[event("evt_1", &[("a", false)], T0)], &full, T0).unwrap();
+    assert!(matches!(
+        &out[0],
+        Stored::Refused {
+            refusal: Refusal::Full { .. }
+        }
+    ));
+    assert!(s.events.is_empty() && s.deliveries.is_empty());
+    let p = Refusal::Full {
+        bytes: 10,
+        high_water: 10,
+    }
+    .problem("acme", T0);
+    assert_eq!(p.status(), 503);
+    let one = Limits {
+        events_per_day: 1,
+        ..LIMITS
+    };
+    let mut s = MemoryStore::default();
+    let evs = [event("evt_1", &[], T0), event("evt_2", &[], T0)];
+    let out = publish(&mut s, &evs, &one, T0).unwrap();
+    assert!(matches!(out[0], Stored::Stored { .. }));
+    assert!(matches!(
+        &out[1],
+        Stored::Refused {
+            refusal: Refusal::Quota { .. }
+        }
+    ));
+}
+
+#[test]
+fn hold_then_release_in_creation_order() {
+    let mut s = MemoryStore::default();
+    for i in 0..3 {
+        let ev = event(&format!("evt_{i}"), &[("a", false)], T0 + i);
+        publish(&mut s, &[ev], &LIMITS, T0 + i).unwrap();
+    }
+    let held = SubView {
+        subscribed: true,
+        held: true,
+    };
+    for i in (0..3).rev() {
+        let j = ClaimJob {
+            delivery_id: format!("dlv_evt_{i}_a"),
+            job: JobKind::Scheduled { at: T0 + i },
+            sub: held,
+        };
+        assert_eq!(claim(&mut s, &[j], T0 + 10).unwrap(), vec![Claimed::Held]);
+    }
+    let ids: Vec<String> = release(&mut s, "a", 100, T0 + 20)
+        .unwrap()
+        .into_iter()
+        .map(|j| j.delivery_id)
+        .collect();
+    assert_eq!(ids, vec!["dlv_evt_0_a", "dlv_evt_1_a", "dlv_evt_2_a"]);
+    assert!(s
+        .deliveries
+        .values()
+        .all(|d| d.status == Status::Pending && d.next_attempt_at == Some(T0 + 20)));
+}
+
+#[test]
+fn manual_attempts_are_bounded_and_recover_counts_the_rest() {
+    let mut s = MemoryStore::default();
+    publish(&mut s, &[event("evt_1", &[("a", false)], T0)], &LIMITS, T0).unwrap();
+    let mut d = s.deliveries["dlv_evt_1_a"].clone();
+    d.status = Status::DeadLetter;
+    s.put_delivery(&d).unwrap();
+    assert!(matches!(
+        manual(&mut s, "dlv_evt_1_a", 1, T0).unwrap(),
+        Manual::Queued { .. }
+    ));
+    assert_eq!(
+        manual(&mut s, "dlv_evt_1_a", 1, T0).unwrap(),
+        Manual::LimitReached
+    );
+    assert_eq!(manual(&mut s, "dlv_nope", 1, T0).unwrap(), Manual::NotFound);
+    let step = RecoverStep {
+        subscription_id: "a".into(),
+        since: 0,
+        until: u64::MAX,
+        after: (0, String::new()),
+        limit: 10,
+        max_manual: 1,
+    };
+    let r = recover(&mut s, &step, T0).unwrap();
+    assert_eq!((r.queued.len(), r.skipped), (0, 1));
+    assert_eq!(r.last, Some((T0, "dlv_evt_1_a".to_string())));
+}
+
+/// One step of an arbitrary interleaving.
+#[derive(Debug, Clone)]
+enum Op {
+    Publish(u8, bool),
+    /// Run the scheduled job of delivery `n` (as the queue would, maybe stale).
+    Scheduled(u8, bool),
+    Manual(u8),
+    Redirect(u8),
+    /// Settle the oldest outstanding claim with this status code.
+    Settle(u16),
+    Pause(bool),
+    Resume,
+    Requeue,
+    Tick(u16),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..6, any::<bool>()).prop_map(|(n, h)| Op::Publish(n, h)),
+        (0u8..6, any::<bool>()).prop_map(|(n, stale)| Op::Scheduled(n, stale)),
+        (0u8..6).prop_map(Op::Manual),
+        (0u8..6).prop_map(Op::Redirect),
+        prop_oneof![Just(200u16), Just(500), Just(404), Just(429), Just(503)].prop_map(Op::Settle),
+        any::<bool>().prop_map(Op::Pause),
+        Just(Op::Resume),
+        Just(Op::Requeue),
+        (1u16..5_000).prop_map(Op::Tick),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn any_interleaving_keeps_the_delivery_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut s = MemoryStore::default();
+        let mut now = T0;
+        let mut held = false;
+        let mut outstanding: Vec<(ClaimWire, String)> = Vec::new();
+        let mut delivered: BTreeMap<String, u32> = BTreeMap::new();
+        let mut last_claimed: BTreeMap<String, u32> = BTreeMap::new();
+        for op in ops {
+            let sub = SubView { subscribed: true, held };
+            match op {
+                Op::Publish(n, h) => {
+                    publish(&mut s, &[event(&format!("evt_{n}"), &[("a", h || held)], now)], &LIMITS, now).unwrap();
+                }
+                Op::Scheduled(n, _) | Op::Manual(n) | Op::Redirect(n) if !s.deliveries.contains_key(&format!("dlv_evt_{n}_a")) => {}
+                Op::Scheduled(n, stale) => {
+                    let id = format!("dlv_evt_{n}_a");
+                    let d = s.deliveries[&id].clone();
+                    let at = match (d.next_attempt_at, stale) { (Some(a), false) => a, (Some(a), true) => a.saturating_sub(1), (None, _) => now };
+                    let j = ClaimJob { delivery_id: id.clone(), job: JobKind::Scheduled { at }, sub };
+                    if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now.max(at)).unwrap()[0] {
+                        outstanding.push((*claim, id));
+                    }
+                }
+                Op::Manual(n) | Op::Redirect(n) => {
+                    let id = format!("dlv_evt_{n}_a");
+                    let kind = if matches!(op, Op::Redirect(_)) { JobKind::Redirect } else { JobKind::ManualRetry };
+                    if let Manual::Queued { .. } = manual(&mut s, &id, 3, now).unwrap() {
+                        let j = ClaimJob { delivery_id: id.clone(), job: kind, sub };
+                        if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now).unwrap()[0] {
+                            outstanding.push((*claim, id.clone()));
+                        }
+                    }
+                    prop_assert!(s.deliveries[&id].manual <= 3);
+                }
+                Op::Settle(code) if !outstanding.is_empty() => {
+                    let (c, id) = outstanding.remove(0);
+                    let st = Settle {
+                        claim: c,
+                        result: Attempted::Sent(AttemptResult::Status { code, retry_after: None }).into(),
+                        row: row(&id, c.number, now),
+                        sub,
+                    };
+                    settle(&mut s, &[st], SCHEDULE, now).unwrap();
+                }
+                Op::Settle(_) => {}
+                Op::Pause(p) => held = p,
+                Op::Resume => {
+                    held = false;
+                    release(&mut s, "a", 100, now).unwrap();
+                }
+                Op::Requeue => {
+                    requeue(&mut s, now, 100, now, 0).unwrap();
+                }
+                Op::Tick(ms) => now += u64::from(ms),
+            }
+            for d in s.deliveries.values() {
+                // Delivered stays delivered.
+                if delivered.contains_key(&d.id) {
+                    prop_assert_eq!(d.status, Status::Delivered);
+                }
+                if d.status == Status::Delivered {
+                    delivered.insert(d.id.clone(), d.attempts_made);
+                }
+                // Claimed numbers only grow.
+                let before = last_claimed.insert(d.id.clone(), d.attempts_made).unwrap_or(0);
+                prop_assert!(d.attempts_made >= before);
+                // Nothing is lost: final, held, or on its schedule.
+                match d.status {
+                    Status::Paused => prop_assert_eq!(d.next_attempt_at, None),
+                    s if s.in_progress() => prop_assert!(d.next_attempt_at.is_some()),
+                    _ => {}
+                }
+            }
+            // Attempt numbers are never reused within a delivery.
+            let mut seen = std::collections::BTreeSet::new();
+            for a in &s.attempts {
+                prop_assert!(seen.insert((a.delivery_id.clone(), a.attempt)), "attempt {} of {} twice", a.attempt, a.delivery_id);
+            }
+        }
+        // Usage counts what is stored.
+        let u: u64 = s.usage.values().map(|u| u.events).sum();
+        prop_assert_eq!(u, s.events.len() as u64);
+    }
+}

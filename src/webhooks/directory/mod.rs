@@ -1,0 +1,308 @@
+//! The webhooks' D1 side (ADR 0035), and the only webhook code holding SQL
+//! besides the shard adapter (`src/durable/webhook_shard.rs`): the directory
+//! of shards, the subscriptions as the publish path and the consumer read
+//! them, their throttle slots and health ([`mod@self`]); the subscriptions'
+//! own API ([`subscriptions`]); recover tasks ([`tasks`]); inspectors and
+//! their day counters ([`inspectors`]); and the rows of the deployments
+//! before the shards ([`legacy`]).
+
+pub mod inspectors;
+pub mod legacy;
+pub mod subscriptions;
+pub mod tasks;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+
+use postguard_core::webhooks::ops::SubState;
+use postguard_core::webhooks::shard::ShardKey;
+use serde::Deserialize;
+use worker::{D1Database, D1Result, Env, Result};
+
+use super::{num, text, to_json};
+use crate::bindings;
+
+thread_local! {
+    /// D1's size as this isolate last saw it (`meta.size_after`).
+    static SIZE: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Shards this isolate entered in the directory (one INSERT each).
+    static ENTERED: RefCell<HashSet<ShardKey>> = RefCell::new(HashSet::new());
+}
+
+/// Remembers D1's size from any statement's result (its guard,
+/// `usage::storage_admits`).
+pub fn observe(result: &D1Result) {
+    if let Some(size) = result.meta().ok().flatten().and_then(|m| m.size_after) {
+        SIZE.with(|s| s.set(Some(size as u64)));
+    }
+}
+
+/// D1's size as last observed.
+pub fn last_size() -> Option<u64> {
+    SIZE.with(Cell::get)
+}
+
+pub(crate) fn db(env: &Env) -> Result<D1Database> {
+    env.d1(bindings::DB)
+}
+
+/// Enters `shards` in the directory before anything is written to them, so
+/// that listing and retention find every shard that holds a record; once
+/// per shard per isolate.
+pub async fn enter(env: &Env, shards: &[ShardKey], bucket_ms: u64, now: u64) -> Result<()> {
+    let new: Vec<&ShardKey> = ENTERED.with(|e| {
+        let e = e.borrow();
+        shards.iter().filter(|s| !e.contains(*s)).collect()
+    });
+    if new.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<(&str, u64, u64)> = new
+        .iter()
+        .map(|s| (s.project.as_str(), s.start_ms, s.start_ms + bucket_ms))
+        .collect();
+    let d = db(env)?;
+    let r = d
+        .prepare(
+            "INSERT OR IGNORE INTO webhook_shards (project, start_ms, end_ms, created_at) \
+             SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), ? FROM json_each(?)",
+        )
+        .bind(&[num(now), text(&to_json(&rows)?)])?
+        .run()
+        .await?;
+    observe(&r);
+    ENTERED.with(|e| e.borrow_mut().extend(new.into_iter().cloned()));
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ShardRow {
+    project: String,
+    start_ms: u64,
+    end_ms: u64,
+}
+
+/// A project's shards as `(start, end)`.
+pub async fn shards_of(env: &Env, project: &str) -> Result<Vec<(u64, u64)>> {
+    let rows: Vec<ShardRow> = db(env)?
+        .prepare("SELECT project, start_ms, end_ms FROM webhook_shards WHERE project = ?")
+        .bind(&[text(project)])?
+        .all()
+        .await?
+        .results()?;
+    Ok(rows.into_iter().map(|r| (r.start_ms, r.end_ms)).collect())
+}
+
+/// Every project's shards ending after `since` (the sweeps), newest first.
+pub async fn shards_since(env: &Env, since: u64, limit: u32) -> Result<Vec<ShardKey>> {
+    let rows: Vec<ShardRow> = db(env)?
+        .prepare("SELECT project, start_ms, end_ms FROM webhook_shards WHERE end_ms > ? ORDER BY end_ms DESC LIMIT ?")
+        .bind(&[num(since), num(u64::from(limit))])?
+        .all()
+        .await?
+        .results()?;
+    Ok(rows.into_iter().map(key).collect())
+}
+
+fn key(r: ShardRow) -> ShardKey {
+    let _ = r.end_ms;
+    ShardKey {
+        project: r.project,
+        start_ms: r.start_ms,
+    }
+}
+
+/// Shards whose whole bucket is older than `before` (retention).
+pub async fn expired(env: &Env, before: u64, limit: u32) -> Result<Vec<ShardKey>> {
+    let rows: Vec<ShardRow> = db(env)?
+        .prepare("SELECT project, start_ms, end_ms FROM webhook_shards WHERE end_ms <= ? ORDER BY end_ms LIMIT ?")
+        .bind(&[num(before), num(u64::from(limit))])?
+        .all()
+        .await?
+        .results()?;
+    Ok(rows.into_iter().map(key).collect())
+}
+
+/// Removes a dropped shard from the directory.
+pub async fn forget(env: &Env, shard: &ShardKey) -> Result<()> {
+    ENTERED.with(|e| e.borrow_mut().remove(shard));
+    db(env)?
+        .prepare("DELETE FROM webhook_shards WHERE project = ? AND start_ms = ?")
+        .bind(&[text(&shard.project), num(shard.start_ms)])?
+        .run()
+        .await?;
+    Ok(())
+}
+
+/// A subscription that can receive a project's events.
+#[derive(Deserialize, Clone)]
+pub struct Receiver {
+    pub project: String,
+    pub id: String,
+    pub url: String,
+    pub events: String,
+    pub state: Option<SubState>,
+}
+
+/// What the publish path reads of D1 for a group of projects.
+#[derive(Default)]
+pub struct Projects {
+    pub receivers: HashMap<String, Vec<Receiver>>,
+    /// Bytes charged today in D1 (inspectors and captures), per project.
+    pub bytes_today: HashMap<String, u64>,
+}
+
+/// The subscriptions of `projects` that can receive events (those of a
+/// revoked key receive nothing, ADR 0015) and their bytes charged today
+/// outside the shards; one D1 round trip, which also reports D1's size for
+/// its guard.
+pub async fn receivers(env: &Env, projects: &[&str], day: u64) -> Result<Projects> {
+    #[derive(Deserialize)]
+    struct Bytes {
+        project: String,
+        bytes: u64,
+    }
+    let d = db(env)?;
+    let list = text(&to_json(projects)?);
+    let results = d
+        .batch(vec![
+            d.prepare(
+                "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
+                 LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+                 LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
+                 WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
+            )
+            .bind(std::slice::from_ref(&list))?,
+            d.prepare("SELECT project, bytes FROM webhook_usage WHERE day = ? AND project IN (SELECT value FROM json_each(?))")
+                .bind(&[num(day), list])?,
+        ])
+        .await?;
+    let mut out = Projects::default();
+    if let Some(r) = results.first() {
+        observe(r);
+        for row in r.results::<Receiver>()? {
+            out.receivers
+                .entry(row.project.clone())
+                .or_default()
+                .push(row);
+        }
+    }
+    if let Some(r) = results.get(1) {
+        for row in r.results::<Bytes>()? {
+            out.bytes_today.insert(row.project, row.bytes);
+        }
+    }
+    Ok(out)
+}
+
+/// What an attempt needs of its subscription.
+#[derive(Deserialize, Clone)]
+pub struct Target {
+    pub id: String,
+    pub url: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_secret_until: Option<u64>,
+    pub state: Option<SubState>,
+    pub failing_since: Option<u64>,
+    pub rate_limit_per_s: Option<u32>,
+    /// When the key that created the subscription was revoked.
+    pub key_revoked_at: Option<u64>,
+}
+
+impl Target {
+    pub fn holds(&self) -> bool {
+        self.state.is_some_and(SubState::holds)
+    }
+}
+
+/// The subscriptions of one batch, in one query.
+pub async fn targets(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    db(env)?
+        .prepare(
+            "SELECT s.id, s.url, s.secret, s.previous_secret, s.previous_secret_until, o.state, o.failing_since, \
+             o.rate_limit_per_s, w.key_revoked_at FROM subscriptions s \
+             LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+             LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
+             WHERE s.id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&[text(&to_json(ids)?)])?
+        .all()
+        .await?
+        .results()
+}
+
+/// Reserves one throttle slot per `(subscription, rate)`: the later of the
+/// subscription's next free slot and `now`, which moves on by one interval
+/// (`ops::interval_ms`). One D1 `batch()`; each statement is atomic.
+pub async fn reserve(env: &Env, wanted: &[(String, u32)], now: u64) -> Result<Vec<Option<u64>>> {
+    #[derive(Deserialize)]
+    struct Slot {
+        slot: u64,
+    }
+    let d = db(env)?;
+    let statements = wanted
+        .iter()
+        .map(|(sub, rate)| {
+            let interval = postguard_core::webhooks::ops::interval_ms(*rate);
+            d.prepare(
+                "UPDATE subscription_ops SET next_send_at = MAX(COALESCE(next_send_at, 0), ?) + ? \
+                 WHERE subscription_id = ? RETURNING next_send_at - ? AS slot",
+            )
+            .bind(&[num(now), num(interval), text(sub), num(interval)])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let results = d.batch(statements).await?;
+    results
+        .iter()
+        .map(|r| Ok(r.results::<Slot>()?.first().map(|s| s.slot)))
+        .collect()
+}
+
+/// Writes each subscription's health change (`ops::health`): the failure
+/// clock reset or started, or the subscription disabled (only while it is
+/// active). One D1 `batch()`; for each, whether it changed a row.
+pub async fn health(
+    env: &Env,
+    changes: &[(&str, &str, postguard_core::webhooks::ops::Health)],
+    now: u64,
+) -> Result<Vec<bool>> {
+    use postguard_core::webhooks::ops::Health;
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let d = db(env)?;
+    let mut statements = Vec::with_capacity(changes.len());
+    for (sub, project, h) in changes {
+        statements.push(match h {
+            Health::Healthy => d
+                .prepare("UPDATE subscription_ops SET failing_since = NULL WHERE subscription_id = ?")
+                .bind(&[text(sub)])?,
+            Health::Failing { since } => d
+                .prepare("INSERT INTO subscription_ops (subscription_id, project, failing_since) VALUES (?, ?, ?) \
+                          ON CONFLICT (subscription_id) DO UPDATE SET failing_since = COALESCE(failing_since, excluded.failing_since)")
+                .bind(&[text(sub), text(project), num(*since)])?,
+            Health::Disable { reason, since } => d
+                .prepare("INSERT INTO subscription_ops (subscription_id, project, state, disabled_reason, disabled_at, failing_since) VALUES (?, ?, ?, ?, ?, ?) \
+                          ON CONFLICT (subscription_id) DO UPDATE SET state = excluded.state, disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at, \
+                          failing_since = COALESCE(subscription_ops.failing_since, excluded.failing_since) WHERE subscription_ops.state = ?")
+                .bind(&[
+                    text(sub),
+                    text(project),
+                    text(SubState::Disabled.as_str()),
+                    text(reason.as_str()),
+                    num(now),
+                    num(*since),
+                    text(SubState::Active.as_str()),
+                ])?,
+        });
+    }
+    d.batch(statements)
+        .await?
+        .iter()
+        .map(|r| Ok(r.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0))
+        .collect()
+}

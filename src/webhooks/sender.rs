@@ -1,0 +1,134 @@
+//! Sending one signed request to a receiver (CONTRACT §7): the consumer's
+//! attempts and the test ping. Signing is `postguard_core::webhooks::signature`.
+
+use postguard_core::config::Config;
+use postguard_core::webhooks::events::excerpt;
+use postguard_core::webhooks::retry::AttemptResult;
+use postguard_core::webhooks::signature;
+use postguard_core::webhooks::{fanout, ops};
+use worker::wasm_bindgen::JsValue;
+use worker::{web_sys, Result};
+
+use crate::http;
+use crate::runtime::within;
+
+/// How much of a response body the log keeps.
+pub const EXCERPT_CHARS: usize = 512;
+
+/// POSTs one attempt; `None` when no answer came within `timeout_ms` (the
+/// request is aborted). The answer: status, Retry-After, body.
+pub async fn send(
+    url: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+    timeout_ms: u64,
+) -> Option<Result<(u16, Option<String>, Vec<u8>)>> {
+    let prepared = (|| {
+        let h = web_sys::Headers::new()?;
+        for (k, v) in headers {
+            h.set(k, v)?;
+        }
+        let controller = web_sys::AbortController::new()?;
+        let init = http::request_init("POST", body);
+        init.set_headers(&h);
+        init.set_redirect(web_sys::RequestRedirect::Manual);
+        init.set_signal(Some(&controller.signal()));
+        Ok::<_, JsValue>((controller, init))
+    })();
+    let (controller, init) = match prepared {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let attempt = async {
+        let resp = http::raw_fetch(&worker::js_sys::global(), url, &init).await?;
+        let retry_after = resp.headers().get("Retry-After").ok().flatten();
+        let bytes = http::read_prefix(&resp, fanout::MAX_RESPONSE_READ_BYTES)
+            .await
+            .unwrap_or_default();
+        Ok((resp.status(), retry_after, bytes))
+    };
+    let out = within(timeout_ms, attempt).await;
+    if out.is_none() {
+        controller.abort();
+    }
+    out
+}
+
+/// A subscription's signing secrets.
+pub struct Secrets<'a> {
+    pub secret: Option<&'a str>,
+    pub previous: Option<&'a str>,
+    pub previous_until: Option<u64>,
+}
+
+/// One signed request to make: the event and where to.
+pub struct Outgoing<'a> {
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub payload: &'a [u8],
+    pub secrets: Secrets<'a>,
+}
+
+/// Signs and POSTs attempt `number`: its result, error text and response excerpt.
+pub async fn sign_and_send(
+    cfg: &Config,
+    t: &Outgoing<'_>,
+    url: &str,
+    number: u32,
+    request_id: &str,
+    now: u64,
+) -> Result<(AttemptResult, Option<String>, Option<String>)> {
+    // The URL rules once more, right before the request goes out: whatever
+    // accepted the URL earlier (a subscription, a redirect), the rules of the
+    // configuration now — with only the configured public URL's capture URLs
+    // exempt — decide. A refused URL is not sent: a failed attempt, on the
+    // schedule like a network error.
+    let policy = super::policy(cfg);
+    if let Err(why) = ops::check_target_url(url, cfg.settings.public_origin(), &policy) {
+        let error = format!("not sent: the URL rules refuse it ({})", &*why);
+        return Ok((AttemptResult::NetworkError, Some(error), None));
+    }
+    let timestamp = now / 1000;
+    let mut secrets: Vec<&str> = t.secrets.secret.into_iter().collect();
+    if let (Some(prev), Some(until)) = (t.secrets.previous, t.secrets.previous_until) {
+        if now < until {
+            secrets.push(prev);
+        }
+    }
+    let body = t.payload;
+    let sig = signature::signature_header(&secrets, t.event_id, timestamp, body)
+        .map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let number_s = number.to_string();
+    let ts_s = timestamp.to_string();
+    let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("User-Agent", "postguard-webhooks/0.1"),
+        ("webhook-id", t.event_id),
+        ("webhook-timestamp", ts_s.as_str()),
+        ("webhook-signature", sig.as_str()),
+        ("X-Event-Id", t.event_id),
+        ("X-Event-Type", t.event_type),
+        ("X-Delivery-Attempt", number_s.as_str()),
+        ("X-Request-Id", request_id),
+    ];
+    Ok(match send(url, body, &headers, timeout_ms).await {
+        None => (
+            AttemptResult::Timeout,
+            Some(format!("no answer within {timeout_ms} ms")),
+            None,
+        ),
+        Some(Err(e)) => {
+            let msg = e.to_string();
+            let error = format!("network error: {}", msg.trim())
+                .trim_end_matches(": ")
+                .to_string();
+            (AttemptResult::NetworkError, Some(error), None)
+        }
+        Some(Ok((code, retry_after, bytes))) => (
+            AttemptResult::Status { code, retry_after },
+            None,
+            Some(excerpt(&bytes, EXCERPT_CHARS)),
+        ),
+    })
+}

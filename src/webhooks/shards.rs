@@ -1,0 +1,242 @@
+//! Calls to the webhook shards (ADR 0035): which shard holds what, the
+//! limits a shard admits against, pages merged across a project's shards
+//! (and the legacy D1 rows, the oldest source), and moving a legacy event
+//! into its shard when it is touched again.
+
+use postguard_core::config::Config;
+use postguard_core::webhooks::capacity;
+use postguard_core::webhooks::records::{
+    DeliveryQuery, DeliveryRecord, EventQuery, FeedRow, Imported, Limits,
+};
+use postguard_core::webhooks::shard::{self, id_time, ShardKey};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use worker::{Env, Result};
+
+use super::directory;
+use crate::durable::webhook_shard::{self, op, FeedReq, ListReq};
+
+pub use webhook_shard::op as ops;
+
+/// Calls operation `path` of `shard`.
+pub async fn call<Q: Serialize, A: DeserializeOwned>(
+    env: &Env,
+    shard: &ShardKey,
+    path: &str,
+    req: &Q,
+) -> Result<A> {
+    webhook_shard::call(env, shard, path, req).await
+}
+
+pub fn bucket_ms(cfg: &Config) -> u64 {
+    cfg.settings.webhooks.shard_bucket_ms
+}
+
+/// The shard of `project`'s events published at `now`.
+pub fn current(cfg: &Config, project: &str, now: u64) -> ShardKey {
+    ShardKey::of(project, now, bucket_ms(cfg))
+}
+
+/// What a shard admits a publish against.
+pub fn limits(cfg: &Config) -> Limits {
+    let wh = &cfg.settings.webhooks;
+    Limits {
+        events_per_day: u64::from(wh.events_per_project_per_day),
+        deliveries_per_day: u64::from(wh.deliveries_per_project_per_day),
+        bytes_per_day: wh.bytes_per_project_per_day,
+        high_water_bytes: wh.shard_high_water_bytes,
+        delivery_bytes: capacity::delivery_bytes(&cfg.settings),
+        bytes_elsewhere: 0,
+    }
+}
+
+/// The shards that may hold delivery `id` of `project`: the one its id
+/// names (a gateway-issued id carries its shard's start), then, for an id
+/// of the deployment before the shards, the bucket of its time (where
+/// [`adopt`] moved it).
+pub fn candidates(cfg: &Config, project: &str, id: &str) -> Vec<ShardKey> {
+    let Some(t) = id_time(id) else {
+        return Vec::new();
+    };
+    let exact = ShardKey {
+        project: project.to_string(),
+        start_ms: t,
+    };
+    let aligned = ShardKey::of(project, t, bucket_ms(cfg));
+    if aligned == exact {
+        vec![exact]
+    } else {
+        vec![exact, aligned]
+    }
+}
+
+/// Moves a legacy event whole (record, deliveries, attempts; ids and states
+/// kept) from D1 into the shards its delivery ids name, then deletes it from
+/// D1. Idempotent: a repeat finds it gone, or imports nothing twice.
+pub async fn adopt(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    event_id: &str,
+    now: u64,
+) -> Result<bool> {
+    let Some(imp) = directory::legacy::event(env, project, event_id).await? else {
+        return Ok(false);
+    };
+    let bucket = bucket_ms(cfg);
+    let mut parts: Vec<(ShardKey, Imported)> = Vec::new();
+    for d in &imp.deliveries {
+        let t = id_time(&d.id).unwrap_or(d.created_at);
+        let key = ShardKey::of(project, t, bucket);
+        let at = match parts.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                parts.push((
+                    key,
+                    Imported {
+                        event: imp.event.clone(),
+                        deliveries: Vec::new(),
+                        attempts: Vec::new(),
+                    },
+                ));
+                parts.len() - 1
+            }
+        };
+        parts[at].1.deliveries.push(d.clone());
+        let attempts = imp
+            .attempts
+            .iter()
+            .filter(|a| a.delivery_id == d.id)
+            .cloned();
+        parts[at].1.attempts.extend(attempts);
+    }
+    if parts.is_empty() {
+        parts.push((ShardKey::of(project, imp.event.created_at, bucket), imp));
+    }
+    let keys: Vec<ShardKey> = parts.iter().map(|(k, _)| k.clone()).collect();
+    directory::enter(env, &keys, bucket, now).await?;
+    for (key, part) in &parts {
+        let _: u64 = call(env, key, op::IMPORT, &[part]).await?;
+    }
+    directory::legacy::delete(env, project, event_id).await?;
+    Ok(true)
+}
+
+/// The delivery `id` of `project` as stored, and its shard: looked up in the
+/// shards its id names, then in D1's legacy rows (moved into its shard).
+pub async fn find(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    id: &str,
+    now: u64,
+) -> Result<Option<(ShardKey, postguard_core::webhooks::records::Detail)>> {
+    use postguard_core::webhooks::records::Detail;
+    for round in 0..2 {
+        for key in candidates(cfg, project, id) {
+            let req = webhook_shard::DetailReq {
+                delivery_id: id.to_string(),
+            };
+            let found: Option<Detail> = call(env, &key, op::DETAIL, &req).await?;
+            if let Some(d) = found {
+                return Ok(Some((key, d)));
+            }
+        }
+        if round > 0 {
+            break;
+        }
+        let Some(r) = directory::legacy::find(env, id).await? else {
+            return Ok(None);
+        };
+        if r.project != project || !adopt(env, cfg, project, &r.event_id, now).await? {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// A page of `project`'s deliveries newest first, across its shards and
+/// the legacy rows: up to `take` rows.
+pub async fn page_deliveries(
+    env: &Env,
+    project: &str,
+    q: &DeliveryQuery,
+    take: u32,
+) -> Result<Vec<DeliveryRecord>> {
+    let mut shards = shard::visit_order(
+        directory::shards_of(env, project).await?,
+        q.since,
+        q.until,
+        true,
+    );
+    if let Some((t, _)) = &q.before {
+        shards.retain(|(start, _)| start <= t);
+    }
+    let key = |d: &DeliveryRecord| (d.created_at, d.id.clone());
+    let mut rows: Vec<DeliveryRecord> = Vec::new();
+    let n = take as usize;
+    for (i, (start, _)) in shards.iter().enumerate() {
+        let k = ShardKey {
+            project: project.to_string(),
+            start_ms: *start,
+        };
+        let page: Vec<DeliveryRecord> =
+            call(env, &k, op::LIST, &ListReq { q: q.clone(), take }).await?;
+        rows.extend(page);
+        if shard::page_complete(&mut rows, n, shards.get(i + 1).copied(), true, key)
+            && shards.get(i + 1).is_some()
+        {
+            return Ok(rows);
+        }
+    }
+    // The legacy rows are older than every shard.
+    if rows.len() < n {
+        rows.extend(directory::legacy::list(env, project, q, take).await?);
+    }
+    shard::page_complete(&mut rows, n, None, true, key);
+    Ok(rows)
+}
+
+/// A page of `project`'s events in `q`'s order, across its shards and the
+/// legacy rows.
+pub async fn page_events(
+    env: &Env,
+    project: &str,
+    q: &EventQuery,
+    take: u32,
+) -> Result<Vec<FeedRow>> {
+    let mut shards = shard::visit_order(
+        directory::shards_of(env, project).await?,
+        q.since,
+        q.until,
+        q.desc,
+    );
+    if let Some((t, _)) = &q.after {
+        shards.retain(|(start, end)| if q.desc { start <= t } else { end > t });
+    }
+    let key = |r: &FeedRow| (r.event.created_at, r.event.id.clone());
+    let n = take as usize;
+    let mut rows: Vec<FeedRow> = Vec::new();
+    let legacy = |rows: &Vec<FeedRow>| rows.len() < n;
+    if !q.desc && legacy(&rows) {
+        // Oldest first: the legacy rows come first.
+        rows.extend(directory::legacy::feed(env, project, q, take).await?);
+    }
+    for (i, (start, _)) in shards.iter().enumerate() {
+        let k = ShardKey {
+            project: project.to_string(),
+            start_ms: *start,
+        };
+        let page: Vec<FeedRow> = call(env, &k, op::FEED, &FeedReq { q: q.clone(), take }).await?;
+        rows.extend(page);
+        let next = shards.get(i + 1).copied();
+        if next.is_some() && shard::page_complete(&mut rows, n, next, q.desc, key) {
+            return Ok(rows);
+        }
+    }
+    if q.desc && legacy(&rows) {
+        rows.extend(directory::legacy::feed(env, project, q, take).await?);
+    }
+    shard::page_complete(&mut rows, n, None, q.desc, key);
+    Ok(rows)
+}

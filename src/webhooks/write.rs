@@ -1,0 +1,347 @@
+//! The one write path of every event (ADR 0035): HTTP publishes (through
+//! `super::group`), the operational `postguard.subscription.disabled`, and
+//! anything later work publishes. [`store`] reads the projects'
+//! subscriptions (one D1 read), plans each event's deliveries
+//! ([`plan`]), writes each shard's events, deliveries and outbox state in
+//! ONE call of that shard (one `transactionSync`), then sends the first
+//! attempts to the queue. An event is durable before its caller answers.
+//!
+//! The outbox marks of sent jobs ride in the shard's next publish call, or
+//! are written by [`flush_marks`] when none follows; a lost mark only means
+//! the every-minute sweep sends the job again (the consumer drops the
+//! duplicate).
+
+use crate::log;
+use postguard_core::log::Line;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use postguard_core::config::Config;
+use postguard_core::webhooks::events;
+use postguard_core::webhooks::records::{
+    EventRecord, FirstJob, Limits, NewDelivery, NewEvent, Stored,
+};
+use postguard_core::webhooks::shard::{delivery_id, ShardKey};
+use postguard_core::Problem;
+use worker::{Env, Result};
+
+use super::directory::{self, Receiver};
+use super::shards::{self, ops};
+use super::{usage, Job};
+use crate::bindings;
+use crate::durable::webhook_shard::{IdsReq, PublishReq, ReleaseReq};
+use crate::runtime::{new_ulid_parts, now_ms};
+
+/// An event to store and fan out.
+pub struct Publish {
+    pub project: String,
+    pub id: String,
+    pub event_type: String,
+    pub data: serde_json::Value,
+    /// The X-Request-Id of the request that published it (trace).
+    pub request_id: String,
+    /// A subscription that gets no delivery (the one an operational event is about).
+    pub exclude: Option<String>,
+}
+
+/// What became of one event.
+pub enum Outcome {
+    /// Stored and its first attempts queued.
+    Stored,
+    /// The id was stored before; what of it was unsent is sent now.
+    Known,
+    /// Refused before anything of it was stored (quota, storage full).
+    Refused(Problem),
+    /// Not stored, or not queued (the outbox keeps it).
+    Failed(String),
+}
+
+thread_local! {
+    /// Delivery ids sent to the queue, per shard, whose outbox marks wait
+    /// for that shard's next publish call.
+    static SENT: RefCell<HashMap<ShardKey, Vec<String>>> = RefCell::new(HashMap::new());
+}
+
+/// The event's payload and one delivery per matching subscription (but
+/// `exclude`); a held (paused or disabled) subscription's is created
+/// `paused`, with no attempt planned.
+pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now: u64) -> NewEvent {
+    let payload = events::payload(
+        &p.id,
+        &p.event_type,
+        &events::rfc3339_ms(now),
+        &p.data,
+        cfg.settings.webhooks.max_payload_bytes as usize,
+    );
+    let mut deliveries = Vec::new();
+    for sub in subs {
+        let filters: Vec<String> =
+            serde_json::from_slice(sub.events.as_bytes()).unwrap_or_default();
+        if !events::matches(&filters, &p.event_type)
+            || p.exclude.as_deref() == Some(sub.id.as_str())
+        {
+            continue;
+        }
+        let (_, random) = new_ulid_parts();
+        deliveries.push(NewDelivery {
+            id: delivery_id(shard, random),
+            subscription_id: sub.id.clone(),
+            url: sub.url.clone(),
+            held: sub
+                .state
+                .is_some_and(postguard_core::webhooks::ops::SubState::holds),
+        });
+    }
+    NewEvent {
+        event: EventRecord {
+            id: p.id.clone(),
+            event_type: p.event_type.clone(),
+            payload: String::from_utf8_lossy(&payload).into_owned(),
+            created_at: now,
+            request_id: Some(p.request_id.clone()),
+        },
+        deliveries,
+    }
+}
+
+/// Stores and sends `events`; each one's own outcome, in order.
+pub async fn store(env: &Env, cfg: &Config, events: Vec<Publish>) -> Vec<Outcome> {
+    match store_all(env, cfg, &events).await {
+        Ok(out) => out,
+        Err(e) => events
+            .iter()
+            .map(|_| Outcome::Failed(e.to_string()))
+            .collect(),
+    }
+}
+
+async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Outcome>> {
+    let now = now_ms();
+    let mut projects: Vec<&str> = events.iter().map(|e| e.project.as_str()).collect();
+    projects.sort_unstable();
+    projects.dedup();
+    let read = directory::receivers(
+        env,
+        &projects,
+        postguard_core::webhooks::capacity::utc_day(now),
+    )
+    .await?;
+    let receivers = &read.receivers;
+    // D1 holds the directory and the subscriptions: at its mark nothing new
+    // can be found again, so every publish waits for retention.
+    if let Err(problem) = usage::storage_admits(cfg, now) {
+        return Ok(events
+            .iter()
+            .map(|_| Outcome::Refused(problem.clone()))
+            .collect());
+    }
+    // Each event's shard, and the shards' batches in the events' order.
+    let mut batches: Vec<(ShardKey, Vec<usize>, Vec<NewEvent>)> = Vec::new();
+    for (i, p) in events.iter().enumerate() {
+        let key = shards::current(cfg, &p.project, now);
+        let subs = receivers.get(&p.project).map_or(&[][..], Vec::as_slice);
+        let planned = plan(cfg, &key, p, subs, now);
+        match batches.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, idx, evs)) => {
+                idx.push(i);
+                evs.push(planned);
+            }
+            None => batches.push((key, vec![i], vec![planned])),
+        }
+    }
+    let keys: Vec<ShardKey> = batches.iter().map(|(k, _, _)| k.clone()).collect();
+    directory::enter(env, &keys, shards::bucket_ms(cfg), now).await?;
+    let calls = batches.into_iter().map(|(key, idx, evs)| {
+        let limits = Limits {
+            bytes_elsewhere: read.bytes_today.get(&key.project).copied().unwrap_or(0),
+            ..shards::limits(cfg)
+        };
+        async move {
+            let sent = SENT
+                .with(|s| s.borrow_mut().remove(&key))
+                .unwrap_or_default();
+            let req = PublishReq {
+                sent,
+                events: evs,
+                limits,
+                now,
+            };
+            let got: Result<Vec<Stored>> = shards::call(env, &key, ops::PUBLISH, &req).await;
+            (key, idx, got)
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    let mut out: Vec<Option<Outcome>> = events.iter().map(|_| None).collect();
+    let mut to_send: Vec<(ShardKey, usize, Vec<FirstJob>)> = Vec::new();
+    for (key, idx, got) in answers {
+        match got {
+            Err(e) => idx
+                .iter()
+                .for_each(|i| out[*i] = Some(Outcome::Failed(e.to_string()))),
+            Ok(stored) => {
+                for (i, s) in idx.into_iter().zip(stored) {
+                    match s {
+                        Stored::Stored { jobs } => {
+                            out[i] = Some(Outcome::Stored);
+                            to_send.push((key.clone(), i, jobs));
+                        }
+                        Stored::Known { jobs } => {
+                            out[i] = Some(Outcome::Known);
+                            to_send.push((key.clone(), i, jobs));
+                        }
+                        Stored::Refused { refusal } => {
+                            out[i] =
+                                Some(Outcome::Refused(refusal.problem(&events[i].project, now)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for i in send(env, &to_send).await {
+        out[i] = Some(Outcome::Failed(
+            "the queue refused the event's first attempts; the outbox sends them later".into(),
+        ));
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Outcome::Failed("no answer from its shard".into())))
+        .collect())
+}
+
+/// Sends the first attempts in `sendBatch`-sized chunks; the events (their
+/// index) whose jobs were not all sent (the outbox keeps them). The sent
+/// ids wait for their marks.
+async fn send(env: &Env, jobs: &[(ShardKey, usize, Vec<FirstJob>)]) -> Vec<usize> {
+    let flat: Vec<(&ShardKey, usize, Job)> = jobs
+        .iter()
+        .flat_map(|(k, i, js)| js.iter().map(move |j| (k, *i, Job::first(&k.project, j))))
+        .collect();
+    if flat.is_empty() {
+        return Vec::new();
+    }
+    let Ok(queue) = env.queue(bindings::DELIVERIES) else {
+        return jobs.iter().map(|(_, i, _)| *i).collect();
+    };
+    let all: Vec<Job> = flat.iter().map(|(_, _, j)| j.clone()).collect();
+    let mut failed = Vec::new();
+    let mut stop = false;
+    for range in super::batches(&all) {
+        if stop || queue.send_batch(all[range.clone()].to_vec()).await.is_err() {
+            stop = true;
+            failed.extend(flat[range].iter().map(|(_, i, _)| *i));
+            continue;
+        }
+        SENT.with(|s| {
+            let mut s = s.borrow_mut();
+            for (k, _, j) in &flat[range] {
+                s.entry((*k).clone())
+                    .or_default()
+                    .push(j.delivery_id.clone());
+            }
+        });
+    }
+    failed.sort_unstable();
+    failed.dedup();
+    failed
+}
+
+/// Whether sent ids wait for their marks.
+pub fn marks_pending() -> bool {
+    SENT.with(|s| !s.borrow().is_empty())
+}
+
+/// Writes the pending outbox marks (one call per shard). Best effort: a
+/// lost mark only means the sweep sends the job again.
+pub async fn flush_marks(env: &Env) {
+    let pending: Vec<(ShardKey, Vec<String>)> = SENT.with(|s| s.borrow_mut().drain().collect());
+    let now = now_ms();
+    let calls = pending.into_iter().map(|(key, ids)| async move {
+        let r: Result<serde_json::Value> =
+            shards::call(env, &key, ops::MARK_SENT, &IdsReq { ids, now }).await;
+        if let Err(e) = r {
+            log::emit(
+                Line::warn("outbox marks lost (the sweep re-sends)")
+                    .field("shard", key.name())
+                    .err(e),
+            );
+        }
+    });
+    futures_util::future::join_all(calls).await;
+}
+
+/// Queues `jobs` of `project` (scheduled ones: released, re-planned, swept)
+/// and records them sent in their shard.
+pub async fn send_and_mark(
+    env: &Env,
+    key: &ShardKey,
+    jobs: &[FirstJob],
+    ordered: bool,
+) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let all: Vec<Job> = jobs
+        .iter()
+        .map(|j| Job {
+            ordered,
+            ..Job::first(&key.project, j)
+        })
+        .collect();
+    super::enqueue(env, all).await?;
+    let ids = jobs.iter().map(|j| j.delivery_id.clone()).collect();
+    let _: serde_json::Value =
+        shards::call(env, key, ops::MARK_SENT, &IdsReq { ids, now: now_ms() }).await?;
+    Ok(())
+}
+
+/// Releases `subscription_id`'s held deliveries in one shard, queued in
+/// creation order, 100 at a time.
+pub async fn release_in(env: &Env, key: &ShardKey, subscription_id: &str, now: u64) -> Result<u32> {
+    let mut n = 0u32;
+    loop {
+        let req = ReleaseReq {
+            subscription_id: subscription_id.to_string(),
+            limit: 100,
+            now,
+        };
+        let jobs: Vec<FirstJob> = shards::call(env, key, ops::RELEASE, &req).await?;
+        send_and_mark(env, key, &jobs, true).await?;
+        n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+        if jobs.len() < 100 {
+            return Ok(n);
+        }
+    }
+}
+
+/// Every shard of `project` releases `subscription_id`'s held deliveries
+/// (legacy ones are moved into their shard first): resume.
+pub async fn release_held(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    subscription_id: &str,
+) -> Result<u32> {
+    let now = now_ms();
+    loop {
+        let legacy = directory::legacy::held(env, subscription_id, 50).await?;
+        if legacy.is_empty() {
+            break;
+        }
+        for r in legacy {
+            shards::adopt(env, cfg, &r.project, &r.event_id, now).await?;
+        }
+    }
+    let mut shards_of = directory::shards_of(env, project).await?;
+    // Creation order across shards too.
+    shards_of.sort_unstable();
+    let mut n = 0;
+    for (start_ms, _) in shards_of {
+        let key = ShardKey {
+            project: project.to_string(),
+            start_ms,
+        };
+        n += release_in(env, &key, subscription_id, now).await?;
+    }
+    Ok(n)
+}

@@ -1404,6 +1404,61 @@ mod tests {
     }
 
     #[test]
+    fn async_operations_and_response_events_are_validated_naming_the_field() {
+        let c = Config::load(&env(None)).unwrap();
+        let a = &c.settings.async_ops;
+        assert!(a.routes.is_empty(), "no asynchronous routes by default");
+        assert_eq!((a.timeout_ms, a.requeue_after_s), (300_000, 60));
+        assert!(c.settings.events_from_responses.is_empty());
+        let ok = r#"{"async":{"routes":[{"method":"POST","path":"/reports/*"}],"timeout_ms":840000},
+            "events_from_responses":[{"method":"*","path":"/orders","status":"2xx","type":"order.created","data":"/order/id~1x"}]}"#;
+        assert!(Config::load(&env(Some(ok))).is_ok());
+        for (cfg, field) in [
+            (
+                r#"{"async":{"routes":[{"method":"GET","path":"/r"}]}}"#,
+                "async.routes[0].method",
+            ),
+            (
+                r#"{"async":{"routes":[{"method":"POST","path":"r"}]}}"#,
+                "async.routes[0].path",
+            ),
+            (r#"{"async":{"timeout_ms":840001}}"#, "async.timeout_ms"),
+            (r#"{"async":{"timeout_ms":999}}"#, "async.timeout_ms"),
+            (
+                r#"{"async":{"requeue_after_s":0}}"#,
+                "async.requeue_after_s",
+            ),
+            (r#"{"async":{"route":[]}}"#, "async.route"),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"6xx","type":"a","data":"body"}]}"#,
+                "events_from_responses[0].status",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"postguard.x","data":"body"}]}"#,
+                "events_from_responses[0].type",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a b","data":"body"}]}"#,
+                "events_from_responses[0].type",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a","data":"order"}]}"#,
+                "events_from_responses[0].data",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"HEAD","path":"/o","status":"2xx","type":"a","data":"body"}]}"#,
+                "events_from_responses[0].method",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a"}]}"#,
+                "events_from_responses[0].data",
+            ),
+        ] {
+            assert_eq!(err_field(cfg), field, "{cfg}");
+        }
+    }
+
+    #[test]
     fn defaults_match_the_contract() {
         let c = Config::load(&env(None)).unwrap();
         let s = &c.settings;

@@ -93,13 +93,15 @@ pub fn without_respond_async(headers: &[(String, String)]) -> Vec<(String, Strin
         .collect()
 }
 
-/// Whether `method path` is one of `async.routes`.
+/// Whether `method path` is one of `async.routes` (a mutating method: a
+/// route given as `*` never makes a GET asynchronous).
 pub fn is_async_route(settings: &Settings, method: &str, path: &str) -> bool {
-    settings
-        .async_ops
-        .routes
-        .iter()
-        .any(|r| (r.method == "*" || r.method == method) && pattern::matches(&r.path, path))
+    matches!(method, "POST" | "PUT" | "PATCH" | "DELETE")
+        && settings
+            .async_ops
+            .routes
+            .iter()
+            .any(|r| (r.method == "*" || r.method == method) && pattern::matches(&r.path, path))
 }
 
 /// How long a started attempt holds the operation: the attempt's timeout

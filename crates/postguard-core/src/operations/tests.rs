@@ -90,6 +90,23 @@ fn the_respond_async_preference_is_read_and_removed() {
 }
 
 #[test]
+fn async_routes_are_mutating_requests_on_a_listed_path() {
+    let mut settings = Settings::default();
+    settings.async_ops.routes = vec![crate::config::AsyncRoute {
+        method: "*".into(),
+        path: "/reports/*".into(),
+    }];
+    assert!(is_async_route(&settings, "POST", "/reports/q3"));
+    assert!(is_async_route(&settings, "DELETE", "/reports/q3"));
+    assert!(!is_async_route(&settings, "GET", "/reports/q3"));
+    assert!(!is_async_route(&settings, "POST", "/orders"));
+    assert!(
+        !is_async_route(&Settings::default(), "POST", "/reports/q3"),
+        "none by default"
+    );
+}
+
+#[test]
 fn a_queued_operation_starts_once_its_delay_passed_and_a_lost_attempt_once_its_lease_ran_out() {
     let o = op();
     let started = start(&o, 1_000, LEASE).unwrap();

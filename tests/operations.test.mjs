@@ -1,4 +1,4 @@
-// Asynchronous operations (CONTRACT §14, ADR 0037): `Prefer: respond-async` on an async route is
+// Asynchronous operations (docs/async-operations.md, ADR 0037): `Prefer: respond-async` on an async route is
 // answered 202 with its operation, run from the queue against the real origin with
 // async.timeout_ms, read back by id and by its result (byte for byte), retried on the webhook
 // schedule, announced by `postguard.operation.completed`, scoped to its project, and completed

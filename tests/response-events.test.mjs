@@ -1,4 +1,4 @@
-// Events from responses (CONTRACT §14, ADR 0037): a stored response that an
+// Events from responses (docs/async-operations.md, ADR 0037): a stored response that an
 // `events_from_responses` rule matches publishes its event once per (API key, Idempotency-Key) —
 // for 20 client retries of one key, for 3 × 20 simultaneous requests, for an asynchronous
 // operation retried while it runs — with an id derived from both and the request's request_id;

@@ -66,7 +66,7 @@ export interface CallOptions {
   /** Another credential than the signed-in one (sign-in checks), or null for none. */
   token?: string | null;
   /**
-   * Sent as `Idempotency-Key` (CONTRACT §13): a new one per submit of a
+   * Sent as `Idempotency-Key` (docs/idempotency.md): a new one per submit of a
    * mutating form (`newIdempotencyKey()`); the gateway runs a submit at most
    * once and answers a repeat of it with the stored answer.
    */
@@ -139,7 +139,7 @@ export function describe(e: unknown): string {
   return e instanceof ApiError ? e.describe() : e instanceof Error ? e.message : String(e);
 }
 
-// The resources (CONTRACT §10 "Resources", §13).
+// The resources (docs/api-reference.md "Resources", §13).
 
 /** One named policy's state now (`reset`: epoch seconds). */
 export interface PolicyState {

@@ -365,7 +365,7 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     }
     if project
         .as_deref()
-        .is_some_and(|p| !postguard_core::config::is_valid_name(p))
+        .is_some_and(|p| !postguard_core::ids::is_valid_name(p))
     {
         return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into());
     }

@@ -1,6 +1,6 @@
 //! Phases 4 and 6 of a gateway request: the caller's budget charged and its
 //! Idempotency-Key claimed in one call to the caller's object, and the
-//! answer stored under the key (sealed) or the claim released (CONTRACT §13).
+//! answer stored under the key (sealed) or the claim released (docs/limits.md).
 //! The decisions are the proxy's (`proxy::preflight_in`, `admission`,
 //! `settle`) and `postguard_core::gateway`'s; this file does their I/O.
 

@@ -1,4 +1,4 @@
-//! Portal links and sessions (CONTRACT §12, §13, ADR 0010, ADR 0031): the
+//! Portal links and sessions (docs/dashboard-and-portal.md, ADR 0010, ADR 0031): the
 //! operator mints a single-use dashboard link for one project; the page
 //! exchanges it for a session that works wherever that project's API key
 //! does (audit, stats, webhooks, deliveries, /me), charged like a key, and
@@ -15,7 +15,7 @@ use postguard_core::guard::{Revoke, RevokeRequest};
 use postguard_core::keys::KeyRecord;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::portal::{self, is_session_id, Claims, Kind};
-use postguard_core::{config::is_valid_name, ErrorCode, Invalid, Problem};
+use postguard_core::{ids::is_valid_name, ErrorCode, Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::{Env, KvStore};
 
@@ -238,7 +238,7 @@ pub async fn end_sessions(cx: &Ctx<'_>) -> Handled {
     let subscriptions_paused = match pause {
         true => {
             let owner = portal::subscription_owner(&project);
-            super::keys::subscriptions_of_revoked(
+            crate::webhooks::directory::subscriptions::of_revoked_key(
                 cx.env,
                 &owner,
                 now,

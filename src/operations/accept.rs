@@ -1,5 +1,5 @@
 //! The proxy's branch for `Prefer: respond-async` on an `async.routes` route
-//! (CONTRACT §14): admitted and charged as usual, the operation created
+//! (docs/async-operations.md): admitted and charged as usual, the operation created
 //! with the claim of its Idempotency-Key — its request and body durable in
 //! the key's object before anything is answered — handed to the
 //! `OPERATIONS` queue, and answered 202 with its `Location`. The same

@@ -1,6 +1,6 @@
 //! `GET /_postguard/v1/operations/{id}`, `…/{id}/result` and
 //! `GET /_postguard/v1/operations` (an API key or a portal session of the
-//! operation's project; CONTRACT §14). The id names the key whose object
+//! operation's project; docs/async-operations.md). The id names the key whose object
 //! holds the operation; an operation of another project is not found.
 //!
 //! The list visits the object of every key of the project (the KV index

@@ -132,8 +132,7 @@ async fn read_object(env: &Env, object: &str) -> Result<Vec<u8>, CallError> {
     Ok(body.bytes().await?)
 }
 
-/// The request to the origin, as the proxy would have sent it (CONTRACT
-/// §5), signed now, with the operation's request id and Idempotency-Key.
+/// The request to the origin, as the proxy would have sent it (docs/request-path.md), signed now, with the operation's request id and Idempotency-Key.
 fn origin_request(cfg: &Config, op: &Operation, body: Vec<u8>) -> OriginRequest {
     let r = &op.request;
     let mut headers = r.headers.clone();

@@ -1,4 +1,4 @@
-//! Asynchronous operations and events from responses (CONTRACT §14, ADR
+//! Asynchronous operations and events from responses (docs/async-operations.md, ADR
 //! 0037): the shell's I/O. The decisions are `postguard_core::operations`
 //! (states and transitions), `postguard_core::response_events` (which rule,
 //! which data, which id) and `postguard_core::store` (what the key's object

@@ -1,4 +1,4 @@
-//! Events from responses on the proxy path (CONTRACT §14): the event a
+//! Events from responses on the proxy path (docs/async-operations.md): the event a
 //! stored response implies rides in its completion (`CompleteRequest.event`),
 //! so the key's object writes it with the response or not at all, and its
 //! alarm publishes it. A replay, a retry or a racing duplicate stores no

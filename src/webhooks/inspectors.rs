@@ -1,4 +1,4 @@
-//! Built-in inspectors (CONTRACT §11): `POST /_postguard/v1/inspectors`
+//! Built-in inspectors (docs/operating-webhooks.md): `POST /_postguard/v1/inspectors`
 //! creates a capture URL on the gateway itself, `/_postguard/inspect/<token>`
 //! (unguessable, 24 h), which records what it receives; `GET
 //! /inspectors/{id}/requests` lists the captures, each with whether its

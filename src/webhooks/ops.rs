@@ -1,4 +1,4 @@
-//! CONTRACT §11 operations on one subscription: the test ping and bulk
+//! docs/operating-webhooks.md operations on one subscription: the test ping and bulk
 //! recover (a background task through the queue), and `GET /tasks/{id}`.
 
 use crate::log;

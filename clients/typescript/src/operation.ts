@@ -2,7 +2,7 @@ import { parseRetryAfter } from './backoff.js';
 import type { Clock } from './clock.js';
 import { ApiError, PostguardError, RetriesExhaustedError } from './errors.js';
 
-/** The states of an asynchronous operation (CONTRACT §14). */
+/** The states of an asynchronous operation (docs/async-operations.md). */
 export type OperationState = 'queued' | 'running' | 'succeeded' | 'failed';
 
 /** `GET /_postguard/v1/operations/{id}`. */

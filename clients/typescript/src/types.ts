@@ -1,4 +1,4 @@
-// Resource shapes of the gateway's own API (postguard CONTRACT §10, §11, §12, §13). Timestamps are
+// Resource shapes of the gateway's own API (docs/api-reference.md, docs/operating-webhooks.md, docs/dashboard-and-portal.md, docs/limits.md). Timestamps are
 // epoch milliseconds unless said otherwise.
 
 export interface Page<T> {
@@ -53,7 +53,7 @@ export interface PolicySpec {
 }
 
 /**
- * A key's replacements of its plan's numbers (CONTRACT §13): any of a plan's fields, e.g.
+ * A key's replacements of its plan's numbers (docs/limits.md): any of a plan's fields, e.g.
  * `{ requests_per_window: 7 }` or `{ policies: [...], concurrency: 2 }`.
  */
 export interface PlanOverrides {
@@ -300,7 +300,7 @@ export interface PortalLink {
   expires_at: number;
 }
 
-/** The body of a webhook delivery (CONTRACT §7). */
+/** The body of a webhook delivery (docs/webhooks.md). */
 export interface WebhookEvent<T = unknown> {
   id: string;
   type: string;

@@ -1,4 +1,4 @@
-//! Asynchronous operations (CONTRACT §14, ADR 0037): a request with `Prefer:
+//! Asynchronous operations (docs/async-operations.md, ADR 0037): a request with `Prefer:
 //! respond-async` on an `async.routes` route is claimed under its
 //! Idempotency-Key, stored in its key's object and answered 202 at once; a
 //! queue consumer runs it against the origin later.
@@ -145,7 +145,7 @@ impl State {
     }
 }
 
-/// The request an operation runs, as it is forwarded (CONTRACT §5): never
+/// The request an operation runs, as it is forwarded (docs/request-path.md): never
 /// the client's `Authorization`, and without the `respond-async`
 /// preference. Its body is stored beside it (in the object, or in R2 when
 /// larger than the object keeps).
@@ -219,7 +219,7 @@ pub struct Operation {
     pub request: StoredRequest,
 }
 
-/// What an operation looks like to its project (CONTRACT §14).
+/// What an operation looks like to its project (docs/async-operations.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct View {
     pub id: String,

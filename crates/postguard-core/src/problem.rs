@@ -1,7 +1,7 @@
 //! The stable error codes and their RFC 9457 `application/problem+json` bodies.
 //!
 //! Every error postguard produces is mapped here, once. The list is published
-//! in the README; codes are never renamed.
+//! in docs/errors.md; codes are never renamed.
 
 use serde::Serialize;
 
@@ -45,7 +45,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the order the README lists them.
+    /// Every code, in the order docs/errors.md lists them.
     pub const ALL: [ErrorCode; 26] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
@@ -166,7 +166,7 @@ impl ErrorCode {
         }
     }
 
-    /// The RFC 9457 `type` URI: a stable identifier, documented in the README.
+    /// The RFC 9457 `type` URI: a stable identifier, documented in docs/errors.md.
     /// A refusal by a quota is the ratelimit-headers draft's problem type
     /// (with its `violated-policies` member); every other code is
     /// `urn:postguard:problem:<code in lower case>`.
@@ -197,6 +197,22 @@ impl Invalid {
     /// `field: why`.
     pub fn field(field: &str, why: &str) -> Self {
         Invalid(format!("{field}: {why}"))
+    }
+
+    /// Parses a request body that must be one JSON object of `shape`
+    /// (`{project, plan, …}`). serde would also read a struct from a JSON
+    /// array (`[]` fills every optional field), so the object is checked
+    /// first: a body the document calls an object is refused otherwise.
+    pub fn json_object<T: serde::de::DeserializeOwned>(
+        body: &[u8],
+        shape: &str,
+    ) -> Result<T, Invalid> {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(Invalid(format!("body must be a JSON object {shape}")));
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| Invalid(format!("body must be a JSON object {shape}: {e}")))
     }
 
     /// A query parameter the endpoint does not take (echoed bounded).

@@ -1,4 +1,4 @@
-//! Events from responses (CONTRACT §14): when the gateway stores a response
+//! Events from responses (docs/async-operations.md): when the gateway stores a response
 //! under an Idempotency-Key and an `events_from_responses` rule matches it,
 //! the event that answer implies is published — once per (API key,
 //! Idempotency-Key), whatever the client retries.
@@ -138,7 +138,7 @@ pub struct PendingEvent {
     #[serde(rename = "type")]
     pub event_type: String,
     pub data: Value,
-    /// The request whose response implied it (CONTRACT §11 point 8).
+    /// The request whose response implied it (docs/webhooks.md: a publish's `request_id`).
     pub request_id: String,
 }
 

@@ -2,7 +2,7 @@
 // plan, expiry and whether it has metadata; a key's detail (its metadata and
 // overrides as text, each policy's remaining, the in-flight slots) with edit
 // (PATCH) and reroll (the new secret shown once); revoke; per-key statistics;
-// and portal links for integrators (CONTRACT §8, §12, §13).
+// and portal links for integrators (docs/operator-api.md, docs/dashboard-and-portal.md).
 
 import * as api from '../api';
 import {
@@ -28,7 +28,7 @@ import { inflightLine, policyTable } from '../limits';
 
 /** Keys per page; each listed key's detail is fetched (the listing has no meta). */
 const PAGE = 25;
-/** The gateway's cap on `meta` (CONTRACT §13), checked here first so nothing invalid is sent. */
+/** The gateway's cap on `meta` (docs/limits.md), checked here first so nothing invalid is sent. */
 const MAX_META_BYTES = 1024;
 /** A reroll's grace choices (`grace_s`); the gateway's default, 24 h, is preselected. */
 const GRACES: Array<[string, string]> = [

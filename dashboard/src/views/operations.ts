@@ -1,4 +1,4 @@
-// The project's asynchronous operations (CONTRACT §14): requests sent with
+// The project's asynchronous operations (docs/async-operations.md): requests sent with
 // `Prefer: respond-async`, newest first, filtered by state, with their status,
 // attempts and request id (to look them up in the audit log).
 

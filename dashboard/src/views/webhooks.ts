@@ -1,6 +1,6 @@
 // Webhooks: the project's subscriptions; create (the secret shown once, with a
 // copy button), rotate the secret, delete; pause/resume, send a test ping and
-// recover the failed deliveries of the last 14 days (CONTRACT §11).
+// recover the failed deliveries of the last 14 days (docs/operating-webhooks.md).
 
 import * as api from '../api';
 import { button, field, h, input, replace, scroller, secretBox, status, table, td, time } from '../dom';

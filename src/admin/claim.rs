@@ -18,9 +18,9 @@ use postguard_core::routes::{Budget, Route};
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Response, ResponseBody};
 
-use super::Ctx;
 use crate::auth::{self, Principal};
 use crate::durable::client::Guard;
+use crate::handler::Ctx;
 use crate::http::{self, raw_header_pairs};
 use crate::reject::{self, Extra, Handled, Reject};
 use crate::runtime::RequestCtx;

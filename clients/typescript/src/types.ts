@@ -81,6 +81,9 @@ export interface ApiKey {
   overrides?: PlanOverrides | null;
   /** When the operator last changed the key (epoch ms; 0: as created). */
   updated_at?: number;
+  /** In lists: whether the key has metadata / overrides (`keys.get` shows them). */
+  has_meta?: boolean;
+  has_overrides?: boolean;
 }
 
 /** `GET /keys/{id}`: the key with the state of each of its policies now. */
@@ -192,10 +195,16 @@ export interface DeliveryAttempt {
   duration_ms: number;
   request_id: string;
   at: number;
+  /** When the next automatic attempt is due (epoch ms), or null: none planned. */
+  next_retry_at: number | null;
+  /** The request id of the publish that created the delivery, on its first attempt. */
+  publish_request_id?: string | null;
 }
 
 export interface DeliveryDetail extends Delivery {
   attempts: DeliveryAttempt[];
+  /** The body the receiver gets; null once the event is past retention. */
+  payload?: WebhookEvent | null;
 }
 
 export interface DeliveryQuery extends PageQuery {
@@ -234,7 +243,7 @@ export interface AuditRow {
   method: string;
   path: string;
   status: number;
-  response_bytes: number;
+  response_bytes: number | null;
   response_time_ms: number;
   client_ip: string | null;
   user_agent: string | null;

@@ -12,8 +12,8 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
-use crate::ids::is_valid_name;
 use crate::idempotency::Mode;
+use crate::ids::is_valid_name;
 use crate::pattern;
 
 /// Entries by name (`plans`, `idempotency.methods`): a JSON object read like a

@@ -7,8 +7,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{validate_plan, Plan, Settings};
-use crate::ids::is_valid_name;
 use crate::guard::{Previous, Profile};
+use crate::ids::is_valid_name;
 use crate::Invalid;
 
 /// An API key as stored (by hash) and listed. Never holds the key itself.

@@ -62,7 +62,7 @@ export async function webhooks(main: HTMLElement): Promise<void> {
       const test = button('Send test', () => {
         status(msg, `Sending a test ping to ${s.url}…`);
         api
-          .call<api.PingResult>('POST', `${path}/test`)
+          .call<api.TestResult>('POST', `${path}/test`)
           .then((r) => {
             const outcome = r.status_code === null ? `no answer: ${r.error ?? ''}` : `HTTP ${r.status_code}`;
             status(msg, `Test ping to ${s.url}: ${outcome} in ${r.duration_ms} ms.`, r.status_code !== null && r.status_code < 300 ? 'ok' : 'error');
@@ -114,9 +114,9 @@ export async function webhooks(main: HTMLElement): Promise<void> {
     };
     if (description.value.trim()) body.description = description.value.trim();
     api
-      .call<api.Subscription>('POST', '/webhooks', { body })
+      .call<api.CreatedSubscription>('POST', '/webhooks', { body })
       .then((s) => {
-        replace(created, secretBox(`Signing secret for ${s.url}`, s.secret ?? ''));
+        replace(created, secretBox(`Signing secret for ${s.url}`, s.secret));
         status(msg, `Subscription ${s.id} created.`, 'ok');
         form.reset();
         return load();

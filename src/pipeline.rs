@@ -13,14 +13,12 @@ use postguard_core::guard::{
     ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
-use postguard_core::idempotency::StoredResponse;
 use postguard_core::limits::{self, Verdicts};
 use postguard_core::log::Line;
 use postguard_core::proxy::{
     self, admission, origin_request, preflight, Admission, Answered, Failure, Identity, Incoming,
     Keep, OriginRequest, Preflight, Settlement,
 };
-use postguard_core::Problem;
 use worker::{web_sys, Context, Env, Response};
 
 use crate::auth::{self, Caller};
@@ -64,7 +62,9 @@ pub async fn proxy(
     };
     let refresh = match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
-        Admission::Replay { stored, .. } => return replay(env, rc, stored, replay_body, &rl).await,
+        Admission::Replay { stored, .. } => {
+            return replays::replay(env, rc, stored, replay_body, &rl).await
+        }
         // Branch point: the key names an operation; its 202 again.
         Admission::Accepted {
             operation, again, ..
@@ -185,49 +185,6 @@ async fn admit(
 fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {
     rc.note(|f| f.rate_limit_remaining = Some(verdicts.binding_verdict().remaining));
     limits::headers(verdicts)
-}
-
-/// The stored response of an earlier request with this Idempotency-Key:
-/// its body from the object, or streamed from R2; a body kept nowhere (too
-/// large, or its storage failed) is `IDEMPOTENT_REPLAY_UNAVAILABLE`, never a
-/// success with another body.
-pub(crate) async fn replay(
-    env: &Env,
-    rc: &RequestCtx,
-    stored: StoredResponse,
-    body: Vec<u8>,
-    rl: &Extra,
-) -> Handled {
-    let mut extra = rl.clone();
-    extra.push(("Idempotent-Replayed", "true".into()));
-    if !stored.body_omitted {
-        rc.note(|f| f.replayed = true);
-        return Ok(http::respond(
-            rc,
-            stored.status,
-            &stored.headers,
-            &extra,
-            Some(body),
-        )?);
-    }
-    let unavailable =
-        || Reject::from(Problem::replay_unavailable(stored.status, stored.body_len)).with(rl);
-    let (Some(object), Some(bucket)) = (&stored.body_object, replays::bucket(env)) else {
-        return Err(unavailable());
-    };
-    match replays::get(&bucket, object).await {
-        Ok(Some(stream)) => {
-            rc.note(|f| f.replayed = true);
-            let r = http::respond_stream(rc, stored.status, &stored.headers, &extra, stream);
-            rc.note(|f| f.response_bytes = Some(stored.body_len));
-            Ok(r?)
-        }
-        Ok(None) => Err(unavailable()),
-        Err(e) => {
-            log::emit(log::of_request(Line::error("replay body unreadable"), rc).err(e));
-            Err(unavailable())
-        }
-    }
 }
 
 enum Forwarded {

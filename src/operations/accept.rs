@@ -17,7 +17,7 @@ use worker::{Context, Env};
 
 use crate::auth::{self, Caller};
 use crate::durable::client::Guard;
-use crate::http;
+use crate::handler;
 use crate::log;
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
@@ -104,7 +104,7 @@ pub async fn accept(
         // The key answered synchronously before: its stored response.
         Admission::Replay { verdicts, stored } => {
             let rl = limit_headers(rc, &verdicts);
-            crate::pipeline::replay(env, rc, stored, replayed, &rl).await
+            crate::replays::replay(env, rc, stored, replayed, &rl).await
         }
         Admission::Accepted {
             verdicts,
@@ -228,5 +228,5 @@ pub fn answer(rc: &RequestCtx, op: &View, again: bool, preferred: bool, rl: &Ext
         extra.push(("Idempotent-Replayed", "true".into()));
         rc.note(|f| f.replayed = true);
     }
-    http::json(rc, 202, op, &extra)
+    handler::json(rc, 202, op, &extra)
 }

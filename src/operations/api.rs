@@ -15,8 +15,8 @@ use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::{Invalid, Problem};
 use serde::Deserialize;
 
-use crate::admin::Ctx;
 use crate::durable::client::Guard;
+use crate::handler::{json, Ctx};
 use crate::reject::{Handled, Reject};
 use crate::runtime::now_ms;
 use crate::{bindings, http, replays};
@@ -44,7 +44,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         let s = operations::retry_after_s(&op, now_ms());
         extra.push(("Retry-After", s.to_string()));
     }
-    http::json(cx.rc, 200, &op.view(), &extra)
+    json(cx.rc, 200, &op.view(), &extra)
 }
 
 /// The kept answer, byte for byte (its status, stored headers and body; a
@@ -135,7 +135,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         true => data.last().map(|v| encode_cursor(v.created_at, &v.id)),
         false => None,
     };
-    http::json(cx.rc, 200, &Page { data, next_cursor }, &[])
+    json(cx.rc, 200, &Page { data, next_cursor }, &[])
 }
 
 /// The ids of the project's keys (revoked ones too: their operations stay

@@ -17,7 +17,8 @@ from urllib.parse import quote
 
 from . import errors
 from ._core import parse_retry_after
-from ._http import Call, Response, make_call
+from ._http import Call, make_call
+from ._response import Response
 
 OperationState = Literal["queued", "running", "succeeded", "failed"]
 

@@ -67,4 +67,33 @@ describe('the repository stands on its own', () => {
     assert.ok(codes.length > 20);
     assert.deepEqual(missing, []);
   });
+
+  it('the crate, the SDKs, the dashboard and the API document carry the release of CHANGELOG.md', () => {
+    const { version } = JSON.parse(read('package.json'));
+    const toml = (f) => read(f).match(/^version = "([^"]+)"/m)?.[1];
+    const carried = {
+      'Cargo.toml': toml('Cargo.toml'),
+      'crates/postguard-core/Cargo.toml': toml('crates/postguard-core/Cargo.toml'),
+      'clients/rust/Cargo.toml': toml('clients/rust/Cargo.toml'),
+      'clients/typescript/package.json': JSON.parse(read('clients/typescript/package.json')).version,
+      'clients/typescript/src/version.ts': read('clients/typescript/src/version.ts').match(/VERSION = '([^']+)'/)?.[1],
+      'clients/python/src/postguard/_version.py': read('clients/python/src/postguard/_version.py').match(/"([^"]+)"/)?.[1],
+      'openapi/openapi.json': JSON.parse(read('openapi/openapi.json')).info.version,
+    };
+    for (const [file, v] of Object.entries(carried)) assert.equal(v, version, file);
+    assert.match(read('dashboard/index.html'), /\{\{version\}\}/, 'the page is stamped at build time');
+    const released = read('CHANGELOG.md').match(/^## \[(\d+\.\d+\.\d+)\]/m)?.[1];
+    assert.equal(released, version, 'the newest release in CHANGELOG.md');
+  });
+
+  it('docs/architecture.md names every source file of the shell and the core', () => {
+    const layout = read('docs/architecture.md');
+    const unnamed = trackedFiles()
+      .filter((f) => /^(src|crates\/postguard-core\/src)\/.*\.(rs|mjs)$/.test(f) && !f.endsWith('/tests.rs'))
+      .filter((f) => {
+        const short = f.replace(/^src\//, '').replace(/^crates\/postguard-core\/src\//, '');
+        return !new RegExp(`(^|\\s)${short.replaceAll('.', '\\.')}\\s`, 'm').test(layout);
+      });
+    assert.deepEqual(unnamed, []);
+  });
 });

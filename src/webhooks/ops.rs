@@ -1,4 +1,4 @@
-//! docs/operating-webhooks.md operations on one subscription: the test ping and bulk
+//! Operations on one subscription (docs/operating-webhooks.md): the test ping and bulk
 //! recover (a background task through the queue), and `GET /tasks/{id}`.
 
 use crate::log;

@@ -1,7 +1,7 @@
 // The dashboard's Operations view (issue 26) in a real browser (Debian's Chromium driven by
 // playwright-core) against the real built worker under Miniflare and the real demo origin: a
 // project's asynchronous operations listed newest first with state, status, attempts and ids;
-// filtered by state; paged; another project's never shown; a hostile path rendered as text;
+// filtered by state; another project's never shown; a hostile path rendered as text;
 // an axe-core scan; and a 375 px wide viewport.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -42,6 +42,10 @@ pub const DB: &str = "DB";
 /// Queue carrying webhook delivery attempts, and its dead-letter queue.
 pub const DELIVERIES: &str = "DELIVERIES";
 pub const DELIVERIES_DLQ: &str = "postguard-deliveries-dlq";
+/// Queue carrying asynchronous operations to run (one message per attempt to
+/// start; the key's object hands it on again when a message is lost, ADR 0037).
+pub const OPERATIONS: &str = "OPERATIONS";
+pub const OPERATIONS_QUEUE: &str = "postguard-operations";
 /// R2 bucket: response bodies replayed under an Idempotency-Key that do not fit the object.
 pub const REPLAYS: &str = "REPLAYS";
 /// Static assets (`[assets]`): the dashboard, and the API document the worker serves itself (ADR 0030).

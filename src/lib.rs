@@ -14,6 +14,7 @@ mod http;
 mod ip_limit;
 mod log;
 mod metrics;
+mod operations;
 mod pipeline;
 mod reject;
 mod replays;
@@ -144,10 +145,15 @@ async fn preflight(
     Ok(http::respond(rc, 204, &[], &out, None)?)
 }
 
-/// Webhook delivery attempts (and the dead-letter queue).
+/// Webhook delivery attempts (and the dead-letter queue), and asynchronous
+/// operations (their own queue).
 #[event(queue)]
 async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) -> Result<()> {
     match runtime::config(&env) {
+        Ok(cfg) if batch.queue() == bindings::OPERATIONS_QUEUE => {
+            operations::consumer::handle(batch, &env, &cfg).await;
+            Ok(())
+        }
         Ok(cfg) => webhooks::consumer::handle(batch, &env, &cfg).await,
         Err(e) => {
             // Not acknowledged: the queue retries once the configuration is fixed.

@@ -6,20 +6,19 @@
 //! Every answer after authentication carries the rate-limit headers.
 
 use crate::log;
+use crate::operations::{self, respond};
 use postguard_core::config::Config;
 use postguard_core::guard::{
     Admit, AdmitRequest, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
     ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
-use postguard_core::idempotency::StoredResponse;
 use postguard_core::limits::{self, Verdicts};
 use postguard_core::log::Line;
 use postguard_core::proxy::{
     self, admission, origin_request, preflight, Admission, Answered, Failure, Identity, Incoming,
     Keep, OriginRequest, Preflight, Settlement,
 };
-use postguard_core::Problem;
 use worker::{web_sys, Context, Env, Response};
 
 use crate::auth::{self, Caller};
@@ -45,6 +44,11 @@ pub async fn proxy(
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
     rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
+    // Branch point: `Prefer: respond-async` on an async route runs as an
+    // operation (ADR 0037), answered 202 by its own path.
+    if operations::accept::wanted(cfg, &incoming) {
+        return operations::accept::accept(env, cfg, rc, ctx, &caller, incoming, pre).await;
+    }
     // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object.
     let guard = Guard::of(env, &caller.key.record.id)?;
     let (admitted, replay_body) = admit(&guard, cfg, rc, &caller, &incoming, &pre).await?;
@@ -53,11 +57,18 @@ pub async fn proxy(
         Admission::Expired => return Err(auth::expired(&caller.key).into()),
         Admission::Refused { verdicts, .. }
         | Admission::Replay { verdicts, .. }
+        | Admission::Accepted { verdicts, .. }
         | Admission::Forward { verdicts, .. } => limit_headers(rc, verdicts),
     };
     let refresh = match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
-        Admission::Replay { stored, .. } => return replay(env, rc, stored, replay_body, &rl).await,
+        Admission::Replay { stored, .. } => {
+            return replays::replay(env, rc, stored, replay_body, &rl).await
+        }
+        // Branch point: the key names an operation; its 202 again.
+        Admission::Accepted {
+            operation, again, ..
+        } => return operations::accept::answer(rc, &operation, again, false, &rl),
         Admission::Forward { refresh, .. } => refresh,
         Admission::Revoked | Admission::Expired => None,
     };
@@ -77,6 +88,7 @@ pub async fn proxy(
         ..Identity::of(&caller.key.record, meta.as_deref())
     };
     let claim = pre.claim.as_ref();
+    let route = claim.and_then(|_| respond::route_of(cfg, &incoming));
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
     let sent_at = now_ms();
@@ -85,7 +97,10 @@ pub async fn proxy(
     // 5. Record (which frees the concurrency slot with the claim), or free
     // the slot of a request without one once the origin has answered.
     let outcome = match claim {
-        Some(c) => record(env, &guard, cfg, rc, ctx, &caller, c, outcome).await,
+        Some(c) => {
+            let at = (&caller, c, route.as_ref());
+            record(env, &guard, cfg, rc, ctx, at, outcome).await
+        }
         None => {
             finish_slot(&guard, &caller, rc, ctx);
             outcome
@@ -170,49 +185,6 @@ async fn admit(
 fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {
     rc.note(|f| f.rate_limit_remaining = Some(verdicts.binding_verdict().remaining));
     limits::headers(verdicts)
-}
-
-/// The stored response of an earlier request with this Idempotency-Key:
-/// its body from the object, or streamed from R2; a body kept nowhere (too
-/// large, or its storage failed) is `IDEMPOTENT_REPLAY_UNAVAILABLE`, never a
-/// success with another body.
-async fn replay(
-    env: &Env,
-    rc: &RequestCtx,
-    stored: StoredResponse,
-    body: Vec<u8>,
-    rl: &Extra,
-) -> Handled {
-    let mut extra = rl.clone();
-    extra.push(("Idempotent-Replayed", "true".into()));
-    if !stored.body_omitted {
-        rc.note(|f| f.replayed = true);
-        return Ok(http::respond(
-            rc,
-            stored.status,
-            &stored.headers,
-            &extra,
-            Some(body),
-        )?);
-    }
-    let unavailable =
-        || Reject::from(Problem::replay_unavailable(stored.status, stored.body_len)).with(rl);
-    let (Some(object), Some(bucket)) = (&stored.body_object, replays::bucket(env)) else {
-        return Err(unavailable());
-    };
-    match replays::get(&bucket, object).await {
-        Ok(Some(stream)) => {
-            rc.note(|f| f.replayed = true);
-            let r = http::respond_stream(rc, stored.status, &stored.headers, &extra, stream);
-            rc.note(|f| f.response_bytes = Some(stored.body_len));
-            Ok(r?)
-        }
-        Ok(None) => Err(unavailable()),
-        Err(e) => {
-            log::emit(log::of_request(Line::error("replay body unreadable"), rc).err(e));
-            Err(unavailable())
-        }
-    }
 }
 
 enum Forwarded {
@@ -317,15 +289,13 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failu
 /// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
 /// progress). Without R2, or past `max_replay_bytes`, the record says the
 /// body is unavailable: a retry gets 410, never a second execution.
-#[allow(clippy::too_many_arguments)]
 async fn record(
     env: &Env,
     guard: &Guard,
     cfg: &Config,
     rc: &RequestCtx,
     ctx: &Context,
-    caller: &Caller,
-    claim: &Claim,
+    (caller, claim, route): (&Caller, &Claim, Option<&respond::Route>),
     outcome: Result<Forwarded, Failure>,
 ) -> Result<Forwarded, Failure> {
     let answer = match &outcome {
@@ -358,6 +328,12 @@ async fn record(
             return outcome;
         }
     };
+    // The event the response implies (`events_from_responses`), stored with it.
+    let read = match &outcome {
+        Ok(Forwarded::Buffered { body, .. }) => Some(body.as_slice()),
+        _ => None,
+    };
+    respond::attach(cfg, rc, caller, claim, route, &mut done, read);
     let bucket = replays::bucket(env);
     let object = proxy::replay_object_key(&key_id, &claim.key, &claim.request_id);
     match (

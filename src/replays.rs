@@ -13,6 +13,11 @@ use worker::wasm_bindgen_futures::JsFuture;
 use worker::{web_sys, Bucket, Data, Env, Result};
 
 use crate::bindings;
+use crate::http;
+use crate::reject::{Extra, Handled, Reject};
+use crate::runtime::RequestCtx;
+use postguard_core::idempotency::StoredResponse;
+use postguard_core::Problem;
 
 thread_local! {
     /// The `REPLAYS` binding, or its absence, held for the isolate
@@ -114,5 +119,48 @@ pub async fn delete(env: &Env, keys: Vec<String>) {
     let Some(bucket) = bucket(env) else { return };
     if let Err(e) = bucket.delete_multiple(keys).await {
         log::emit(Line::error("deleting expired replay bodies failed").err(e));
+    }
+}
+
+/// The stored response of an earlier request with this Idempotency-Key:
+/// its body from the object, or streamed from R2; a body kept nowhere (too
+/// large, or its storage failed) is `IDEMPOTENT_REPLAY_UNAVAILABLE`, never a
+/// success with another body.
+pub async fn replay(
+    env: &Env,
+    rc: &RequestCtx,
+    stored: StoredResponse,
+    body: Vec<u8>,
+    rl: &Extra,
+) -> Handled {
+    let mut extra = rl.clone();
+    extra.push(("Idempotent-Replayed", "true".into()));
+    if !stored.body_omitted {
+        rc.note(|f| f.replayed = true);
+        return Ok(http::respond(
+            rc,
+            stored.status,
+            &stored.headers,
+            &extra,
+            Some(body),
+        )?);
+    }
+    let unavailable =
+        || Reject::from(Problem::replay_unavailable(stored.status, stored.body_len)).with(rl);
+    let (Some(object), Some(bucket)) = (&stored.body_object, bucket(env)) else {
+        return Err(unavailable());
+    };
+    match get(&bucket, object).await {
+        Ok(Some(stream)) => {
+            rc.note(|f| f.replayed = true);
+            let r = http::respond_stream(rc, stored.status, &stored.headers, &extra, stream);
+            rc.note(|f| f.response_bytes = Some(stored.body_len));
+            Ok(r?)
+        }
+        Ok(None) => Err(unavailable()),
+        Err(e) => {
+            log::emit(log::of_request(Line::error("replay body unreadable"), rc).err(e));
+            Err(unavailable())
+        }
     }
 }

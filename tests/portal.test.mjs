@@ -3,9 +3,9 @@
 // the token never reaches the audit log. Also the dashboard's static files and their headers.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startGateway, problem, poll, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET, bearer } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 let origin;
 let gw;
@@ -19,7 +19,6 @@ after(async () => {
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 const LINK_RE = /^http:\/\/127\.0\.0\.1:\d+\/_postguard\/dashboard\/#portal=(pgl_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43})$/;
 
 /** Projects given a live API key: a session has that key's rights, so its project needs one. */

@@ -71,6 +71,7 @@ describe('scripts/provision.sh', () => {
       'd1 create postguard',
       'd1 migrations apply DB',
       'queues create postguard-deliveries',
+      'queues create postguard-operations',
       'queues create postguard-deliveries-dlq',
       'r2 bucket create postguard-replays',
       'secret bulk',
@@ -142,7 +143,7 @@ describe('scripts/provision.sh', () => {
     }, toml);
     const r = acct.provision();
     assert.equal(r.code, 0, r.out);
-    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'secret bulk']);
+    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-operations', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'secret bulk']);
     assert.match(r.out, /adopt\s+KV namespace API_KEYS/);
     assert.equal(parseToml(acct.toml()).kv_namespaces[0].id, kvId);
     assert.deepEqual(acct.state().d1[0].applied, MIGRATIONS);
@@ -191,6 +192,7 @@ describe('scripts/provision.sh', () => {
       'd1 create pg-staging',
       'd1 migrations apply DB',
       'queues create staging-deliveries',
+      'queues create postguard-operations',
       'queues create staging-dlq',
       'r2 bucket create staging-replays',
       'secret bulk',

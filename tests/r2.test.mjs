@@ -10,7 +10,10 @@ import { startOrigin } from './support/origin.mjs';
 import { startGateway, problem, poll, bearer, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 
 const MiB = 1 << 20;
-const TTL_S = 3;
+// The record's lifetime: the replay and the bucket listing must both come before it ends. At 3 s
+// a loaded machine took longer than that to stream 40 MiB twice, and the object was already gone
+// (deleted with its expired record) when the test listed the bucket.
+const TTL_S = 15;
 const CONFIG = {
   plans: { big: { requests_per_window: 100000, idempotency_ttl_s: TTL_S } },
   idempotency: { lease_s: 30, max_replay_bytes: 64 * MiB, lookup_grace_s: 0 }, // swept at expiry: the test waits for it

@@ -41,6 +41,8 @@ const CONFIG = {
   plans: { trial: { requests_per_window: 30, window_s: 60 }, big: { requests_per_window: 1000000, window_s: 60, gateway: { requests: 1000000, window_s: 60 } } },
   webhooks: { schedule_s: [60], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 2000 },
+  // An asynchronous operation for getOperation and getOperationResult (seedOperation).
+  async: { routes: [{ method: 'POST', path: '/reports/*' }] },
 };
 
 let origin;
@@ -96,6 +98,7 @@ async function seed() {
     return statuses.join() === 'dead_letter,delivered';
   }, { timeout: 30000, message: 'the seeded deliveries to settle' });
   await seedTask();
+  await seedOperation();
 }
 
 /**
@@ -116,6 +119,32 @@ async function seedTask() {
     `parameters = { "path.id" = "${res.json.id}" }`,
     '',
   ].join('\n'));
+}
+
+/**
+ * A succeeded asynchronous operation of the seeded project, named in schemathesis's
+ * configuration for `GET /operations/{id}` and `…/{id}/result`: their ids are created only by
+ * the proxy (`Prefer: respond-async`), which no run of the document sends, so without one
+ * those operations' successes would go unchecked.
+ */
+async function seedOperation() {
+  const res = await gw.fetch('/reports/st', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${apiKey}`, prefer: 'respond-async', 'idempotency-key': 'st-operation', 'content-type': 'application/json' },
+    body: '{"report": 1}',
+  });
+  assert.equal(res.status, 202, res.text);
+  const id = res.json.id;
+  await poll(async () => {
+    const r = await gw.admin('GET', `/_postguard/v1/operations/${id}`, undefined, { token: apiKey });
+    return r.json?.state === 'succeeded';
+  }, { timeout: 30000, message: 'the seeded operation to succeed' });
+  fs.appendFileSync(path.join(OUT, 'schemathesis.toml'), ['getOperation', 'getOperationResult'].map((op) => [
+    '[[operations]]',
+    `include-operation-id = "${op}"`,
+    `parameters = { "path.id" = "${id}" }`,
+    '',
+  ].join('\n')).join('\n'));
 }
 
 /** A portal session for `project` (link → exchange). */

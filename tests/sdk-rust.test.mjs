@@ -32,6 +32,8 @@ const CONFIG = {
   },
   webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 10000 },
+  // Issue 26: asynchronous operations on /reports/* (Client::request_async).
+  async: { routes: [{ method: 'POST', path: '/reports/*' }], timeout_ms: 10000, requeue_after_s: 2 },
 };
 
 let origin;

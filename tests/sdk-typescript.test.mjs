@@ -13,6 +13,7 @@ import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startFaultProxy } from './support/fault-proxy.mjs';
 import { startGateway, cfg, poll, ROOT, ORIGIN_TOKEN, ADMIN_TOKEN, REQUEST_ID_RE } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 const PORTAL_TOKEN_RE = /#portal=([^&]+)$/;
 
@@ -22,7 +23,7 @@ if (!fs.existsSync(SDK_DIST)) throw new Error('clients/typescript is not built �
 const sdk = await import(pathToFileURL(SDK_DIST).href);
 const {
   Postguard, ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, RateLimitError, WebhookVerificationError, WebhookReceiver,
-  verifyWebhook, VERSION,
+  verifyWebhook, VERSION, Operation, OperationFailedError,
 } = sdk;
 
 const CONFIG = {
@@ -37,13 +38,14 @@ const CONFIG = {
     single: { requests_per_window: 1000, window_s: 60, concurrency: 1 },
   },
   webhooks: { schedule_s: [1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
+  // Issue 26: asynchronous operations on /reports/* (request(…, { async: true })).
+  async: { routes: [{ method: 'POST', path: '/reports/*' }], timeout_ms: 10000, requeue_after_s: 2 },
 };
 
 let origin;
 let gw;
 const closers = [];
 const figure = (name, obj) => console.log(`# sdk-ts ${name} ${JSON.stringify(obj)}`);
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 
 before(async () => {
   origin = await startOrigin();
@@ -327,6 +329,53 @@ describe('side by side', { concurrency: true }, () => {
       await poll(async () => (await pg.me().catch((e) => e)) instanceof ApiError, { message: 'the revoked key refused' });
       const wrongKind = await pg.keys.list().catch((e) => e);
       assert.match(wrongKind.message, /adminToken/, 'a missing credential is named, nothing sent');
+    });
+  });
+
+  describe('asynchronous operations (issue 26)', () => {
+    it('request(…, { async: true }): a 202 handle, the same operation for a resend, wait() polling after Retry-After; synchronous routes and failures', async () => {
+      const polls = [];
+      const pg = new Postguard({
+        baseUrl: gw.url,
+        apiKey: await keyFor('big', 'ops'),
+        onResponse: (r) => {
+          if (/^\/_postguard\/v1\/operations\/op_[^/]+$/.test(r.path)) polls.push({ at: Date.now(), retryAfter: r.headers.get('retry-after') });
+        },
+      });
+      const key = uniq('ts-op');
+      const op = await pg.request('POST', '/reports/q1', { body: { q: 1 }, idempotencyKey: key, headers: { 'x-demo-delay-ms': '2500' }, async: true });
+      assert.ok(op instanceof Operation);
+      assert.match(op.id, /^op_[0-9A-Z]{52}$/);
+      assert.equal(op.location, `/_postguard/v1/operations/${op.id}`);
+      assert.equal(op.state, 'queued');
+      const again = await pg.request('POST', '/reports/q1', { body: { q: 1 }, idempotencyKey: key, async: true });
+      assert.equal(again.id, op.id, 'the same operation');
+      const res = await op.wait({ timeoutMs: 60000 });
+      assert.equal(res.status, 201);
+      assert.equal(res.data.execution, 1);
+      assert.equal(op.state, 'succeeded');
+      assert.equal(origin.stats.count(key), 1, 'executed once');
+      assert.ok(polls.length >= 1);
+      for (let i = 1; i < polls.length; i++) {
+        const asked = Number(polls[i - 1].retryAfter ?? 1) * 1000;
+        assert.ok(polls[i].at - polls[i - 1].at >= asked - 50, `poll ${i} came after the Retry-After (${JSON.stringify(polls)})`);
+      }
+      // Typed reads and a handle rebuilt from the id.
+      assert.equal((await pg.operations.get(op.id)).state, 'succeeded');
+      assert.ok((await pg.operations.list({ limit: 50 })).data.some((o) => o.id === op.id));
+      assert.deepEqual((await (await pg.operation(op.id)).result()).data, res.data);
+      // A route the gateway runs synchronously: a done handle.
+      const sync = await pg.request('POST', '/orders', { body: { n: 1 }, async: true });
+      assert.equal(sync.id, undefined);
+      assert.equal(sync.done, true);
+      assert.equal((await sync.wait()).status, 201);
+      // A failed operation: its last answer, as a typed error.
+      const failing = uniq('ts-op-fail');
+      origin.stats.script(failing, [503, 503, 503]);
+      const bad = await pg.request('POST', '/reports/bad', { body: { q: 2 }, idempotencyKey: failing, async: true });
+      await assert.rejects(bad.wait({ timeoutMs: 60000 }), (e) => e instanceof OperationFailedError && e.status === 503);
+      assert.equal(bad.state, 'failed');
+      await assert.rejects(pg.request('POST', '/reports/x', { async: true, idempotencyKey: null }), /needs an Idempotency-Key/);
     });
   });
 

@@ -13,10 +13,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startOrigin } from './support/origin.mjs';
-import { startReceiver, verifyBoth } from './support/receiver.mjs';
+import { verifyBoth, receiverPool } from './support/receiver.mjs';
 import {
   startGateway, problem, poll, cfg, bearer, rawRequest, ADMIN_TOKEN, ORIGIN_TOKEN,
 } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: {
@@ -43,6 +44,7 @@ const CONFIG = {
 let origin;
 let gw;
 const closers = [];
+const receiver = receiverPool();
 
 before(async () => {
   origin = await startOrigin();
@@ -50,11 +52,11 @@ before(async () => {
 });
 after(async () => {
   for (const c of closers.reverse()) await c();
+  await receiver.closeAll();
   await gw?.dispose();
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 /** A client address of its own for each test that sends requests without a valid credential. */
 let lastIp = 10;
 const newIp = () => `198.51.100.${lastIp++}`;
@@ -64,12 +66,6 @@ async function project(tag, plan = 'big') {
   const name = uniq(tag);
   const k = await gw.createKey({ project: name, plan });
   return { name, key: k.key, id: k.id };
-}
-
-async function receiver(behaviour) {
-  const r = await startReceiver({ behaviour });
-  closers.push(() => r.close());
-  return r;
 }
 
 async function subscribe(token, url, extra = {}) {

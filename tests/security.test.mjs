@@ -11,6 +11,7 @@ import { rewriteDeliveries } from './support/webhook-shards.mjs';
 import {
   startGateway, problem, poll, cfg, bearer, ADMIN_TOKEN, ORIGIN_TOKEN, ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
+import { uniq } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: { schedule_s: [1, 1], timeout_ms: 20000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
@@ -32,7 +33,6 @@ after(async () => {
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 const api = (method, p, token, body) => gw.admin(method, p, body, { token });
 
 /** A plain receiver: `answer(req, res)` writes the reply; every request is recorded. */

@@ -6,11 +6,11 @@
 // and the manual-attempt bound (409 RETRY_LIMIT_REACHED, also under racing requests).
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { projectRecords, usage as shardUsage, rewriteUsage } from './support/webhook-shards.mjs';
+import { uniq, show } from './support/util.mjs';
 
 const DAY_MS = 86_400_000;
 const HIGH_WATER = 2 << 20; // 2 MiB: a fresh database is far below it
@@ -46,8 +46,6 @@ after(async () => {
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
-const show = (res) => `${res.status} ${res.text?.slice(0, 400)}`;
 const api = (method, p, token, body) => gw.admin(method, p, body, { token });
 
 async function project(tag, subscriptions = 1) {

@@ -7,12 +7,12 @@
 // and delivered exactly once.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { prepareFaultyRoot } from './support/injected-faults.mjs';
 import { projectRecords } from './support/webhook-shards.mjs';
+import { uniq, show } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: { schedule_s: [1], timeout_ms: 5000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
@@ -35,8 +35,6 @@ after(async () => {
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
-const show = (res) => `${res.status} ${res.text?.slice(0, 400)}`;
 const records = (project) => projectRecords(gw, project);
 
 describe('a publish whose group commit fails', () => {

@@ -6,13 +6,16 @@
 // inspector, trace and project isolation.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
-import { startReceiver } from './support/receiver.mjs';
+import { receiverPool } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN, ADMIN_TOKEN } from './support/gateway.mjs';
+import { uniq, show } from './support/util.mjs';
 
+// No test here waits on a receiver's timeout: 10 s, so that a local receiver's answer is never
+// given up on when a loaded machine is slow to pass it on (at 1 s, a 410 or a 400 arrived after
+// the timeout and was retried: two requests where the test counts one).
 const BASE = {
-  webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 1000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
+  webhooks: { schedule_s: [1, 1, 1, 1], timeout_ms: 10000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   plans: { big: { requests_per_window: 1000000 } },
 };
 // Failing for 2 s (uninterrupted) disables; attempts every second until then.
@@ -21,7 +24,7 @@ const SHORT = { ...BASE, webhooks: { ...BASE.webhooks, schedule_s: [1, 1, 1, 1, 
 let origin;
 let gw;
 let gwShort;
-const receivers = [];
+const receiver = receiverPool();
 
 before(async () => {
   origin = await startOrigin();
@@ -29,20 +32,11 @@ before(async () => {
   gwShort = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(SHORT) } });
 });
 after(async () => {
-  for (const r of receivers) await r.close();
+  await receiver.closeAll();
   await gw?.dispose();
   await gwShort?.dispose();
   await origin?.kill();
 });
-
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
-const show = (res) => `${res.status} ${res.text?.slice(0, 400)}`;
-
-async function receiver(behaviour) {
-  const r = await startReceiver({ behaviour });
-  receivers.push(r);
-  return r;
-}
 
 /** A fresh project with an API key on `g`, and helpers bound to it. */
 async function project(g, tag) {

@@ -13,9 +13,10 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { startOrigin } from './support/origin.mjs';
-import { startReceiver } from './support/receiver.mjs';
+import { receiverPool } from './support/receiver.mjs';
 import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { directory, dump, importRecords, projectRecords } from './support/webhook-shards.mjs';
+import { uniq, show } from './support/util.mjs';
 
 const DAY_MS = 86_400_000;
 const BASE = {
@@ -25,19 +26,18 @@ const BASE = {
 
 let origin;
 let gw;
-const receivers = [];
+const receiver = receiverPool();
 
 before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(BASE) } });
 });
 after(async () => {
-  for (const r of receivers) await r.close();
+  await receiver.closeAll();
   await gw?.dispose();
   await origin?.kill();
 });
 
-const uniq = (p) => `${p}-${crypto.randomBytes(4).toString('hex')}`;
 const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 /** `prefix` + a ULID of time `t`, as the gateway before the shards minted its ids. */
 function ulid(prefix, t) {
@@ -45,13 +45,6 @@ function ulid(prefix, t) {
   for (let i = 0, x = t; i < 10; i++, x = Math.floor(x / 32)) time = CROCKFORD[x % 32] + time;
   const rnd = Array.from(crypto.randomBytes(16), (b) => CROCKFORD[b % 32]).join('');
   return prefix + time + rnd;
-}
-const show = (res) => `${res.status} ${res.text?.slice(0, 400)}`;
-
-async function receiver(behaviour) {
-  const r = await startReceiver({ behaviour });
-  receivers.push(r);
-  return r;
 }
 
 async function project(g, tag, rcv, subs = 1, extra = {}) {

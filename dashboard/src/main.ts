@@ -8,6 +8,7 @@ import { audit } from './views/audit';
 import { webhooks } from './views/webhooks';
 import { deliveries } from './views/deliveries';
 import { keys } from './views/keys';
+import { operations } from './views/operations';
 
 type View = (main: HTMLElement) => void | Promise<void>;
 
@@ -24,6 +25,7 @@ const ROUTES: Route[] = [
   { hash: 'audit', name: 'Audit log', view: audit },
   { hash: 'webhooks', name: 'Webhooks', view: webhooks, projectOnly: true },
   { hash: 'deliveries', name: 'Deliveries', view: deliveries, projectOnly: true },
+  { hash: 'operations', name: 'Operations', view: operations, projectOnly: true },
   { hash: 'keys', name: 'Keys', view: keys, operatorOnly: true },
 ];
 

@@ -134,6 +134,11 @@ pub async fn admit(
                 replay(cfg, rc, &name, &key, stored, payload, headers(&verdicts)).await?;
             Ok(Admitted::Answered(replayed))
         }
+        // The gateway's own endpoints never create operations.
+        Admission::Accepted { .. } => Err(worker::Error::RustError(
+            "a gateway endpoint's key names an asynchronous operation".into(),
+        )
+        .into()),
         Admission::Forward {
             verdicts, lookup, ..
         } => Ok(Admitted::Run(Pass {

@@ -27,6 +27,7 @@ use worker::{Env, Request};
 use crate::auth;
 use crate::handler::Ctx;
 use crate::http;
+use crate::operations::api as operations;
 use crate::reject::{Handled, Reject};
 use crate::request::{self, Body};
 use crate::runtime::RequestCtx;
@@ -150,6 +151,9 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::PortalSessionsEnd => portal::end_sessions(cx).await,
         Route::PortalSessionEnd { id } => portal::end_session(cx, &id).await,
         Route::OpenApiDocument => openapi::get(cx).await,
+        Route::OperationsList => operations::list(cx).await,
+        Route::OperationGet { id } => operations::get(cx, &id).await,
+        Route::OperationResult { id } => operations::result(cx, &id).await,
     }
 }
 

@@ -12,20 +12,32 @@
 //! several policies, read as the `default` policy's —, `revoked`, `profile`),
 //! `idem(k, record, expires_at)`, `idem_body(k, seq, data)` (response bodies
 //! in chunks under the row limit), `slots(id, until)` (concurrency slots of
-//! requests at the origin). Expired records and slots are deleted by the
-//! alarm in bounded batches.
+//! requests at the origin), `ops(id, …, record)` and `op_body(id, part, seq,
+//! data)` (asynchronous operations and their request and result bodies,
+//! ADR 0037), `outbox(id, event, …)` (events to publish: an operation's
+//! completion, a response's event). Expired records, operations and slots
+//! are deleted by the alarm in bounded batches.
+//!
+//! The alarm is also the outbox's worker (`alarm`): it hands due operations
+//! to the `OPERATIONS` queue and publishes the events written to publish,
+//! then records what it did — so a queue message is never the only copy of
+//! an operation, and an event stored with a response is published even if
+//! the isolate died right after the store.
 
 use std::cell::{Cell, RefCell};
 
 use postguard_core::frame;
 use postguard_core::guard::{
-    self, Admit, AdmitRequest, AdmitResponse, Complete, Finish, GuardError, GuardState, Operation,
-    Profile, Release, Reply, Revoke, Update,
+    self, Admit, AdmitRequest, AdmitResponse, Complete, Finish, FinishOp, GetOp, GuardError,
+    GuardState, ListOps, Operation, Profile, Release, Reply, Revoke, StartOp, Update,
 };
 use postguard_core::idempotency::Record;
 use postguard_core::limits::{Windows, DEFAULT_POLICY};
+use postguard_core::log::Line;
+use postguard_core::operations::{self, NEVER};
 use postguard_core::rate_limit::Window;
-use postguard_core::store::{self, GuardStore};
+use postguard_core::response_events::PendingEvent;
+use postguard_core::store::{self, GuardStore, Part, Pending};
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
@@ -53,12 +65,23 @@ CREATE TABLE IF NOT EXISTS idem (k TEXT PRIMARY KEY, record TEXT NOT NULL, expir
 CREATE INDEX IF NOT EXISTS idem_expires ON idem(expires_at);
 CREATE TABLE IF NOT EXISTS idem_body (k TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (k, seq));
 CREATE TABLE IF NOT EXISTS slots (id TEXT PRIMARY KEY, until INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ops (id TEXT PRIMARY KEY, project TEXT NOT NULL, state TEXT NOT NULL, created_at INTEGER NOT NULL, due_at INTEGER, expires_at INTEGER NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS ops_list ON ops(project, created_at, id);
+CREATE INDEX IF NOT EXISTS ops_due ON ops(due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ops_expires ON ops(expires_at);
+CREATE TABLE IF NOT EXISTS op_body (id TEXT NOT NULL, part INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (id, part, seq));
+CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, event TEXT NOT NULL, attempts INTEGER NOT NULL, first_at INTEGER NOT NULL, next_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS outbox_next ON outbox(next_at);
 ";
 
 /// Body chunk size: well under SQLite-in-DO's 2 MB row limit.
 const CHUNK: usize = 512 * 1024;
 /// Records deleted per alarm run; more are left to an immediate next run.
 const SWEEP_BATCH: usize = 500;
+/// Operations handed to the queue, and events published, per alarm run.
+const WORK_BATCH: usize = 50;
+/// An operation the queue refused is handed on again after this long (ms).
+const SEND_RETRY_MS: u64 = 5_000;
 
 #[durable_object]
 pub struct KeyGuard {
@@ -141,6 +164,50 @@ impl Sql<'_> {
         f(&mut state);
         *self.limiter.borrow_mut() = Some(state);
         Ok(())
+    }
+
+    /// The first column of each row, as strings.
+    fn texts(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<Vec<String>> {
+        Ok(self
+            .column(query, binds)?
+            .into_iter()
+            .filter_map(|v| match v {
+                SqlStorageValue::String(s) => Some(s),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The JSON documents of the first column, read as `T`.
+    fn documents<T: serde::de::DeserializeOwned>(
+        &self,
+        query: &str,
+        binds: Vec<SqlStorageValue>,
+    ) -> Sr<Vec<T>> {
+        self.texts(query, binds)?
+            .iter()
+            .map(|t| serde_json::from_str(t).map_err(storage))
+            .collect()
+    }
+
+    /// The smallest integer of the first column's first row.
+    fn earliest(&self, query: &str) -> Sr<Option<u64>> {
+        let min = self.column(query, vec![])?;
+        Ok(min.into_iter().next().and_then(|v| match v {
+            SqlStorageValue::Integer(i) => u64::try_from(i).ok(),
+            _ => None,
+        }))
+    }
+
+    /// Chunks of a blob column, concatenated.
+    fn blob(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<Vec<u8>> {
+        let mut out = Vec::new();
+        for c in self.column(query, binds)? {
+            if let SqlStorageValue::Blob(b) = c {
+                out.extend_from_slice(&b);
+            }
+        }
+        Ok(out)
     }
 
     fn count(&self, query: &str, binds: Vec<SqlStorageValue>) -> Sr<u32> {
@@ -297,11 +364,154 @@ impl GuardStore for Sql<'_> {
     }
 
     fn next_expiry(&mut self) -> Sr<Option<u64>> {
-        let min = self.column("SELECT MIN(expires_at) FROM idem", vec![])?;
-        Ok(min.into_iter().next().and_then(|v| match v {
-            SqlStorageValue::Integer(i) => u64::try_from(i).ok(),
-            _ => None,
-        }))
+        self.earliest("SELECT MIN(expires_at) FROM idem")
+    }
+
+    fn operation(&mut self, id: &str) -> Sr<Option<operations::Operation>> {
+        let found = self.documents("SELECT record FROM ops WHERE id = ?", vec![id.into()])?;
+        Ok(found.into_iter().next())
+    }
+
+    fn put_operation(&mut self, op: &operations::Operation) -> Sr<()> {
+        let text = serde_json::to_string(op).map_err(storage)?;
+        let due = op.due_at.map_or(SqlStorageValue::Null, int);
+        self.exec(
+            "INSERT INTO ops (id, project, state, created_at, due_at, expires_at, record) VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(id) DO UPDATE SET state = excluded.state, due_at = excluded.due_at,
+             expires_at = excluded.expires_at, record = excluded.record",
+            vec![
+                op.id.as_str().into(),
+                op.project().into(),
+                op.state.as_str().into(),
+                int(op.created_at),
+                due,
+                int(op.expires_at),
+                text.into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_operation(&mut self, id: &str) -> Sr<()> {
+        self.exec("DELETE FROM ops WHERE id = ?", vec![id.into()])?;
+        self.exec("DELETE FROM op_body WHERE id = ?", vec![id.into()])?;
+        Ok(())
+    }
+
+    fn op_body(&mut self, id: &str, part: Part) -> Sr<Vec<u8>> {
+        self.blob(
+            "SELECT data FROM op_body WHERE id = ? AND part = ? ORDER BY seq",
+            vec![id.into(), int(part as u64)],
+        )
+    }
+
+    fn put_op_body(&mut self, id: &str, part: Part, body: &[u8]) -> Sr<()> {
+        for (seq, chunk) in body.chunks(CHUNK).enumerate() {
+            self.exec(
+                "INSERT OR REPLACE INTO op_body (id, part, seq, data) VALUES (?, ?, ?, ?)",
+                vec![
+                    id.into(),
+                    int(part as u64),
+                    int(seq as u64),
+                    SqlStorageValue::Blob(chunk.to_vec()),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn operations(&mut self, page: &operations::Page) -> Sr<Vec<operations::Operation>> {
+        let (at, id) = page.before.clone().unwrap_or((NEVER, String::new()));
+        let mut binds = vec![page.project.as_str().into(), int(at), int(at), id.into()];
+        let state = match page.state {
+            Some(s) => {
+                binds.push(s.as_str().into());
+                " AND state = ?"
+            }
+            None => "",
+        };
+        binds.push(int(u64::from(page.limit)));
+        self.documents(
+            &format!(
+                "SELECT record FROM ops WHERE project = ? AND (created_at < ? OR (created_at = ? AND id < ?)){state}
+                 ORDER BY created_at DESC, id DESC LIMIT ?"
+            ),
+            binds,
+        )
+    }
+
+    fn due_operations(&mut self, now_ms: u64, limit: usize) -> Sr<Vec<operations::Operation>> {
+        self.documents(
+            "SELECT record FROM ops WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at LIMIT ?",
+            vec![int(now_ms), int(limit as u64)],
+        )
+    }
+
+    fn expired_operations(&mut self, now_ms: u64, limit: usize) -> Sr<Vec<operations::Operation>> {
+        self.documents(
+            "SELECT record FROM ops WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
+            vec![int(now_ms), int(limit as u64)],
+        )
+    }
+
+    fn next_operation_expiry(&mut self) -> Sr<Option<u64>> {
+        self.earliest("SELECT MIN(expires_at) FROM ops")
+    }
+
+    fn put_pending(&mut self, ev: &PendingEvent, now_ms: u64) -> Sr<()> {
+        let text = serde_json::to_string(ev).map_err(storage)?;
+        self.exec(
+            "INSERT OR IGNORE INTO outbox (id, event, attempts, first_at, next_at) VALUES (?, ?, 0, ?, ?)",
+            vec![ev.id.as_str().into(), text.into(), int(now_ms), int(now_ms)],
+        )?;
+        Ok(())
+    }
+
+    fn pending(&mut self, now_ms: u64, limit: usize) -> Sr<Vec<Pending>> {
+        let rows = self
+            .exec(
+                "SELECT event, attempts, first_at FROM outbox WHERE next_at <= ? ORDER BY next_at LIMIT ?",
+                vec![int(now_ms), int(limit as u64)],
+            )?
+            .raw();
+        let mut out = Vec::new();
+        for row in rows {
+            let row = row.map_err(storage)?;
+            let (Some(SqlStorageValue::String(ev)), Some(attempts), Some(first_at)) =
+                (row.first(), row.get(1), row.get(2))
+            else {
+                continue;
+            };
+            let number = |v: &SqlStorageValue| match v {
+                SqlStorageValue::Integer(i) => u64::try_from(*i).unwrap_or(0),
+                _ => 0,
+            };
+            out.push(Pending {
+                event: serde_json::from_str(ev).map_err(storage)?,
+                attempts: u32::try_from(number(attempts)).unwrap_or(u32::MAX),
+                first_at: number(first_at),
+            });
+        }
+        Ok(out)
+    }
+
+    fn retry_pending(&mut self, id: &str, attempts: u32, next_at: u64) -> Sr<()> {
+        self.exec(
+            "UPDATE outbox SET attempts = ?, next_at = ? WHERE id = ?",
+            vec![int(u64::from(attempts)), int(next_at), id.into()],
+        )?;
+        Ok(())
+    }
+
+    fn delete_pending(&mut self, id: &str) -> Sr<()> {
+        self.exec("DELETE FROM outbox WHERE id = ?", vec![id.into()])?;
+        Ok(())
+    }
+
+    fn next_work(&mut self) -> Sr<Option<u64>> {
+        let ops = self.earliest("SELECT MIN(due_at) FROM ops")?;
+        let events = self.earliest("SELECT MIN(next_at) FROM outbox")?;
+        Ok(ops.into_iter().chain(events).min())
     }
 }
 
@@ -401,11 +611,11 @@ impl KeyGuard {
     /// Runs one operation: decode, the synchronous orchestration, then the
     /// alarm for what it wrote.
     async fn admit(&self, frame_bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let (req, _) = match decode::<Admit>(frame_bytes) {
+        let (req, body) = match decode::<Admit>(frame_bytes) {
             Ok(decoded) => decoded,
             Err(e) => return reply::<Admit>(Err(e)),
         };
-        let answer = self.admitted(&req).await;
+        let answer = self.admitted(&req, &body).await;
         let (head, payload) = match answer {
             Ok((r, p)) => (Ok(r), p),
             Err(e) => (Err(e), Vec::new()),
@@ -415,7 +625,7 @@ impl KeyGuard {
             .map_err(|e| worker::Error::RustError(e.to_string()))
     }
 
-    async fn admitted(&self, req: &AdmitRequest) -> Sr<(AdmitResponse, Vec<u8>)> {
+    async fn admitted(&self, req: &AdmitRequest, body: &[u8]) -> Sr<(AdmitResponse, Vec<u8>)> {
         let now = now_ms();
         // A 429 (or a peek) with the limiter in memory writes nothing: no
         // transaction to open, no alarm to arm.
@@ -428,10 +638,11 @@ impl KeyGuard {
             return Ok((answer, Vec::new()));
         }
         let done = match store::admit_needs_transaction(req) {
-            true => self.atomically(|s| store::admit(s, req, now))?,
-            false => self.directly(|s| store::admit(s, req, now))?,
+            true => self.atomically(|s| store::admit(s, req, body, now))?,
+            false => self.directly(|s| store::admit(s, req, body, now))?,
         };
         self.arm(done.alarm_by).await?;
+        self.arm_work(done.work_at).await?;
         Ok((done.answer, done.payload))
     }
 
@@ -443,7 +654,24 @@ impl KeyGuard {
         let now = now_ms();
         let done = self.atomically(|s| store::complete(s, &req, &body, now))?;
         self.arm(done.alarm_by).await?;
+        self.arm_work(done.work_at).await?;
         Ok((done.answer, Vec::new()))
+    }
+
+    /// An operation's call (`start`, `finish`, `get`): run in one
+    /// transaction, then arm the alarm for what it wrote.
+    async fn on_operation<O: Operation, T>(
+        &self,
+        frame_bytes: Vec<u8>,
+        f: impl FnOnce(&mut Sql<'_>, &O::Request, &[u8], u64) -> Sr<store::Done<T>>,
+        into: impl FnOnce(T) -> O::Response,
+    ) -> Sr<(O::Response, Vec<u8>)> {
+        let (req, body) = decode::<O>(frame_bytes)?;
+        let now = now_ms();
+        let done = self.atomically(|s| f(s, &req, &body, now))?;
+        self.arm(done.alarm_by).await?;
+        self.arm_work(done.work_at).await?;
+        Ok((into(done.answer), done.payload))
     }
 
     /// Runs operation `op` (its `Operation::PATH`) on a request frame and
@@ -470,6 +698,36 @@ impl KeyGuard {
                     Vec::new(),
                 ))
             })),
+            StartOp::PATH => reply::<StartOp>(
+                self.on_operation::<StartOp, _>(
+                    body,
+                    |s, r, _, now| store::start_operation(s, r, now),
+                    |a| a,
+                )
+                .await,
+            ),
+            FinishOp::PATH => reply::<FinishOp>(
+                self.on_operation::<FinishOp, _>(
+                    body,
+                    |s, r, b, now| store::finish_operation(s, r, b, now),
+                    |a| a,
+                )
+                .await,
+            ),
+            GetOp::PATH => reply::<GetOp>(
+                self.on_operation::<GetOp, _>(
+                    body,
+                    |s, r, _, now| store::get_operation(s, r, now),
+                    |a| a,
+                )
+                .await,
+            ),
+            ListOps::PATH => reply::<ListOps>(decode::<ListOps>(body).and_then(|(r, _)| {
+                Ok((
+                    self.directly(|s| store::list_operations(s, &r))?,
+                    Vec::new(),
+                ))
+            })),
             // Any operation's reply type carries an error alike; `Revoke`'s is the smallest.
             other => reply::<Revoke>(Err(GuardError::UnknownOperation(
                 other.chars().take(64).collect(),
@@ -479,13 +737,79 @@ impl KeyGuard {
 
     /// Arms the sweep for something written that expires at `expires_at`.
     async fn arm(&self, expires_at: Option<u64>) -> Sr<()> {
-        match expires_at {
+        match expires_at.filter(|at| *at < NEVER) {
             Some(at) => {
                 let due = store::sweep_at(at, self.lookup_grace_ms());
                 self.alarm_by(due).await.map_err(storage)
             }
             None => Ok(()),
         }
+    }
+
+    /// Arms the alarm for work due at `at` (an operation, an event).
+    async fn arm_work(&self, at: Option<u64>) -> Sr<()> {
+        match at {
+            Some(at) => self.alarm_by(at).await.map_err(storage),
+            None => Ok(()),
+        }
+    }
+
+    /// The alarm's outbox work: publish the events due, hand the operations
+    /// due to the queue, then record each result. Each step's failure is
+    /// logged and left to a later alarm; none stops the sweep. `false` when
+    /// the configuration cannot be read (the worker refuses every request
+    /// meanwhile): then nothing is done until it is fixed.
+    async fn work(&self, now: u64) -> bool {
+        let Ok(cfg) = crate::runtime::config(&self.env) else {
+            return false;
+        };
+        let due = match self.directly(|s| store::work(s, now, WORK_BATCH)) {
+            Ok(w) => w,
+            Err(e) => {
+                crate::log::emit(Line::error("reading the outbox failed").err(e));
+                return true;
+            }
+        };
+        for p in &due.publishes {
+            let ok = match crate::operations::publish::one(&self.env, &cfg, &p.event).await {
+                Ok(()) => true,
+                Err(e) => {
+                    crate::log::emit(
+                        Line::warn("publishing an event failed; retried later")
+                            .field("event_id", p.event.id.as_str())
+                            .field("request_id", p.event.request_id.as_str())
+                            .err(e),
+                    );
+                    false
+                }
+            };
+            match self.atomically(|s| store::published(s, p, ok, now_ms())) {
+                Ok(true) => crate::log::emit(
+                    Line::error("an event could not be published for a day and is dropped")
+                        .field("event_id", p.event.id.as_str())
+                        .field("request_id", p.event.request_id.as_str()),
+                ),
+                Ok(false) => {}
+                Err(e) => crate::log::emit(Line::error("recording a publish failed").err(e)),
+            }
+        }
+        if due.sends.is_empty() {
+            return true;
+        }
+        let ids: Vec<&str> = due.sends.iter().map(|(id, _)| id.as_str()).collect();
+        // Handed on: looked at again after `requeue_after_s`; not handed on:
+        // tried again in a few seconds.
+        let requeue_ms = match crate::operations::queue::send(&self.env, &ids).await {
+            Ok(()) => u64::from(cfg.settings.async_ops.requeue_after_s) * 1000,
+            Err(e) => {
+                crate::log::emit(Line::error("handing operations to the queue failed").err(e));
+                SEND_RETRY_MS
+            }
+        };
+        if let Err(e) = self.atomically(|s| store::requeued(s, &due.sends, now_ms(), requeue_ms)) {
+            crate::log::emit(Line::error("recording operations handed to the queue failed").err(e));
+        }
+        true
     }
 
     /// `idempotency.lookup_grace_s` in ms. The worker validated the config
@@ -545,13 +869,22 @@ impl DurableObject for KeyGuard {
     async fn alarm(&self) -> Result<Response> {
         self.alarm_at.set(0);
         let now = now_ms();
+        let worked = self.work(now).await;
         let swept = self
             .atomically(|s| store::sweep(s, now, SWEEP_BATCH, self.lookup_grace_ms()))
             .map_err(err)?;
         // After the commit: an object whose record is gone is never replayed.
         crate::replays::delete(&self.env, swept.objects).await;
-        if let Some(next) = swept.next {
-            let at = next.max(now);
+        // Work that failed or was left (a full batch) is due again; a failed
+        // publish a little later (its own retry time).
+        let pause = if worked { 1_000 } else { 60_000 };
+        let work = self
+            .directly(|s| s.next_work())
+            .map_err(err)?
+            .map(|at| at.max(now.saturating_add(pause)));
+        let next = swept.next.into_iter().chain(work).min();
+        if let Some(next) = next {
+            let at = next.max(now_ms());
             self.state.storage().set_alarm(at_epoch_ms(at)).await?;
             self.alarm_at.set(at);
         }

@@ -2,8 +2,11 @@
 // pointing at a wrapper around the unmodified build. The wrapper hands the worker a DELIVERIES
 // queue binding that fails its next N sends (GET /__queue/fail?n=N; GET /__queue/sent counts the
 // messages passed on), hands KeyGuard a SQL handle whose next N claim inserts
-// (`INSERT INTO idem`) throw (GET /__sql/fail-claim?n=N), and hands the webhook shards one whose
-// next N event inserts (`INSERT OR IGNORE INTO events`) throw inside the shard's transaction
+// (`INSERT INTO idem`) throw (GET /__sql/fail-claim?n=N) and an env whose D1 binding fails
+// every statement while GET /__publish/block?on=1 holds (what the key's object publishes from
+// its outbox then fails: the crash window between a stored response and its event, ADR 0037;
+// ?on=0 lets it through again), and hands the webhook shards a SQL handle whose next N event
+// inserts (`INSERT OR IGNORE INTO events`) throw inside the shard's transaction
 // (GET /__sql/fail-publish?n=N). Test-only: nothing of it ships.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -41,8 +44,39 @@ function faultyState(state) {
   return state;
 }
 
+let publishBlocked = false;
+const injected = () => Promise.reject(new Error('injected publish failure'));
+function failingStatement(stmt) {
+  return new Proxy(stmt, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop === 'bind') return (...args) => failingStatement(v.apply(t, args));
+      if (['all', 'first', 'run', 'raw'].includes(prop)) return injected;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function blockableD1(db) {
+  return new Proxy(db, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (publishBlocked && prop === 'prepare') return (q) => failingStatement(v.call(t, q));
+      if (publishBlocked && prop === 'batch') return injected;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function guardEnv(env) {
+  return new Proxy(env, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      return prop === 'DB' ? blockableD1(v) : v;
+    },
+  });
+}
+
 export class KeyGuard extends RealKeyGuard {
-  constructor(state, env) { super(faultyState(state), env); }
+  constructor(state, env) { super(faultyState(state), guardEnv(env)); }
 }
 
 // The webhook shards (ADR 0035), their SQL handle shadowed the same way.
@@ -78,17 +112,52 @@ function wrapEnv(env) {
   });
 }
 
+// While GET /__consumer/d1-down?on=1 holds, the delivery queue's consumer (not the dead-letter
+// queue's) is handed a D1 binding on which every statement fails: it cannot load a batch's
+// subscriptions, so it hands the messages back until the queue gives up on them (?on=0 ends it).
+let consumerD1Down = false;
+const d1Down = () => Promise.reject(new Error('injected D1 failure'));
+function downStatement(stmt) {
+  return new Proxy(stmt, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop === 'bind') return (...args) => downStatement(v.apply(t, args));
+      if (['all', 'first', 'run', 'raw'].includes(prop)) return d1Down;
+      return typeof v === 'function' && prop !== 'constructor' ? v.bind(t) : v;
+    },
+  });
+}
+function consumerEnv(batch, env) {
+  if (!consumerD1Down || batch.queue !== 'postguard-deliveries') return env;
+  return new Proxy(env, {
+    get(t, prop) {
+      const v = Reflect.get(t, prop, t);
+      if (prop !== 'DB') return v;
+      return new Proxy(v, {
+        get(db, p) {
+          const w = Reflect.get(db, p, db);
+          if (p === 'prepare') return (q) => downStatement(w.call(db, q));
+          if (p === 'batch') return d1Down;
+          return typeof w === 'function' && p !== 'constructor' ? w.bind(db) : w;
+        },
+      });
+    },
+  });
+}
+
 // The build's default export is a handler object (src/entry.mjs, ADR 0025).
 export default {
   fetch(req, env, ctx) {
     const u = new URL(req.url);
+    if (u.pathname === '/__consumer/d1-down') { consumerD1Down = u.searchParams.get('on') === '1'; return new Response('ok'); }
     if (u.pathname === '/__queue/fail') { failures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     if (u.pathname === '/__queue/sent') return Response.json({ sent, failures });
     if (u.pathname === '/__sql/fail-claim') { claimFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
+    if (u.pathname === '/__publish/block') { publishBlocked = u.searchParams.get('on') === '1'; return new Response('ok'); }
     if (u.pathname === '/__sql/fail-publish') { publishFailures = Number(u.searchParams.get('n') ?? 1); return new Response('ok'); }
     return Gateway.fetch(req, wrapEnv(env), ctx);
   },
-  queue: (batch, env, ctx) => Gateway.queue(batch, wrapEnv(env), ctx),
+  queue: (batch, env, ctx) => Gateway.queue(batch, consumerEnv(batch, wrapEnv(env)), ctx),
   scheduled: (event, env, ctx) => Gateway.scheduled(event, wrapEnv(env), ctx),
 };
 `;

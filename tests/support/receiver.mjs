@@ -208,3 +208,20 @@ export async function startReceiver({ behaviour = () => ({ status: 200 }), secre
     },
   };
 }
+
+/**
+ * A test file's receivers: `receiver(behaviour)` starts one (`startReceiver`) and keeps it;
+ * `receiver.closeAll()`, in the file's `after`, closes every one it started.
+ */
+export function receiverPool() {
+  const open = [];
+  const receiver = async (behaviour) => {
+    const r = await startReceiver({ behaviour });
+    open.push(r);
+    return r;
+  };
+  receiver.closeAll = async () => {
+    for (const r of open.splice(0)) await r.close();
+  };
+  return receiver;
+}

@@ -539,6 +539,69 @@ async def test_async_status_after_a_call(env: Any, new_key: Any) -> None:
     assert (s["state"], s.get("status"), s.get("request_id")) == ("completed", 201, r.request_id)
 
 
+def test_an_operation_runs_once_and_wait_polls_with_retry_after(
+    env: Any, new_key: Any, origin_stats: Any
+) -> None:
+    """``request(..., async_=True)`` on an async route (``/reports/*``): a 202 handle, the
+    same operation for a resend with the same key, ``wait()`` polling no faster than the
+    gateway's ``Retry-After`` and returning the result; a route the gateway runs
+    synchronously gives a done handle; a failed operation raises ``OperationFailed``."""
+    k = new_key()
+    key = f"py-op-{uuid.uuid4()}"
+    polls: list[tuple[float, str | None]] = []
+
+    def seen(a: AttemptInfo) -> None:
+        if a.path.startswith("/_postguard/v1/operations/") and not a.path.endswith("/result"):
+            polls.append((time.monotonic(), a.headers.get("retry-after") if a.headers is not None else None))
+
+    with Client(env.gateway, api_key=k.key, on_attempt=seen) as c:
+        op = c.request(
+            "POST",
+            "/reports/q1",
+            {"q": 1},
+            idempotency_key=key,
+            headers={"x-demo-delay-ms": "2500"},
+            async_=True,
+        )
+        assert op.id is not None and op.id.startswith("op_")
+        assert op.info is not None and op.info.get("state") == "queued" and not op.done
+        again = c.request("POST", "/reports/q1", {"q": 1}, idempotency_key=key, async_=True)
+        assert again.id == op.id, "the same operation"
+        r = op.wait(timeout=60)
+        waited = list(polls)  # the reads after this one are not wait()'s polls
+        assert r.status == 201 and r.json()["execution"] == 1
+        assert op.done and op.info is not None and op.info.get("status") == 201
+        assert c.get_operation(op.id)["state"] == "succeeded"
+        assert any(o["id"] == op.id for o in c.list_operations(limit=50).data)
+        assert c.operation(op.id).result().content == r.content, "a handle from the id"
+        # Each poll came no sooner than the Retry-After the one before it asked for.
+        assert len(waited) >= 2, waited
+        for (t0, ra), (t1, _) in zip(waited, waited[1:], strict=False):
+            assert t1 - t0 >= float(ra or 1) - 0.05, waited
+        sync = c.request("POST", "/py/not-async", {"n": 1}, async_=True)
+        assert sync.id is None and sync.done and sync.wait().status == 201
+        failing = f"py-op-fail-{uuid.uuid4()}"
+        httpx.post(
+            f"{env.origin}/__demo/script", json={"key": failing, "statuses": [503, 503, 503, 503, 503]}
+        )
+        bad = c.request("POST", "/reports/bad", {"q": 2}, idempotency_key=failing, async_=True)
+        with pytest.raises(postguard.OperationFailed) as err:
+            bad.wait(timeout=60)
+        assert err.value.status == 503
+    assert origin_stats()["byKey"][key] == 1
+
+
+@pytest.mark.anyio
+async def test_an_async_client_operation(env: Any, new_key: Any) -> None:
+    k = new_key()
+    async with AsyncClient(env.gateway, api_key=k.key) as c:
+        op = await c.request("POST", "/reports/aq", {"q": 3}, async_=True)
+        assert op.id is not None and op.idempotency_key is not None
+        r = await op.wait(timeout=60)
+        assert r.status == 201
+        assert (await c.get_operation(op.id))["state"] == "succeeded"
+
+
 def test_update_key_changes_the_plan_from_the_next_request(env: Any, admin: Client) -> None:
     project = f"py-update-{uuid.uuid4().hex[:8]}"
     created = admin.create_key(project, env.plan_big, meta={"tier": "gold"})

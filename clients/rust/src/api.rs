@@ -507,6 +507,16 @@ impl Client {
             .await
     }
 
+    /// `GET /operations` (API key or session): one page of the project's asynchronous
+    /// operations, newest first (`state`, `limit` filter).
+    pub async fn list_operations(
+        &self,
+        query: Query<'_>,
+        cursor: Option<&str>,
+    ) -> Result<Page<crate::OperationInfo>, Error> {
+        self.page(&format!("{V1}/operations"), query, cursor).await
+    }
+
     /// `GET /idempotency/{key}` (API key; free of budget): what became of the request this
     /// key sent under `idempotency_key`. [`IdempotencyState::Completed`]: send it again with
     /// the same key to get the stored answer; `InProgress`: wait and ask again; `Expired` or

@@ -441,6 +441,16 @@ impl Client {
         }
     }
 
+    /// The client's clock (for polling an operation).
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
+    /// Wall-clock time since the Unix epoch, as the client's clock says.
+    pub(crate) fn unix_now(&self) -> Duration {
+        self.inner.clock.unix_now()
+    }
+
     /// What the shared limiter currently knows (diagnostics).
     pub fn limiter_state(&self) -> LimiterState {
         self.inner.limiter.snapshot()

@@ -155,6 +155,15 @@ pub enum Error {
     /// A bad argument or configuration (URL, header, secret…).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A `failed` asynchronous operation: the origin could not be reached, or answered 5xx,
+    /// through the whole retry schedule. The problem is its last answer (or the gateway's
+    /// 502 `ORIGIN_UNREACHABLE` when no attempt got one).
+    #[error("operation failed: {0}")]
+    OperationFailed(Box<Problem>),
+    /// [`crate::Operation::wait`]'s timeout ran out while the operation was still queued
+    /// or running.
+    #[error("operation {id} is not done yet")]
+    OperationWaitTimeout { id: String },
 }
 
 impl Error {
@@ -164,7 +173,8 @@ impl Error {
             Error::Api(p)
             | Error::IdempotencyKeyReuseConflict(p)
             | Error::ApiKeyExpired(p)
-            | Error::RateLimited(p) => Some(p),
+            | Error::RateLimited(p)
+            | Error::OperationFailed(p) => Some(p),
             _ => None,
         }
     }

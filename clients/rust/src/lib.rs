@@ -6,6 +6,7 @@ pub mod api;
 pub mod client;
 pub mod clock;
 pub mod error;
+pub mod operation;
 pub mod retry;
 pub mod throttle;
 pub mod webhook;
@@ -17,6 +18,7 @@ pub use client::{
     AttemptEvent, Body, Client, ClientBuilder, Metrics, RequestOptions, Response, USER_AGENT,
 };
 pub use error::{Error, Problem};
+pub use operation::{Operation, OperationInfo, OperationState, WaitOptions};
 pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 pub use reqwest::Method;
 pub use retry::RetryPolicy;

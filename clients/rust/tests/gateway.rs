@@ -465,6 +465,113 @@ async fn gateway_calls_whose_first_answer_is_cut_take_effect_once() {
 // -------------------------------------------------------------------------------------------
 // 2. Retries of failed executions; a second call while the first runs.
 
+/// `request_async` on an async route (`/reports/*`): a 202 handle, the same operation for a
+/// resend with the same key, `wait` polling no sooner than each `Retry-After`, the result;
+/// a synchronous route gives a done handle; a failed operation is `Error::OperationFailed`.
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn an_operation_runs_once_and_wait_polls_after_retry_after() {
+    let events = Events::default();
+    let client = Client::builder(env("POSTGUARD_GATEWAY_URL"))
+        .token(new_key("big").await)
+        .on_response(events.hook())
+        .build()
+        .unwrap();
+    let key = format!("rs-op-{}", uuid_like());
+    let opts = RequestOptions::default()
+        .idempotency_key(&key)
+        .header("x-demo-delay-ms", "2500");
+    let body = json!({ "q": 1 });
+    let mut op = client
+        .request_async(
+            Method::POST,
+            "/reports/q1",
+            Body::from(body.clone()),
+            opts.clone(),
+        )
+        .await
+        .unwrap();
+    let id = op.id().expect("an operation").to_owned();
+    assert!(id.starts_with("op_") && id.len() == 55, "{id}");
+    assert_eq!(op.state(), postguard_client::OperationState::Queued);
+    let again = client
+        .request_async(Method::POST, "/reports/q1", Body::from(body), opts)
+        .await
+        .unwrap();
+    assert_eq!(again.id(), Some(id.as_str()), "the same operation");
+    let started = Instant::now();
+    let res = op
+        .wait(postguard_client::WaitOptions {
+            timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(res.status, 201);
+    assert_eq!(res.json::<Value>().unwrap()["execution"], 1);
+    assert!(op.is_done());
+    assert_eq!(origin_executions(&key).await, 1, "executed once");
+    let polls: Vec<AttemptEvent> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.path == format!("/_postguard/v1/operations/{id}"))
+        .cloned()
+        .collect();
+    assert!(!polls.is_empty());
+    // With at least a second between polls (the gateway's Retry-After is at least 1 s),
+    // n polls take at least n - 1 seconds.
+    assert!(started.elapsed() >= Duration::from_secs(polls.len() as u64 - 1));
+    assert_eq!(
+        client.get_operation(&id).await.unwrap().state,
+        postguard_client::OperationState::Succeeded
+    );
+    let listed = client
+        .list_operations(&[("limit", "50")], None)
+        .await
+        .unwrap();
+    assert!(listed.data.iter().any(|o| o.id == id));
+    let rebuilt = client.operation(&id).await.unwrap();
+    assert_eq!(rebuilt.result().await.unwrap().body, res.body);
+    // A route the gateway runs synchronously: a done handle.
+    let mut sync = client
+        .request_async(
+            Method::POST,
+            "/payments",
+            Body::from(json!({ "n": 1 })),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(sync.id().is_none() && sync.is_done());
+    assert_eq!(sync.wait(Default::default()).await.unwrap().status, 201);
+    // A failed operation: its last answer as `Error::OperationFailed`.
+    let failing = format!("rs-op-fail-{}", uuid_like());
+    plain(&env("POSTGUARD_ORIGIN_URL"))
+        .request(
+            Method::POST,
+            "/__demo/script",
+            Body::from(json!({ "key": failing, "statuses": [503, 503, 503, 503, 503] })),
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut bad = client
+        .request_async(
+            Method::POST,
+            "/reports/bad",
+            Body::from(json!({ "q": 2 })),
+            RequestOptions::default().idempotency_key(&failing),
+        )
+        .await
+        .unwrap();
+    match bad.wait(Default::default()).await {
+        Err(Error::OperationFailed(p)) => assert_eq!(p.status, 503),
+        other => panic!("expected OperationFailed, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
 async fn origin_503_twice_then_201_is_one_successful_call() {

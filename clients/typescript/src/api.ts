@@ -1,5 +1,6 @@
 import { PostguardClient, uuidv4, type ClientOptions, type QueryValue, type RequestOptions } from './client.js';
 import { PostguardError } from './errors.js';
+import type { OperationInfo, OperationState } from './operation.js';
 import type {
   ApiKey, ApiKeyDetail, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, CreateKeyInput, Delivery,
   DeliveryDetail, DeliveryQuery, EventQuery, EventRow, IdempotencyStatus, Inspector, InspectedRequest, Me, Page,
@@ -54,6 +55,14 @@ export class Postguard extends PostguardClient {
   status(idempotencyKey: string, o?: CallOptions): Promise<IdempotencyStatus> {
     return this.call('GET', `${V1}/idempotency/${idempotencyKeySegment(idempotencyKey)}`, o);
   }
+
+  readonly operations = {
+    /** `GET /operations/{id}`: an asynchronous operation of the project (any key of it may read it). */
+    get: (id: string, o?: CallOptions): Promise<OperationInfo> => this.call('GET', `${V1}/operations/${seg(id)}`, o),
+    /** One page of the project's operations, newest first (`state` filters). */
+    list: (query: PageQuery & { state?: OperationState } = {}, o?: CallOptions): Promise<Page<OperationInfo>> =>
+      this.call('GET', `${V1}/operations`, { ...o, query: q(query) }),
+  };
 
   /** `GET /stats?days=`: per-day requests and errors, top paths, error share, latency. */
   stats(query: { days?: number } = {}, o?: CallOptions): Promise<Stats> {

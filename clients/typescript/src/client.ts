@@ -6,6 +6,7 @@ import {
 } from './errors.js';
 import { RateLimiter, type ThrottleOptions } from './limiter.js';
 import { bindingPolicy, readRateLimit } from './ratelimit-headers.js';
+import { Operation, type OperationInfo } from './operation.js';
 import { MUTATING_METHODS, isRetryable, replaySafe } from './retry.js';
 import { VERSION } from './version.js';
 
@@ -72,6 +73,13 @@ export interface RequestOptions {
    * the gateway has idempotency `off`; 429 and 409-in-progress are retried anyway.
    */
   retrySafe?: boolean;
+  /**
+   * Ask the gateway to run the call as an asynchronous operation (`Prefer: respond-async`, on the
+   * routes its operator named): `request()` then resolves with an `Operation` at once, whose
+   * `wait()` polls it and resolves with the result. The Idempotency-Key is what makes a retry the
+   * same operation, so one is always sent (`idempotencyKey: null` is refused).
+   */
+  async?: boolean;
 }
 
 export interface PostguardResponse<T = unknown> {
@@ -250,7 +258,42 @@ export class PostguardClient {
    * Resolves for status < 400; throws ApiError (or IdempotencyKeyReuseError) for an error that
    * is not retried, RetriesExhaustedError when every attempt failed.
    */
-  async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
+  request<T = unknown>(method: string, path: string, options: RequestOptions & { async: true }): Promise<Operation<T>>;
+  request<T = unknown>(method: string, path: string, options?: RequestOptions): Promise<PostguardResponse<T>>;
+  async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T> | Operation<T>> {
+    if (options.async) return this.#operation<T>(method, path, options);
+    return this.#call<T>(method, path, options);
+  }
+
+  /**
+   * `request()` with `Prefer: respond-async`: a 202 with an operation's `Location` is the
+   * operation; any other answer (a route the gateway runs synchronously) is a done handle.
+   */
+  async #operation<T>(method: string, path: string, options: RequestOptions): Promise<Operation<T>> {
+    if (options.idempotencyKey === null) throw new PostguardError('an asynchronous call needs an Idempotency-Key');
+    const m = method.toUpperCase();
+    const idempotencyKey = options.idempotencyKey ?? keyHeader(options.headers) ?? (await (this.#opts.generateIdempotencyKey ?? uuidv4)());
+    const prefer = Object.entries(options.headers ?? {}).find(([k]) => k.toLowerCase() === 'prefer')?.[1];
+    const headers = { ...options.headers, prefer: prefer ? `respond-async, ${prefer}` : 'respond-async' };
+    const res = await this.#call<T>(m, path, { ...options, async: false, headers, idempotencyKey });
+    const location = res.headers.get('location') ?? '';
+    if (res.status === 202 && location.startsWith('/_postguard/v1/operations/')) {
+      return new Operation<T>(this.#host(), res.data as unknown as OperationInfo, res.idempotencyKey);
+    }
+    return new Operation<T>(this.#host(), undefined, res.idempotencyKey, { status: res.status, headers: res.headers, data: res.data });
+  }
+
+  /** The handle of an existing operation by its id (after a restart, from a stored id). */
+  async operation<T = unknown>(id: string, options: Pick<RequestOptions, 'signal'> = {}): Promise<Operation<T>> {
+    const res = await this.#call<OperationInfo>('GET', `/_postguard/v1/operations/${encodeURIComponent(id)}`, options);
+    return new Operation<T>(this.#host(), res.data, undefined);
+  }
+
+  #host() {
+    return { request: (m: string, p: string, o?: RequestOptions) => this.#call(m, p, o ?? {}), clock: this.#clock };
+  }
+
+  async #call<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<PostguardResponse<T>> {
     const m = method.toUpperCase();
     const key = await this.#key(m, options.idempotencyKey !== undefined ? options.idempotencyKey : keyHeader(options.headers));
     const retrySafe = replaySafe(m, key, options.retrySafe);

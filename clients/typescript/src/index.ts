@@ -17,5 +17,9 @@ export {
   verifyWebhook, WebhookReceiver, MemoryDedupeStore, MAX_TOLERANCE_S,
   type DedupeStore, type VerifyOptions, type ReceiverOptions, type Received, type HeaderInput,
 } from './webhooks.js';
+export {
+  Operation, OperationFailedError,
+  type OperationInfo, type OperationState, type OperationResult, type WaitOptions,
+} from './operation.js';
 export { VERSION } from './version.js';
 export type * from './types.js';

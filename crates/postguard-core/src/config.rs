@@ -534,6 +534,56 @@ impl Default for AuditConfig {
     }
 }
 
+/// A route whose requests may run asynchronously (`Prefer: respond-async`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsyncRoute {
+    pub method: String,
+    pub path: String,
+}
+
+/// Asynchronous operations (docs/async-operations.md, ADR 0037).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AsyncConfig {
+    /// The routes where `Prefer: respond-async` is honoured (none by default).
+    pub routes: Vec<AsyncRoute>,
+    /// How long one attempt of an operation may wait for the origin (ms).
+    pub timeout_ms: u32,
+    /// An operation queued this long without starting is handed to the
+    /// queue again by its key's object (s): the outbox of a lost message.
+    pub requeue_after_s: u32,
+}
+
+impl Default for AsyncConfig {
+    fn default() -> Self {
+        AsyncConfig {
+            routes: Vec::new(),
+            timeout_ms: 300_000,
+            requeue_after_s: 60,
+        }
+    }
+}
+
+/// The longest `async.timeout_ms`: a queue consumer's invocation may run 15
+/// minutes; one is kept for reading the request and storing the answer.
+pub const MAX_ASYNC_TIMEOUT_MS: u32 = 840_000;
+
+/// One `events_from_responses` rule: a stored response of `method path`
+/// whose status matches `status` publishes an event of `type` (docs/async-operations.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseEventRule {
+    pub method: String,
+    pub path: String,
+    /// A status (`"201"`) or a class (`"2xx"`).
+    pub status: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// `"body"` (the response body) or a JSON Pointer into it (`"/order"`).
+    pub data: String,
+}
+
 /// `POSTGUARD_CONFIG` as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -555,6 +605,10 @@ pub struct Settings {
     /// are relative (`/_postguard/…`) and no URL is exempt.
     pub public_url: Option<String>,
     pub limits: LimitsConfig,
+    /// `async` in the JSON (a Rust keyword).
+    #[serde(rename = "async")]
+    pub async_ops: AsyncConfig,
+    pub events_from_responses: Vec<ResponseEventRule>,
 }
 
 impl Default for Settings {
@@ -575,6 +629,8 @@ impl Default for Settings {
             cors: None,
             public_url: None,
             limits: LimitsConfig::default(),
+            async_ops: AsyncConfig::default(),
+            events_from_responses: Vec::new(),
         }
     }
 }
@@ -1177,6 +1233,82 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
         1,
         3_650,
     )?;
+    validate_async(&s.async_ops)?;
+    validate_response_events(&s.events_from_responses)
+}
+
+/// The method of a rule that names a mutating request: an operation runs a
+/// request under its Idempotency-Key, which GET, HEAD and OPTIONS never carry.
+fn valid_mutating(m: &str) -> bool {
+    m == "*" || matches!(m, "POST" | "PUT" | "PATCH" | "DELETE")
+}
+
+fn validate_rule_route(f: &str, method: &str, path: &str) -> Result<(), ConfigError> {
+    if !valid_mutating(method) {
+        return Err(ConfigError::new(
+            format!("{f}.method"),
+            "must be POST, PUT, PATCH, DELETE or * (responses are kept only under an Idempotency-Key)",
+        ));
+    }
+    if !pattern::is_valid(path) {
+        return Err(ConfigError::new(
+            format!("{f}.path"),
+            "must start with / and contain only visible ASCII",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_async(a: &AsyncConfig) -> Result<(), ConfigError> {
+    if a.routes.len() > 100 {
+        return Err(ConfigError::new(
+            "async.routes",
+            "must list at most 100 routes",
+        ));
+    }
+    for (i, r) in a.routes.iter().enumerate() {
+        validate_rule_route(&format!("async.routes[{i}]"), &r.method, &r.path)?;
+    }
+    range(
+        "async.timeout_ms",
+        a.timeout_ms,
+        1_000,
+        MAX_ASYNC_TIMEOUT_MS,
+    )?;
+    range("async.requeue_after_s", a.requeue_after_s, 1, 3_600)
+}
+
+fn validate_response_events(rules: &[ResponseEventRule]) -> Result<(), ConfigError> {
+    if rules.len() > 100 {
+        return Err(ConfigError::new(
+            "events_from_responses",
+            "must list at most 100 rules",
+        ));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let f = format!("events_from_responses[{i}]");
+        validate_rule_route(&f, &r.method, &r.path)?;
+        if crate::response_events::StatusMatch::parse(&r.status).is_none() {
+            return Err(ConfigError::new(
+                format!("{f}.status"),
+                "must be a status (\"201\") or a class (\"2xx\")",
+            ));
+        }
+        if !crate::webhooks::events::is_valid_type(&r.event_type)
+            || r.event_type.starts_with("postguard.")
+        {
+            return Err(ConfigError::new(
+                format!("{f}.type"),
+                "must be 1-128 of [A-Za-z0-9._:-], not under the reserved `postguard.` prefix",
+            ));
+        }
+        if !crate::response_events::is_valid_data(&r.data) {
+            return Err(ConfigError::new(
+                format!("{f}.data"),
+                "must be \"body\" or a JSON Pointer (\"/order\", RFC 6901)",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -1262,6 +1394,61 @@ mod tests {
         let wrong = Config::load(&env(Some(r#"{"plans":[]}"#))).unwrap_err();
         assert_eq!(wrong.field, "plans");
         assert!(wrong.reason.contains("expected a map"), "{}", wrong.reason);
+    }
+
+    #[test]
+    fn async_operations_and_response_events_are_validated_naming_the_field() {
+        let c = Config::load(&env(None)).unwrap();
+        let a = &c.settings.async_ops;
+        assert!(a.routes.is_empty(), "no asynchronous routes by default");
+        assert_eq!((a.timeout_ms, a.requeue_after_s), (300_000, 60));
+        assert!(c.settings.events_from_responses.is_empty());
+        let ok = r#"{"async":{"routes":[{"method":"POST","path":"/reports/*"}],"timeout_ms":840000},
+            "events_from_responses":[{"method":"*","path":"/orders","status":"2xx","type":"order.created","data":"/order/id~1x"}]}"#;
+        assert!(Config::load(&env(Some(ok))).is_ok());
+        for (cfg, field) in [
+            (
+                r#"{"async":{"routes":[{"method":"GET","path":"/r"}]}}"#,
+                "async.routes[0].method",
+            ),
+            (
+                r#"{"async":{"routes":[{"method":"POST","path":"r"}]}}"#,
+                "async.routes[0].path",
+            ),
+            (r#"{"async":{"timeout_ms":840001}}"#, "async.timeout_ms"),
+            (r#"{"async":{"timeout_ms":999}}"#, "async.timeout_ms"),
+            (
+                r#"{"async":{"requeue_after_s":0}}"#,
+                "async.requeue_after_s",
+            ),
+            (r#"{"async":{"route":[]}}"#, "async.route"),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"6xx","type":"a","data":"body"}]}"#,
+                "events_from_responses[0].status",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"postguard.x","data":"body"}]}"#,
+                "events_from_responses[0].type",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a b","data":"body"}]}"#,
+                "events_from_responses[0].type",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a","data":"order"}]}"#,
+                "events_from_responses[0].data",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"HEAD","path":"/o","status":"2xx","type":"a","data":"body"}]}"#,
+                "events_from_responses[0].method",
+            ),
+            (
+                r#"{"events_from_responses":[{"method":"POST","path":"/o","status":"2xx","type":"a"}]}"#,
+                "events_from_responses[0].data",
+            ),
+        ] {
+            assert_eq!(err_field(cfg), field, "{cfg}");
+        }
     }
 
     #[test]

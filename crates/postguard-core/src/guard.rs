@@ -15,7 +15,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::frame::{self, FrameError};
 use crate::idempotency::{decide, Decision, Record, StoredResponse};
 use crate::limits::{self, Inflight, Limits, Policy, Verdicts, Windows};
+use crate::operations::{self, Outcome, StoredRequest};
 use crate::rate_limit::{Quota, Verdict};
+use crate::response_events::PendingEvent;
 
 /// A claim attempt under an Idempotency-Key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +114,21 @@ pub struct AdmitRequest {
     /// An Idempotency-Key whose record to report (`GET /idempotency/{key}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lookup: Option<String>,
+    /// An asynchronous operation to create under `claim` (ADR 0037); the
+    /// request body travels as the frame's payload when the object keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Box<NewOperation>>,
+}
+
+/// An operation to create if the claim is taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewOperation {
+    pub id: String,
+    pub request: StoredRequest,
+    /// The plan's idempotency TTL: how long the done operation is kept.
+    pub ttl_ms: u64,
+    /// `async.requeue_after_s` in ms.
+    pub requeue_ms: u64,
 }
 
 impl AdmitRequest {
@@ -133,6 +150,7 @@ impl AdmitRequest {
             slot: None,
             caller: None,
             lookup: None,
+            operation: None,
         }
     }
 
@@ -167,6 +185,9 @@ impl AdmitRequest {
 /// - 2: [`Decision`] externally tagged (`"execute"`), read directly;
 /// - 3: layout 2 with the `expired` answer (ADR 0032); a layout-2 reader is
 ///   told `revoked` instead (either is a refused key).
+/// - 4: layout 3 with the `accepted` decision (an asynchronous operation,
+///   ADR 0037); an older reader is told `in_progress` instead (its retry,
+///   on a worker of this build, gets the operation's 202).
 ///
 /// Members a reader does not know (every policy's verdict, a fresher
 /// profile, an idempotency lookup) are ignored by older readers.
@@ -179,11 +200,12 @@ pub enum AnswerLayout {
     V1 = 1,
     V2 = 2,
     V3 = 3,
+    V4 = 4,
 }
 
 impl AnswerLayout {
     /// What this build's worker asks for and its object writes.
-    pub const NEWEST: AnswerLayout = AnswerLayout::V3;
+    pub const NEWEST: AnswerLayout = AnswerLayout::V4;
 }
 
 impl TryFrom<u64> for AnswerLayout {
@@ -194,6 +216,7 @@ impl TryFrom<u64> for AnswerLayout {
             0 => Err("admission answer layout 0 does not exist"),
             1 => Ok(AnswerLayout::V1),
             2 => Ok(AnswerLayout::V2),
+            3 => Ok(AnswerLayout::V3),
             _ => Ok(AnswerLayout::NEWEST),
         }
     }
@@ -271,6 +294,25 @@ pub fn lookup(record: Option<&Record>, now_ms: u64) -> Lookup {
             out.created_at = Some(*completed_at_ms);
             out.expires_at = Some(*expires_at_ms);
         }
+        // An operation: in progress until done, then completed like an answer.
+        Some(Record::Accepted {
+            request_id,
+            claimed_at_ms,
+            expires_at_ms,
+            completed_at_ms,
+            status,
+            ..
+        }) => {
+            out.state = match (completed_at_ms, now_ms < *expires_at_ms) {
+                (_, false) => LookupState::Expired,
+                (None, true) => LookupState::InProgress,
+                (Some(_), true) => LookupState::Completed,
+            };
+            out.status = *status;
+            out.request_id = Some(request_id.clone());
+            out.created_at = Some(completed_at_ms.unwrap_or(*claimed_at_ms));
+            out.expires_at = Some(*expires_at_ms).filter(|at| *at < operations::NEVER);
+        }
     }
     out
 }
@@ -306,6 +348,10 @@ pub enum AdmitResponse {
         refresh: Option<Box<Profile>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lookup: Option<Box<Lookup>>,
+        /// The operation the request created (`execute` with an operation)
+        /// or is told again (`accepted`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        operation: Option<Box<operations::View>>,
     },
     /// The API key (or this secret of a rerolled one) has expired (layout 3).
     Expired,
@@ -347,6 +393,8 @@ pub struct AdmitPlan {
     pub claim: Option<Record>,
     /// A concurrency slot to take until this time (epoch ms).
     pub slot: Option<(String, u64)>,
+    /// A new operation to write with the claim (its body with it).
+    pub operation: Option<operations::Operation>,
     pub response: AdmitResponse,
 }
 
@@ -356,6 +404,7 @@ impl AdmitPlan {
             windows: None,
             claim: None,
             slot: None,
+            operation: None,
             response,
         }
     }
@@ -428,6 +477,7 @@ pub fn admit(
             windows: checked.windows,
             claim: None,
             slot: None,
+            operation: None,
             response: AdmitResponse::Limited {
                 verdict,
                 verdicts: Some(verdicts),
@@ -438,14 +488,18 @@ pub fn admit(
         .claim
         .as_ref()
         .map(|c| decide(record, &c.fingerprint, now_ms));
-    let claim_record = match (&req.claim, &decision) {
-        (Some(c), Some(Decision::Execute)) => Some(Record::InFlight {
-            fingerprint: c.fingerprint.clone(),
-            request_id: c.request_id.clone(),
-            claimed_at_ms: now_ms,
-            lease_until_ms: now_ms.saturating_add(c.lease_ms),
-        }),
-        _ => None,
+    let (claim_record, operation) = match (&req.claim, &decision, &req.operation) {
+        (Some(c), Some(Decision::Execute), Some(new)) => accept(c, new, now_ms),
+        (Some(c), Some(Decision::Execute), None) => (
+            Some(Record::InFlight {
+                fingerprint: c.fingerprint.clone(),
+                request_id: c.request_id.clone(),
+                claimed_at_ms: now_ms,
+                lease_until_ms: now_ms.saturating_add(c.lease_ms),
+            }),
+            None,
+        ),
+        _ => (None, None),
     };
     let replay = match (&decision, record) {
         (Some(Decision::Replay), Some(Record::Completed { response, .. })) => {
@@ -478,8 +532,38 @@ pub fn admit(
                 .lookup
                 .as_ref()
                 .map(|_| Box::new(lookup(record, now_ms))),
+            operation: operation.as_ref().map(|op| Box::new(op.view())),
         },
+        operation,
     }
+}
+
+/// The claim of an asynchronous request: the key's record names the
+/// operation (every later request with the key is told it), which is
+/// written queued with it.
+fn accept(
+    c: &Claim,
+    new: &NewOperation,
+    now_ms: u64,
+) -> (Option<Record>, Option<operations::Operation>) {
+    let record = Record::Accepted {
+        fingerprint: c.fingerprint.clone(),
+        request_id: c.request_id.clone(),
+        operation_id: new.id.clone(),
+        claimed_at_ms: now_ms,
+        expires_at_ms: operations::NEVER,
+        completed_at_ms: None,
+        status: None,
+    };
+    let op = operations::Operation::new(
+        new.id.clone(),
+        c.request_id.clone(),
+        new.request.clone(),
+        new.ttl_ms,
+        now_ms,
+        new.requeue_ms,
+    );
+    (Some(record), Some(op))
 }
 
 /// The framed reply to `admit`, in the layout the caller asked for.
@@ -496,7 +580,45 @@ pub fn encode_admit_reply(
         (AnswerLayout::V2, Ok(AdmitResponse::Expired)) => {
             frame::encode(&Ok::<_, ()>(AdmitResponse::Revoked), payload)
         }
+        // A reader before layout 4 knows no `accepted`: in progress, and its
+        // retry (on a worker of this build) is told the operation.
+        (AnswerLayout::V2 | AnswerLayout::V3, Ok(answer)) if is_accepted(answer) => {
+            frame::encode(&Ok::<_, ()>(before_operations(answer)), payload)
+        }
         _ => frame::encode(reply, payload),
+    }
+}
+
+fn is_accepted(answer: &AdmitResponse) -> bool {
+    matches!(
+        answer,
+        AdmitResponse::Admitted {
+            idempotency: Some(Decision::Accepted),
+            ..
+        }
+    )
+}
+
+/// `answer` as a reader before layout 4 reads it.
+fn before_operations(answer: &AdmitResponse) -> AdmitResponse {
+    match answer.clone() {
+        AdmitResponse::Admitted {
+            verdict,
+            replay,
+            verdicts,
+            refresh,
+            lookup,
+            ..
+        } => AdmitResponse::Admitted {
+            verdict,
+            idempotency: Some(Decision::InProgress { retry_after_s: 1 }),
+            replay,
+            verdicts,
+            refresh,
+            lookup,
+            operation: None,
+        },
+        other => other,
     }
 }
 
@@ -541,6 +663,8 @@ mod v1 {
                 }
                 idempotency::Decision::Conflict => Decision::Conflict,
                 idempotency::Decision::Replay => Decision::Replay,
+                // Layout 1 has no `accepted` (ADR 0037): in progress.
+                idempotency::Decision::Accepted => Decision::InProgress { retry_after_s: 1 },
             }
         }
     }
@@ -577,6 +701,10 @@ pub struct CompleteRequest {
     /// The request held a concurrency slot (its id): free it too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub slot: bool,
+    /// The event the response implies (`events_from_responses`): written to
+    /// publish in the same transaction as the record, only if it is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<PendingEvent>,
 }
 
 /// The completed record to write, or `None` when the claim is no longer held
@@ -643,6 +771,64 @@ pub struct Revoke;
 pub struct Finish;
 /// Keep what the operator set for the key (`PATCH`, reroll).
 pub struct Update;
+/// Start an operation's next attempt (payload of the answer: its request body).
+pub struct StartOp;
+/// Settle an operation's attempt (payload of the request: the answer's body).
+pub struct FinishOp;
+/// Read an operation (payload of the answer: its result body, if asked).
+pub struct GetOp;
+/// A page of the project's operations held by this object.
+pub struct ListOps;
+
+/// `start`: the consumer's claim on an operation's next attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartOpRequest {
+    pub id: String,
+    /// How long the attempt holds the operation (`operations::lease_ms`).
+    pub lease_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartOpReply {
+    /// Run this attempt (`op.attempts`); the request body is the payload.
+    Started { op: Box<operations::Operation> },
+    /// Not now: no such operation, or not startable (`state`).
+    NotStarted { state: Option<operations::State> },
+}
+
+/// `finish`: what attempt `attempt` came back with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishOpRequest {
+    pub id: String,
+    pub attempt: u32,
+    pub outcome: Outcome,
+    /// The retry schedule (`webhooks.schedule_s`).
+    pub schedule_s: Vec<u32>,
+    /// The event the answer implies (`events_from_responses`), published
+    /// only if the operation succeeds with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<PendingEvent>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishOpReply {
+    /// The outcome moved the operation.
+    pub applied: bool,
+    /// The operation is done and keeps this answer (its body was written,
+    /// or its R2 object is now referenced: otherwise the caller deletes it).
+    pub kept: bool,
+}
+
+/// `get`: operation `id`, if it belongs to `project`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetOpRequest {
+    pub id: String,
+    pub project: String,
+    /// Send the kept result body (kept in the object) as the payload.
+    #[serde(default)]
+    pub body: bool,
+}
 
 /// `finish`: the slot to free (the request's id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -675,6 +861,10 @@ operation!(Release, "/release", ReleaseRequest => Ack);
 operation!(Revoke, "/revoke", RevokeRequest => Ack);
 operation!(Finish, "/finish", FinishRequest => Ack);
 operation!(Update, "/update", UpdateRequest => Ack);
+operation!(StartOp, "/op/start", StartOpRequest => StartOpReply);
+operation!(FinishOp, "/op/finish", FinishOpRequest => FinishOpReply);
+operation!(GetOp, "/op/get", GetOpRequest => Option<Box<operations::Operation>>);
+operation!(ListOps, "/op/list", operations::Page => Vec<operations::View>);
 
 /// Why the object could not run an operation, as it crosses back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -722,6 +912,7 @@ mod tests {
             slot: None,
             caller: None,
             lookup: None,
+            operation: None,
         }
     }
 
@@ -808,6 +999,7 @@ mod tests {
             ttl_ms: 1000,
             response: stored(),
             slot: false,
+            event: None,
         };
         assert_eq!(complete(Some(&rec), &c_other, 2_000), None);
         let c = CompleteRequest {
@@ -816,6 +1008,7 @@ mod tests {
             ttl_ms: 1000,
             response: stored(),
             slot: false,
+            event: None,
         };
         let done = complete(Some(&rec), &c, 2_000).unwrap();
         assert_eq!(done.expires_at_ms(), 3_000);
@@ -1094,6 +1287,10 @@ mod tests {
             Revoke::PATH,
             Finish::PATH,
             Update::PATH,
+            StartOp::PATH,
+            FinishOp::PATH,
+            GetOp::PATH,
+            ListOps::PATH,
         ];
         assert_eq!(
             paths.len(),
@@ -1151,6 +1348,7 @@ mod tests {
                     }
                     super::Decision::Conflict => Decision::Conflict,
                     super::Decision::Replay => Decision::Replay,
+                    super::Decision::Accepted => Decision::InProgress { retry_after_s: 1 },
                 }
             }
 
@@ -1229,6 +1427,7 @@ mod tests {
                 verdicts: None,
                 refresh: None,
                 lookup: None,
+                operation: None,
             }
         }
 
@@ -1311,6 +1510,7 @@ mod tests {
                 verdicts: Some(v),
                 refresh: None,
                 lookup: Some(Box::new(lookup(None, 0))),
+                operation: None,
             };
             let f = encode_admit_reply(&Ok(rich.clone()), AnswerLayout::V3, b"").unwrap();
             assert_eq!(decode::<Answer>(f.clone()).unwrap().0, Ok(rich));
@@ -1320,6 +1520,32 @@ mod tests {
                 Ok(old::AdmitResponse::Admitted {
                     verdict: VERDICT,
                     idempotency: None,
+                    replay: None
+                })
+            );
+        }
+
+        #[test]
+        fn layout_4_adds_accepted_and_older_readers_are_told_in_progress() {
+            let accepted: Answer = Ok(admitted(VERDICT, None, Some(Decision::Accepted)));
+            let f = encode_admit_reply(&accepted, AnswerLayout::V4, b"").unwrap();
+            assert_eq!(decode::<Answer>(f).unwrap().0, accepted);
+            let told = Ok(admitted(
+                VERDICT,
+                None,
+                Some(Decision::InProgress { retry_after_s: 1 }),
+            ));
+            for layout in [AnswerLayout::V2, AnswerLayout::V3] {
+                let f = encode_admit_reply(&accepted, layout, b"").unwrap();
+                assert_eq!(decode::<Answer>(f).unwrap().0, told, "{layout:?}");
+            }
+            let f = encode_admit_reply(&accepted, AnswerLayout::V1, b"").unwrap();
+            let (old, _): (Result<old::AdmitResponse, GuardError>, _) = decode(f).unwrap();
+            assert_eq!(
+                old,
+                Ok(old::AdmitResponse::Admitted {
+                    verdict: VERDICT,
+                    idempotency: Some(old::Decision::InProgress { retry_after_s: 1 }),
                     replay: None
                 })
             );
@@ -1344,7 +1570,7 @@ mod tests {
             let f = encode(&request(AnswerLayout::NEWEST), b"").unwrap();
             let (theirs, _): (old::AdmitRequest, _) = decode(f.clone()).unwrap();
             assert_eq!(theirs.claim, claim("f", "r"));
-            assert_eq!(decode::<AdmitRequest>(f).unwrap().0.v, AnswerLayout::V3);
+            assert_eq!(decode::<AdmitRequest>(f).unwrap().0.v, AnswerLayout::V4);
             // A request of the previous build, read by this build's object.
             let old = old::AdmitRequest {
                 cost: 1,
@@ -1369,6 +1595,7 @@ mod tests {
             let read = |v| decode::<AdmitRequest>(with_v(v)).map(|(r, _)| r.v);
             assert_eq!(read("1"), Ok(AnswerLayout::V1));
             assert_eq!(read("2"), Ok(AnswerLayout::V2));
+            assert_eq!(read("3"), Ok(AnswerLayout::V3));
             assert_eq!(read("7"), Ok(AnswerLayout::NEWEST));
             for bad in ["0", "-1", "1.5", "\"2\"", "null", "[]"] {
                 assert!(

@@ -9,6 +9,9 @@
 //!     ▲                 │  release(5xx, 408/409/425/429,     │
 //!     │                 │  timeout, unreachable)             │
 //!     └─────────────────┘◀── lease expires ──────────────────┘◀── TTL expires
+//!     │
+//!     │  claim with `Prefer: respond-async` (an operation, ADR 0037)
+//!     └────────────────▶ Accepted ── the operation done ──▶ Accepted (done) ── TTL expires ──▶ (none)
 //! ```
 //!
 //! See `docs/adr/0003-what-idempotency-stores.md`.
@@ -141,6 +144,22 @@ pub enum Record {
         expires_at_ms: u64,
         response: StoredResponse,
     },
+    /// The key's request runs as an asynchronous operation (ADR 0037): every
+    /// request with it is told the same operation, until the TTL after the
+    /// operation is done (`expires_at_ms` is `operations::NEVER` until then).
+    Accepted {
+        fingerprint: String,
+        /// The 202's request: the operation's `request_id`.
+        request_id: String,
+        operation_id: String,
+        claimed_at_ms: u64,
+        expires_at_ms: u64,
+        /// Set when the operation is done: when, and the status it kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        completed_at_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -148,6 +167,7 @@ pub enum Record {
 enum RecordState {
     InFlight,
     Completed,
+    Accepted,
 }
 
 /// Every member either state has; which ones must be present depends on
@@ -162,6 +182,8 @@ struct RecordWire {
     completed_at_ms: Option<u64>,
     expires_at_ms: Option<u64>,
     response: Option<StoredResponse>,
+    operation_id: Option<String>,
+    status: Option<u16>,
 }
 
 impl TryFrom<RecordWire> for Record {
@@ -183,6 +205,15 @@ impl TryFrom<RecordWire> for Record {
                 expires_at_ms: w.expires_at_ms.ok_or("missing field `expires_at_ms`")?,
                 response: w.response.ok_or("missing field `response`")?,
             },
+            RecordState::Accepted => Record::Accepted {
+                fingerprint,
+                request_id,
+                operation_id: w.operation_id.ok_or("missing field `operation_id`")?,
+                claimed_at_ms: w.claimed_at_ms.ok_or("missing field `claimed_at_ms`")?,
+                expires_at_ms: w.expires_at_ms.ok_or("missing field `expires_at_ms`")?,
+                completed_at_ms: w.completed_at_ms,
+                status: w.status,
+            },
         })
     }
 }
@@ -190,9 +221,9 @@ impl TryFrom<RecordWire> for Record {
 impl Record {
     pub fn fingerprint(&self) -> &str {
         match self {
-            Record::InFlight { fingerprint, .. } | Record::Completed { fingerprint, .. } => {
-                fingerprint
-            }
+            Record::InFlight { fingerprint, .. }
+            | Record::Completed { fingerprint, .. }
+            | Record::Accepted { fingerprint, .. } => fingerprint,
         }
     }
 
@@ -200,7 +231,9 @@ impl Record {
     pub fn expires_at_ms(&self) -> u64 {
         match self {
             Record::InFlight { lease_until_ms, .. } => *lease_until_ms,
-            Record::Completed { expires_at_ms, .. } => *expires_at_ms,
+            Record::Completed { expires_at_ms, .. } | Record::Accepted { expires_at_ms, .. } => {
+                *expires_at_ms
+            }
         }
     }
 
@@ -225,6 +258,9 @@ pub enum Decision {
     Conflict,
     /// Answer with the stored response.
     Replay,
+    /// The key's request is an asynchronous operation: answer its 202
+    /// again (layout 4, ADR 0037; an older reader is told `in_progress`).
+    Accepted,
 }
 
 /// The members a `Decision` object may have, in either layout: `kind` and
@@ -269,9 +305,10 @@ impl<'de> serde::de::Visitor<'de> for DecisionVisitor {
             "execute" => Ok(Decision::Execute),
             "conflict" => Ok(Decision::Conflict),
             "replay" => Ok(Decision::Replay),
+            "accepted" => Ok(Decision::Accepted),
             other => Err(E::unknown_variant(
                 other,
-                &["execute", "conflict", "replay"],
+                &["execute", "conflict", "replay", "accepted"],
             )),
         }
     }
@@ -325,6 +362,7 @@ pub fn decide(record: Option<&Record>, fp: &str, now_ms: u64) -> Decision {
     }
     match rec {
         Record::Completed { .. } => Decision::Replay,
+        Record::Accepted { .. } => Decision::Accepted,
         Record::InFlight {
             claimed_at_ms,
             lease_until_ms,
@@ -431,9 +469,47 @@ mod tests {
         }
     }
 
+    fn accepted(fp: &str, expires: u64) -> Record {
+        Record::Accepted {
+            fingerprint: fp.into(),
+            request_id: "req_a".into(),
+            operation_id: "op_1".into(),
+            claimed_at_ms: 0,
+            expires_at_ms: expires,
+            completed_at_ms: None,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn an_operation_is_accepted_again_until_its_record_expires() {
+        assert_eq!(
+            decide(Some(&accepted("f", crate::operations::NEVER)), "f", 50),
+            Decision::Accepted
+        );
+        assert_eq!(
+            decide(Some(&accepted("f", crate::operations::NEVER)), "g", 50),
+            Decision::Conflict
+        );
+        assert_eq!(
+            decide(Some(&accepted("f", 100)), "f", 100),
+            Decision::Execute
+        );
+        let text = serde_json::to_string(&Decision::Accepted).unwrap();
+        assert_eq!(text, r#""accepted""#);
+        assert_eq!(
+            serde_json::from_str::<Decision>(&text).unwrap(),
+            Decision::Accepted
+        );
+    }
+
     #[test]
     fn records_read_back_as_written() {
-        for rec in [inflight("fp", 10, 20), completed("fp", 99)] {
+        for rec in [
+            inflight("fp", 10, 20),
+            completed("fp", 99),
+            accepted("fp", 7),
+        ] {
             let text = serde_json::to_string(&rec).unwrap();
             assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), rec);
         }

@@ -41,11 +41,12 @@ pub enum ErrorCode {
     TaskInProgress,
     ApiKeyExpired,
     ConcurrencyLimitExceeded,
+    OperationNotDone,
 }
 
 impl ErrorCode {
     /// Every code, in the order docs/errors.md lists them.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -71,6 +72,7 @@ impl ErrorCode {
         ErrorCode::TaskInProgress,
         ErrorCode::ApiKeyExpired,
         ErrorCode::ConcurrencyLimitExceeded,
+        ErrorCode::OperationNotDone,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -100,6 +102,7 @@ impl ErrorCode {
             ErrorCode::TaskInProgress => "TASK_IN_PROGRESS",
             ErrorCode::ApiKeyExpired => "API_KEY_EXPIRED",
             ErrorCode::ConcurrencyLimitExceeded => "CONCURRENCY_LIMIT_EXCEEDED",
+            ErrorCode::OperationNotDone => "OPERATION_NOT_DONE",
         }
     }
 
@@ -110,7 +113,9 @@ impl ErrorCode {
             | ErrorCode::EventQuotaExceeded
             | ErrorCode::ConcurrencyLimitExceeded => 429,
             ErrorCode::StorageFull | ErrorCode::StorageUnavailable => 503,
-            ErrorCode::RetryLimitReached | ErrorCode::TaskInProgress => 409,
+            ErrorCode::RetryLimitReached
+            | ErrorCode::TaskInProgress
+            | ErrorCode::OperationNotDone => 409,
             ErrorCode::IdempotencyKeyRequired
             | ErrorCode::IdempotencyKeyInvalid
             | ErrorCode::ValidationError
@@ -157,6 +162,7 @@ impl ErrorCode {
             ErrorCode::TaskInProgress => "A task for this subscription is running",
             ErrorCode::ApiKeyExpired => "API key expired",
             ErrorCode::ConcurrencyLimitExceeded => "Too many requests in flight",
+            ErrorCode::OperationNotDone => "Operation not done",
         }
     }
 

@@ -13,6 +13,7 @@ use crate::headers::{
 use crate::idempotency::{self, Decision, Mode, StoredResponse};
 use crate::keys::KeyRecord;
 use crate::limits::Verdicts;
+use crate::operations::View;
 use crate::{ErrorCode, Problem};
 
 /// The methods the gateway forwards: the runtime's request type cannot carry
@@ -163,12 +164,25 @@ pub enum Admission {
         refresh: Option<Box<Profile>>,
         lookup: Option<Box<Lookup>>,
     },
+    /// The key's request is an asynchronous operation: answer its 202 —
+    /// the operation this request just created, or (`again`) the one an
+    /// earlier request with the key created (ADR 0037).
+    Accepted {
+        verdicts: Verdicts,
+        operation: Box<View>,
+        again: bool,
+    },
 }
 
-/// The object answered a replay without the response to replay.
+/// The object answered a replay without the response to replay, or an
+/// operation without the operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the key guard answered a replay without a stored response")]
-pub struct ReplayMissing;
+pub enum ReplayMissing {
+    #[error("the key guard answered a replay without a stored response")]
+    Response,
+    #[error("the key guard answered an operation without its state")]
+    Operation,
+}
 
 /// The problem of a request refused by its limits: `CONCURRENCY_LIMIT_EXCEEDED`
 /// (`Retry-After: 1`) when no slot was free, else `RATE_LIMIT_EXCEEDED` with
@@ -200,7 +214,7 @@ pub fn limited(verdicts: &Verdicts) -> Problem {
 /// The object's answer, and any preflight problem, as the next step.
 pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admission, ReplayMissing> {
     let verdicts = resp.verdicts().unwrap_or_default();
-    let (decision, replay, refresh, lookup) = match resp {
+    let (decision, replay, refresh, lookup, operation) = match resp {
         AdmitResponse::Revoked => return Ok(Admission::Revoked),
         AdmitResponse::Expired => return Ok(Admission::Expired),
         AdmitResponse::Limited { .. } => {
@@ -212,8 +226,9 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
             replay,
             refresh,
             lookup,
+            operation,
             ..
-        } => (idempotency, replay, refresh, lookup),
+        } => (idempotency, replay, refresh, lookup, operation),
     };
     let problem = match (early, decision) {
         (Some(p), _) => p,
@@ -227,8 +242,24 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
             "this Idempotency-Key was already used with a different request (method, path, query or body differ)",
         ),
         (None, Some(Decision::Replay)) => {
-            let stored = replay.ok_or(ReplayMissing)?;
+            let stored = replay.ok_or(ReplayMissing::Response)?;
             return Ok(Admission::Replay { verdicts, stored });
+        }
+        (None, Some(Decision::Accepted)) => {
+            let operation = operation.ok_or(ReplayMissing::Operation)?;
+            return Ok(Admission::Accepted {
+                verdicts,
+                operation,
+                again: true,
+            });
+        }
+        (None, Some(Decision::Execute)) if operation.is_some() => {
+            let operation = operation.ok_or(ReplayMissing::Operation)?;
+            return Ok(Admission::Accepted {
+                verdicts,
+                operation,
+                again: false,
+            });
         }
         (None, Some(Decision::Execute) | None) => {
             return Ok(Admission::Forward {
@@ -518,6 +549,7 @@ pub fn settle(
             body_len: body_len as u64,
         },
         slot,
+        event: None,
     })
 }
 
@@ -645,6 +677,7 @@ mod tests {
             verdicts: None,
             refresh: None,
             lookup: None,
+            operation: None,
         };
         let code = |a: Result<Admission, ReplayMissing>| match a {
             Ok(Admission::Refused { problem, .. }) => Some(problem.code),
@@ -667,7 +700,7 @@ mod tests {
         );
         assert_eq!(
             admission(admitted(Some(Decision::Replay), None), None),
-            Err(ReplayMissing)
+            Err(ReplayMissing::Response)
         );
         let run = admission(admitted(Some(Decision::Execute), None), None);
         assert_eq!(

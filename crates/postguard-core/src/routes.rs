@@ -85,6 +85,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("DELETE", "/_postguard/v1/portal-sessions"),
     ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
     ("GET", "/_postguard/v1/openapi.json"),
+    ("GET", "/_postguard/v1/operations"),
+    ("GET", "/_postguard/v1/operations/{id}"),
+    ("GET", "/_postguard/v1/operations/{id}/result"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -173,6 +176,15 @@ pub enum Route {
         id: String,
     },
     OpenApiDocument,
+    /// The project's asynchronous operations (docs/async-operations.md).
+    OperationsList,
+    OperationGet {
+        id: String,
+    },
+    /// The kept answer of a done operation, byte for byte.
+    OperationResult {
+        id: String,
+    },
 }
 
 /// Why a path under the prefix is not an operation.
@@ -233,6 +245,7 @@ impl Route {
                 "cursor",
             ],
             Stats => &["days", "key_prefix", "project"],
+            OperationsList => &["state", "limit", "cursor"],
             InspectCapture { .. } => return None,
             _ => &[],
         })
@@ -287,6 +300,9 @@ impl Route {
             PortalSessionsEnd => ("DELETE", "/_postguard/v1/portal-sessions"),
             PortalSessionEnd { .. } => ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
             OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
+            OperationsList => ("GET", "/_postguard/v1/operations"),
+            OperationGet { .. } => ("GET", "/_postguard/v1/operations/{id}"),
+            OperationResult { .. } => ("GET", "/_postguard/v1/operations/{id}/result"),
         }
     }
 
@@ -325,6 +341,9 @@ impl Route {
             | DeliveryGet { .. }
             | DeliveryRetry { .. }
             | DeliveryRedirect { .. }
+            | OperationsList
+            | OperationGet { .. }
+            | OperationResult { .. }
             | Me => Access::Project,
             // A key asks about its own requests (a session has none).
             IdempotencyLookup { .. } => Access::Key,
@@ -458,6 +477,9 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
             ("DELETE", vec![("DELETE", PortalSessionEnd { id: id(s) })])
         }
         ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
+        ["v1", "operations"] => ("GET", vec![("GET", OperationsList)]),
+        ["v1", "operations", o] => ("GET", vec![("GET", OperationGet { id: id(o) })]),
+        ["v1", "operations", o, "result"] => ("GET", vec![("GET", OperationResult { id: id(o) })]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

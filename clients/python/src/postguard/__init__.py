@@ -3,6 +3,8 @@
 * :class:`Client` (sync, thread-safe) and :class:`AsyncClient` (asyncio): one
   Idempotency-Key per logical operation, polite retries (``Retry-After`` as a floor),
   proactive throttling from the rate-limit headers with one limiter per instance.
+* ``request(..., async_=True)``: an asynchronous operation (``Prefer: respond-async``)
+  whose ``wait()`` polls it with ``Retry-After`` and returns its result.
 * :func:`verify` for webhook deliveries (Standard Webhooks), with a dedupe hook.
 * Typed errors under :class:`PostguardError`.
 """
@@ -50,6 +52,14 @@ from .errors import (
     WebhookTimestampOutOfTolerance,
     WebhookVerificationError,
 )
+from .operations import (
+    AsyncOperation,
+    Operation,
+    OperationFailed,
+    OperationInfo,
+    OperationState,
+    OperationWaitTimeout,
+)
 from .types import Page
 from .webhooks import DedupeHook, MemoryDedupe, WebhookEvent, verify
 
@@ -57,6 +67,7 @@ __all__ = [
     "ApiError",
     "ApiKeyExpired",
     "AsyncClient",
+    "AsyncOperation",
     "AttemptInfo",
     "Client",
     "ConcurrencyLimitExceeded",
@@ -72,6 +83,11 @@ __all__ = [
     "MemoryDedupe",
     "NetworkError",
     "NotFound",
+    "Operation",
+    "OperationFailed",
+    "OperationInfo",
+    "OperationState",
+    "OperationWaitTimeout",
     "OriginTimeout",
     "OriginUnreachable",
     "Page",

@@ -155,6 +155,8 @@ class BaseClient:
     ) -> Decision:
         outcome = outcome_of(raw, self._epoch())
         decision = decide(attempt, outcome, self.retry, self._random(), replay_safe=call.replay_safe)
+        if call.max_attempts is not None and attempt >= call.max_attempts:
+            decision = Decision(retry=False)
         if self.on_attempt is not None:
             self.on_attempt(
                 AttemptInfo(

@@ -50,6 +50,8 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     idempotency_key: str | None = None
     timeout: float | httpx.Timeout | None = None
+    #: At most this many attempts, whatever the client's retry policy (``None``: the policy's).
+    max_attempts: int | None = None
 
     @property
     def replay_safe(self) -> bool:

@@ -4,13 +4,16 @@ of one event loop."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 import httpx
 
 from . import _endpoints as ep
+from . import errors
+from . import operations as ops
 from ._base import BaseClient
 from ._http import (
     RETRYABLE_TRANSPORT_ERRORS,
@@ -23,6 +26,7 @@ from ._http import (
     network_error,
 )
 from ._limiter import AsyncLimiter
+from .operations import AsyncOperation
 from .types import (
     ApiKey,
     AuditRow,
@@ -120,6 +124,7 @@ class AsyncClient(BaseClient):
 
     # -- the generic call ------------------------------------------------------------------
 
+    @overload
     async def request(
         self,
         method: str,
@@ -132,24 +137,85 @@ class AsyncClient(BaseClient):
         idempotency_key: IdempotencyKey = None,
         timeout: float | httpx.Timeout | None = None,
         auth: Auth = "api_key",
-    ) -> Response:
+        async_: Literal[False] = False,
+    ) -> Response: ...
+
+    @overload
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: IdempotencyKey = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+        async_: Literal[True],
+    ) -> AsyncOperation: ...
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: IdempotencyKey = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+        async_: bool = False,
+    ) -> Response | AsyncOperation:
         """Any call through the gateway, e.g. the origin's own API. A mutating method
         gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
         attempts; ``idempotency_key=False`` sends none, and then a lost answer is not
         retried (the request may have run). Raises a :class:`postguard.PostguardError`
-        subclass for status ≥ 400."""
+        subclass for status ≥ 400.
+
+        ``async_=True`` asks the gateway to run it as an asynchronous operation
+        (``Prefer: respond-async``, on the routes its operator named) and returns an
+        :class:`AsyncOperation` at once, whose ``wait()`` returns the result; it always
+        carries an Idempotency-Key (``False`` is refused)."""
+        if async_ and idempotency_key is False:
+            raise errors.ConfigurationError("an asynchronous call needs an Idempotency-Key")
         call = make_call(
             method,
             path,
             auth=auth,
             json=json,
             content=content,
-            headers=headers,
+            headers=ops.with_preference(headers) if async_ else headers,
             params=params,
             idempotency_key=idempotency_key,
             timeout=timeout,
         )
-        return await self._send(call)
+        if async_ and call.idempotency_key is None:
+            call.idempotency_key = str(uuid.uuid4())
+        resp = await self._send(call)
+        if not async_:
+            return resp
+        if ops.is_accepted(resp):
+            info = cast(ops.OperationInfo, resp.json())
+            return AsyncOperation(self._send, info, call.idempotency_key, sleep=self._sleep)
+        return AsyncOperation(self._send, None, call.idempotency_key, resp, self._sleep)
+
+    async def operation(self, operation_id: str) -> AsyncOperation:
+        """The handle of an existing operation by its id (e.g. one stored before a restart)."""
+        info = cast(ops.OperationInfo, (await self._send(ops.get_call(operation_id))).json())
+        return AsyncOperation(self._send, info, None, sleep=self._sleep)
+
+    async def get_operation(self, operation_id: str) -> ops.OperationInfo:
+        """``GET /operations/{id}``: an operation of the project (any key of it may read it)."""
+        return cast(ops.OperationInfo, await self._json(ops.get_call(operation_id)))
+
+    async def list_operations(self, **filters: str | int | None) -> Page[ops.OperationInfo]:
+        """One page of the project's operations, newest first. Filters: ``state``,
+        ``limit``, ``cursor``."""
+        return await self._page(ops.list_call(filters))
 
     # -- the key's own endpoints -------------------------------------------------------------
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 import httpx
 
 from . import _endpoints as ep
+from . import errors
+from . import operations as ops
 from ._base import BaseClient
 from ._http import (
     RETRYABLE_TRANSPORT_ERRORS,
@@ -22,6 +25,7 @@ from ._http import (
     network_error,
 )
 from ._limiter import SyncLimiter
+from .operations import Operation
 from .types import (
     ApiKey,
     AuditRow,
@@ -121,6 +125,7 @@ class Client(BaseClient):
 
     # -- the generic call ------------------------------------------------------------------
 
+    @overload
     def request(
         self,
         method: str,
@@ -133,24 +138,85 @@ class Client(BaseClient):
         idempotency_key: IdempotencyKey = None,
         timeout: float | httpx.Timeout | None = None,
         auth: Auth = "api_key",
-    ) -> Response:
+        async_: Literal[False] = False,
+    ) -> Response: ...
+
+    @overload
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: IdempotencyKey = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+        async_: Literal[True],
+    ) -> Operation: ...
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        content: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params | None = None,
+        idempotency_key: IdempotencyKey = None,
+        timeout: float | httpx.Timeout | None = None,
+        auth: Auth = "api_key",
+        async_: bool = False,
+    ) -> Response | Operation:
         """Any call through the gateway, e.g. the origin's own API. A mutating method
         gets one Idempotency-Key (``idempotency_key`` or a new UUIDv4) for all its
         attempts; ``idempotency_key=False`` sends none, and then a lost answer is not
         retried (the request may have run). Raises a :class:`postguard.PostguardError`
-        subclass for status ≥ 400."""
+        subclass for status ≥ 400.
+
+        ``async_=True`` asks the gateway to run it as an asynchronous operation
+        (``Prefer: respond-async``, on the routes its operator named) and returns an
+        :class:`Operation` at once, whose ``wait()`` returns the result; it always
+        carries an Idempotency-Key (``False`` is refused)."""
+        if async_ and idempotency_key is False:
+            raise errors.ConfigurationError("an asynchronous call needs an Idempotency-Key")
         call = make_call(
             method,
             path,
             auth=auth,
             json=json,
             content=content,
-            headers=headers,
+            headers=ops.with_preference(headers) if async_ else headers,
             params=params,
             idempotency_key=idempotency_key,
             timeout=timeout,
         )
-        return self._send(call)
+        if async_ and call.idempotency_key is None:
+            call.idempotency_key = str(uuid.uuid4())
+        resp = self._send(call)
+        if not async_:
+            return resp
+        if ops.is_accepted(resp):
+            info = cast(ops.OperationInfo, resp.json())
+            return Operation(self._send, info, call.idempotency_key)
+        return Operation(self._send, None, call.idempotency_key, resp)
+
+    def operation(self, operation_id: str) -> Operation:
+        """The handle of an existing operation by its id (e.g. one stored before a restart)."""
+        info = cast(ops.OperationInfo, (self._send(ops.get_call(operation_id))).json())
+        return Operation(self._send, info, None)
+
+    def get_operation(self, operation_id: str) -> ops.OperationInfo:
+        """``GET /operations/{id}``: an operation of the project (any key of it may read it)."""
+        return cast(ops.OperationInfo, self._json(ops.get_call(operation_id)))
+
+    def list_operations(self, **filters: str | int | None) -> Page[ops.OperationInfo]:
+        """One page of the project's operations, newest first. Filters: ``state``,
+        ``limit``, ``cursor``."""
+        return self._page(ops.list_call(filters))
 
     # -- the key's own endpoints -------------------------------------------------------------
 

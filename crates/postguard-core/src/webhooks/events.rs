@@ -91,7 +91,7 @@ fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Invalid> {
 }
 
 /// 1-128 of `[A-Za-z0-9._:-]`.
-fn is_valid_type(s: &str) -> bool {
+pub fn is_valid_type(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_TYPE_LEN
         && s.bytes()

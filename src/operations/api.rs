@@ -1,0 +1,174 @@
+//! `GET /_postguard/v1/operations/{id}`, `…/{id}/result` and
+//! `GET /_postguard/v1/operations` (an API key or a portal session of the
+//! operation's project; docs/async-operations.md). The id names the key whose object
+//! holds the operation; an operation of another project is not found.
+//!
+//! The list visits the object of every key of the project (the KV index
+//! `i:<project>:`), each answering its newest operations before the cursor,
+//! and merges them: one object call per key and page, no shared store on
+//! the path that creates operations (ADR 0037).
+
+use futures_util::future::join_all;
+use postguard_core::guard::{GetOp, GetOpRequest, ListOps};
+use postguard_core::operations::{self, Operation, ResultAnswer, State};
+use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
+use postguard_core::{Invalid, Problem};
+use serde::Deserialize;
+
+use crate::durable::client::Guard;
+use crate::handler::{json, Ctx};
+use crate::reject::{Handled, Reject};
+use crate::runtime::now_ms;
+use crate::{bindings, http, replays};
+
+/// The operation `id` of the caller's project, with its kept result body
+/// when `body` (and kept in the object).
+async fn find(cx: &Ctx<'_>, id: &str, body: bool) -> Handled<(Box<Operation>, Vec<u8>)> {
+    let not_found = || Reject::from(Problem::not_found("operation", id));
+    let key_id = operations::key_id_of(id).ok_or_else(not_found)?;
+    let req = GetOpRequest {
+        id: id.to_string(),
+        project: cx.project()?.to_string(),
+        body,
+    };
+    let (found, payload) = Guard::of(cx.env, &key_id)?.call::<GetOp>(&req, &[]).await?;
+    Ok((found.ok_or_else(not_found)?, payload))
+}
+
+/// `{id, state, status?, request_id, created_at, completed_at?, method,
+/// path, attempts}`; `Retry-After` while it is not done.
+pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (op, _) = find(cx, id, false).await?;
+    let mut extra = Vec::new();
+    if !op.state.is_done() {
+        let s = operations::retry_after_s(&op, now_ms());
+        extra.push(("Retry-After", s.to_string()));
+    }
+    json(cx.rc, 200, &op.view(), &extra)
+}
+
+/// The kept answer, byte for byte (its status, stored headers and body; a
+/// large one streamed from R2); 409 `OPERATION_NOT_DONE` before, 502 for a
+/// failed operation that never got an answer.
+pub async fn result(cx: &Ctx<'_>, id: &str) -> Handled {
+    let (op, body) = find(cx, id, true).await?;
+    let timeout_ms = cx.cfg.settings.async_ops.timeout_ms;
+    let stored = match operations::result(&op, now_ms(), timeout_ms) {
+        ResultAnswer::Problem(p) => return Err(p.into()),
+        ResultAnswer::Stored(s) => s,
+    };
+    let rc = cx.rc;
+    if !stored.body_omitted {
+        return Ok(http::respond(
+            rc,
+            stored.status,
+            &stored.headers,
+            &[],
+            Some(body),
+        )?);
+    }
+    let unavailable = || Reject::from(Problem::replay_unavailable(stored.status, stored.body_len));
+    let (Some(object), Some(bucket)) = (&stored.body_object, replays::bucket(cx.env)) else {
+        return Err(unavailable());
+    };
+    match replays::get(&bucket, object).await? {
+        Some(stream) => {
+            let r = http::respond_stream(rc, stored.status, &stored.headers, &[], stream)?;
+            rc.note(|f| f.response_bytes = Some(stored.body_len));
+            Ok(r)
+        }
+        None => Err(unavailable()),
+    }
+}
+
+/// Keys listed per KV page, and the most the list visits: a project's
+/// operations live in its keys' objects.
+const KEYS_PER_PAGE: u64 = 1000;
+const MAX_KEYS: usize = 5000;
+
+#[derive(Deserialize)]
+struct Listed {
+    id: String,
+}
+
+/// `GET /_postguard/v1/operations?state=&limit=&cursor=`: the project's
+/// operations, newest first.
+pub async fn list(cx: &Ctx<'_>) -> Handled {
+    let project = cx.project()?.to_string();
+    let mut page = operations::Page {
+        project: project.clone(),
+        before: None,
+        limit: postguard_core::page::DEFAULT_LIMIT,
+        state: None,
+    };
+    for (k, v) in crate::request::query_pairs(&cx.req)? {
+        match k.as_str() {
+            "limit" => page.limit = parse_limit(Some(&v))?,
+            "cursor" => page.before = Some(decode_cursor(&v)?),
+            "state" => {
+                page.state = Some(State::parse(&v).ok_or_else(|| {
+                    Invalid::field("state", "must be one of queued, running, succeeded, failed")
+                })?)
+            }
+            other => return Err(Invalid::unknown_parameter(other).into()),
+        }
+    }
+    let keys = project_keys(cx, &project).await?;
+    // One more than shown from each object, to know whether a page follows.
+    let ask = operations::Page {
+        limit: page.limit + 1,
+        ..page.clone()
+    };
+    let calls = keys.iter().map(|key_id| {
+        let ask = &ask;
+        async move {
+            let guard = Guard::of(cx.env, key_id)?;
+            Ok::<_, Reject>(guard.call::<ListOps>(ask, &[]).await?.0)
+        }
+    });
+    let mut all = Vec::new();
+    for views in join_all(calls).await {
+        all.extend(views?);
+    }
+    let (data, more) = operations::merge(all, page.limit as usize);
+    let next_cursor = match more {
+        true => data.last().map(|v| encode_cursor(v.created_at, &v.id)),
+        false => None,
+    };
+    json(cx.rc, 200, &Page { data, next_cursor }, &[])
+}
+
+/// The ids of the project's keys (revoked ones too: their operations stay
+/// readable until they expire).
+async fn project_keys(cx: &Ctx<'_>, project: &str) -> Handled<Vec<String>> {
+    let kv = cx.env.kv(bindings::API_KEYS)?;
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut q = kv
+            .list()
+            .prefix(format!("i:{project}:"))
+            .limit(KEYS_PER_PAGE);
+        if let Some(c) = cursor.take() {
+            q = q.cursor(c);
+        }
+        let listed = q.execute().await?;
+        for k in listed.keys {
+            // `i:<project>:<reverse time>:<id>`; the metadata says it too.
+            let id = k
+                .metadata
+                .and_then(|m| serde_json::from_value::<Listed>(m).ok())
+                .map(|l| l.id)
+                .or_else(|| k.name.rsplit(':').next().map(str::to_string));
+            out.extend(id);
+        }
+        if listed.list_complete || out.len() >= MAX_KEYS {
+            break;
+        }
+        cursor = listed.cursor.filter(|c| !c.is_empty());
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(out)
+}

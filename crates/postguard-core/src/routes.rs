@@ -85,6 +85,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("DELETE", "/_postguard/v1/portal-sessions"),
     ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
     ("GET", "/_postguard/v1/openapi.json"),
+    ("POST", "/_postguard/v1/exports"),
+    ("GET", "/_postguard/v1/exports/{id}"),
+    ("GET", "/_postguard/v1/exports/{id}/download"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -173,6 +176,17 @@ pub enum Route {
         id: String,
     },
     OpenApiDocument,
+    /// The operator starts an export of a project's audit rows or delivery
+    /// records (live or archived).
+    ExportsCreate,
+    ExportGet {
+        id: String,
+    },
+    /// The signed download of a finished export (the signature, in the
+    /// query, is the credential: never part of the path the audit log keeps).
+    ExportDownload {
+        id: String,
+    },
 }
 
 /// Why a path under the prefix is not an operation.
@@ -246,6 +260,9 @@ impl Route {
             PortalSessionsEnd => ("DELETE", "/_postguard/v1/portal-sessions"),
             PortalSessionEnd { .. } => ("DELETE", "/_postguard/v1/portal-sessions/{id}"),
             OpenApiDocument => ("GET", "/_postguard/v1/openapi.json"),
+            ExportsCreate => ("POST", "/_postguard/v1/exports"),
+            ExportGet { .. } => ("GET", "/_postguard/v1/exports/{id}"),
+            ExportDownload { .. } => ("GET", "/_postguard/v1/exports/{id}/download"),
         }
     }
 
@@ -263,6 +280,9 @@ impl Route {
             | PortalSessionsList
             | PortalSessionsEnd
             | PortalSessionEnd { .. } => Access::Operator,
+            ExportsCreate | ExportGet { .. } => Access::Operator,
+            // The signed URL is the credential.
+            ExportDownload { .. } => Access::Public,
             EventsPublish => Access::Origin,
             AuditList | Stats => Access::Reader,
             InspectCapture { .. } | PortalSessionsCreate | OpenApiDocument => Access::Public,
@@ -417,6 +437,9 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
             ("DELETE", vec![("DELETE", PortalSessionEnd { id: id(s) })])
         }
         ["v1", "openapi.json"] => ("GET", vec![("GET", OpenApiDocument)]),
+        ["v1", "exports"] => ("POST", vec![("POST", ExportsCreate)]),
+        ["v1", "exports", e] => ("GET", vec![("GET", ExportGet { id: id(e) })]),
+        ["v1", "exports", e, "download"] => ("GET", vec![("GET", ExportDownload { id: id(e) })]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

@@ -303,3 +303,23 @@ describe('every response has a request id; bad input is never a 500', () => {
     }
   });
 });
+
+describe('unknown query parameters (400), one rule for every gateway endpoint', () => {
+  it('each endpoint refuses a parameter it does not list, naming it; listed ones pass', async () => {
+    const asKey = bearer(key.key);
+    const cases = [
+      ['GET', '/_postguard/v1/me?verbose=1', asKey, 'verbose'],
+      ['GET', '/_postguard/v1/webhooks?limit=5&sort=url', asKey, 'sort'],
+      ['GET', '/_postguard/v1/deliveries/dlv_01ARZ3NDEKTSV4RRFFQ69G5FAV?expand=attempts', asKey, 'expand'],
+      ['GET', '/_postguard/v1/idempotency/abc?x=1', asKey, 'x'],
+      ['GET', '/_postguard/v1/keys?project=acme&plan=trial', { authorization: `Bearer ${ADMIN_TOKEN}` }, 'plan'],
+      ['GET', '/_postguard/v1/audit?limit=1&colour=red', asKey, 'colour'],
+    ];
+    for (const [method, path, headers, name] of cases) {
+      const p = problem(await gw.fetch(path, { method, headers }), { status: 400, code: 'VALIDATION_ERROR' });
+      assert.match(p.detail, new RegExp(`^${name}: unknown parameter`), `${path}: ${p.detail}`);
+    }
+    assert.equal((await gw.fetch('/_postguard/v1/webhooks?limit=5', { headers: asKey })).status, 200);
+    assert.equal((await gw.fetch('/_postguard/v1/me', { headers: asKey })).status, 200);
+  });
+});

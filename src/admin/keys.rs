@@ -14,6 +14,7 @@
 //! which every request of the key consults: they apply from the key's next
 //! request whatever KV or an isolate still caches.
 
+use crate::webhooks::directory::subscriptions;
 use postguard_core::config::OnKeyRevoked;
 use postguard_core::guard::{Previous, Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
@@ -22,8 +23,7 @@ use postguard_core::log::Line;
 use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::JsValue;
-use worker::{Env, KvStore};
+use worker::KvStore;
 
 use super::Ctx;
 use crate::auth;
@@ -350,11 +350,11 @@ pub async fn revoke(cx: &Ctx<'_>, id: &str) -> Handled {
     forget_all(&found);
     let at = found.record.revoked_at.unwrap_or_else(now_ms);
     let mode = cfg.settings.webhooks.on_key_revoked;
-    let mut n = subscriptions_of_revoked(env, &found.record.id, at, mode).await?;
+    let mut n = subscriptions::of_revoked_key(env, &found.record.id, at, mode).await?;
     if !has_live_key(cx, &kv, &found.record).await? {
         let ended = super::portal::end_project_sessions(env, &found.record.project, at).await?;
         let owner = postguard_core::portal::subscription_owner(&found.record.project);
-        n += subscriptions_of_revoked(env, &owner, at, mode).await?;
+        n += subscriptions::of_revoked_key(env, &owner, at, mode).await?;
         if ended > 0 {
             crate::log::emit(
                 crate::log::of_request(
@@ -418,33 +418,4 @@ async fn has_live_key(cx: &Ctx<'_>, kv: &KvStore, revoked: &KeyRecord) -> Handle
         }
     }
     Ok(false)
-}
-
-/// Pauses or deletes the subscriptions key `key_id` created; how many.
-pub(super) async fn subscriptions_of_revoked(
-    env: &Env,
-    key_id: &str,
-    at: u64,
-    mode: OnKeyRevoked,
-) -> Handled<u64> {
-    let db = env.d1(bindings::DB)?;
-    let (id, at) = (JsValue::from_str(key_id), JsValue::from_f64(at as f64));
-    let statements = match mode {
-        OnKeyRevoked::Pause => vec![db
-            .prepare("UPDATE subscription_owners SET key_revoked_at = ? WHERE key_id = ? AND key_revoked_at IS NULL")
-            .bind(&[at, id])?],
-        OnKeyRevoked::Delete => vec![
-            db.prepare("DELETE FROM subscriptions WHERE id IN (SELECT subscription_id FROM subscription_owners WHERE key_id = ?)")
-                .bind(std::slice::from_ref(&id))?,
-            db.prepare("DELETE FROM subscription_owners WHERE key_id = ?")
-                .bind(&[id])?,
-        ],
-    };
-    let results = db.batch(statements).await?;
-    let changed = results
-        .first()
-        .and_then(|r| r.meta().ok().flatten())
-        .and_then(|m| m.changes)
-        .unwrap_or(0);
-    Ok(changed as u64)
 }

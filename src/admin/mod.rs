@@ -93,8 +93,12 @@ pub async fn route(
         verdicts: pass.verdicts.clone(),
         lookup: pass.lookup.clone(),
     };
-    // 5. Handle.
-    let outcome = dispatch(route, &cx).await;
+    // 5. Handle (a query parameter the operation does not read is refused
+    // here, the same for every endpoint).
+    let outcome = match unknown_query_param(&route, &cx.req) {
+        Some(refused) => Err(refused),
+        None => dispatch(route, &cx).await,
+    };
     // 6. Record.
     claim::record(pass, &cx, outcome).await
 }
@@ -125,6 +129,15 @@ async fn read(
         oversized,
     };
     Ok((incoming, client.into_worker()))
+}
+
+/// 400 `VALIDATION_ERROR` naming the first query parameter `route` does not
+/// read (`routes::Route::query_params`).
+fn unknown_query_param(route: &Route, req: &Request) -> Option<Reject> {
+    let url = req.url().ok()?;
+    let names: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    let name = route.unknown_query_param(names.iter().map(String::as_str))?;
+    Some(postguard_core::Invalid::unknown_parameter(name).into())
 }
 
 async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {

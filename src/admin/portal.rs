@@ -238,7 +238,7 @@ pub async fn end_sessions(cx: &Ctx<'_>) -> Handled {
     let subscriptions_paused = match pause {
         true => {
             let owner = portal::subscription_owner(&project);
-            super::keys::subscriptions_of_revoked(
+            crate::webhooks::directory::subscriptions::of_revoked_key(
                 cx.env,
                 &owner,
                 now,

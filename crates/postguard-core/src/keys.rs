@@ -118,9 +118,10 @@ pub struct NewKey {
 /// Parses and validates a create request at `now_ms`; the error is a
 /// client-facing detail.
 pub fn parse_create(body: &[u8], settings: &Settings, now_ms: u64) -> Result<NewKey, Invalid> {
-    let req: CreateKey = serde_json::from_slice(body).map_err(|e| {
-        format!("body must be a JSON object {{project, plan, name?, expires_at?, meta?, overrides?}}: {e}")
-    })?;
+    let req: CreateKey = Invalid::json_object(
+        body,
+        "{project, plan, name?, expires_at?, meta?, overrides?}",
+    )?;
     if !is_valid_name(&req.project) {
         return Err("project: must be 1-64 characters of [A-Za-z0-9._-]".into());
     }
@@ -173,9 +174,7 @@ pub fn apply_patch(
     settings: &Settings,
     now_ms: u64,
 ) -> Result<KeyRecord, Invalid> {
-    let p: PatchKey = serde_json::from_slice(body).map_err(|e| {
-        format!("body must be a JSON object {{name?, plan?, meta?, overrides?, expires_at?}}: {e}")
-    })?;
+    let p: PatchKey = Invalid::json_object(body, "{name?, plan?, meta?, overrides?, expires_at?}")?;
     let mut next = current.clone();
     if let Some(name) = p.name {
         check_name(name.as_deref())?;
@@ -212,8 +211,7 @@ pub fn parse_reroll(body: &[u8]) -> Result<u64, Invalid> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(DEFAULT_GRACE_S);
     }
-    let r: Reroll = serde_json::from_slice(body)
-        .map_err(|e| format!("body must be a JSON object {{grace_s?}}: {e}"))?;
+    let r: Reroll = Invalid::json_object(body, "{grace_s?}")?;
     let grace = r.grace_s.unwrap_or(DEFAULT_GRACE_S);
     if grace > MAX_GRACE_S {
         return Err(Invalid::field(
@@ -415,6 +413,7 @@ mod tests {
         assert!(q.updated_at > p.updated_at, "versions only grow");
         assert!(apply_patch(&rec, br#"{"plan":"gold"}"#, &s, NOW).is_err());
         assert!(apply_patch(&rec, br#"{"id":"x"}"#, &s, NOW).is_err());
+        assert!(apply_patch(&rec, b"[]", &s, NOW).is_err());
     }
 
     #[test]
@@ -428,6 +427,15 @@ mod tests {
         assert_eq!(parse_reroll(br#"{"grace_s":60}"#), Ok(60));
         assert!(parse_reroll(br#"{"grace_s":604801}"#).is_err());
         assert!(parse_reroll(br#"{"grace":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused_even_when_every_field_is_optional() {
+        // serde reads a struct from a JSON array: `[]` would be a valid reroll.
+        for body in [&b"[]"[..], b" [60]", b"null", b"1"] {
+            let e = parse_reroll(body).unwrap_err();
+            assert!(e.starts_with("body must be a JSON object"), "{e}");
+        }
     }
 
     #[test]

@@ -188,8 +188,7 @@ pub struct LinkRequest {
 
 /// Parses and validates a link request; returns the project and the TTL.
 pub fn parse_link_request(body: &[u8]) -> Result<(String, u64), Invalid> {
-    let req: LinkRequest = serde_json::from_slice(body)
-        .map_err(|e| format!("body must be a JSON object {{project, ttl_s?}}: {e}"))?;
+    let req: LinkRequest = Invalid::json_object(body, "{project, ttl_s?}")?;
     if !is_valid_name(&req.project) {
         return Err("project: must be 1-64 characters of [A-Za-z0-9._-]".into());
     }
@@ -212,8 +211,7 @@ struct SessionRequest {
 
 /// The link token of an exchange request.
 pub fn parse_session_request(body: &[u8]) -> Result<String, Invalid> {
-    let req: SessionRequest = serde_json::from_slice(body)
-        .map_err(|e| format!("body must be a JSON object {{token}}: {e}"))?;
+    let req: SessionRequest = Invalid::json_object(body, "{token}")?;
     Ok(req.token)
 }
 

@@ -193,6 +193,22 @@ impl Invalid {
         Invalid(format!("{field}: {why}"))
     }
 
+    /// Parses a request body that must be one JSON object of `shape`
+    /// (`{project, plan, …}`). serde would also read a struct from a JSON
+    /// array (`[]` fills every optional field), so the object is checked
+    /// first: a body the document calls an object is refused otherwise.
+    pub fn json_object<T: serde::de::DeserializeOwned>(
+        body: &[u8],
+        shape: &str,
+    ) -> Result<T, Invalid> {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(Invalid(format!("body must be a JSON object {shape}")));
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| Invalid(format!("body must be a JSON object {shape}: {e}")))
+    }
+
     /// A query parameter the endpoint does not take (echoed bounded).
     pub fn unknown_parameter(name: &str) -> Self {
         let shown: String = name.chars().take(64).collect();

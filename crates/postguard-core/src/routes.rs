@@ -220,6 +220,47 @@ impl RouteError {
 }
 
 impl Route {
+    /// The query parameters this operation reads. Any other is refused with
+    /// 400 before its handler runs: one rule for every endpoint, and the API
+    /// document's list (a host test compares them). A capture URL takes
+    /// whatever its sender adds.
+    pub fn query_params(&self) -> Option<&'static [&'static str]> {
+        use Route::*;
+        const PAGE: &[&str] = &["limit", "cursor"];
+        Some(match self {
+            KeysList | PortalSessionsList => &["project", "limit", "cursor"],
+            PortalSessionsEnd => &["project", "pause_subscriptions"],
+            WebhooksList => PAGE,
+            EventsFeed => &["since", "until", "type", "order", "limit", "cursor"],
+            DeliveriesList => &["status", "event_type", "since", "until", "limit", "cursor"],
+            AuditList => &[
+                "request_id",
+                "method",
+                "status",
+                "path",
+                "idempotency_key",
+                "key_prefix",
+                "project",
+                "since",
+                "until",
+                "limit",
+                "cursor",
+            ],
+            Stats => &["days", "key_prefix", "project"],
+            InspectCapture { .. } => return None,
+            _ => &[],
+        })
+    }
+
+    /// The first query parameter of `names` this operation does not read.
+    pub fn unknown_query_param<'a>(
+        &self,
+        mut names: impl Iterator<Item = &'a str>,
+    ) -> Option<&'a str> {
+        let known = self.query_params()?;
+        names.find(|n| !known.contains(n))
+    }
+
     /// This operation's entry in [`OPERATIONS`].
     pub fn operation(&self) -> (&'static str, &'static str) {
         use Route::*;

@@ -187,3 +187,43 @@ fn every_route_needs_the_credential_the_document_names() {
         );
     }
 }
+
+#[test]
+fn every_operation_reads_exactly_the_query_parameters_the_document_names() {
+    // The router refuses any other parameter with 400 (`Route::query_params`), so the
+    // document's list is the whole truth, for every endpoint alike.
+    let doc = read_document().expect("the API document");
+    let shared = &doc["components"]["parameters"];
+    for (method, path) in documented(&doc) {
+        let item = &doc["paths"][&path];
+        let op = &item[method.to_ascii_lowercase()];
+        let params = item["parameters"]
+            .as_array()
+            .into_iter()
+            .chain(op["parameters"].as_array())
+            .flatten();
+        let mut documented_names: Vec<String> = params
+            .map(|p| match p["$ref"].as_str() {
+                Some(r) => &shared[r.rsplit('/').next().unwrap_or_default()],
+                None => p,
+            })
+            .filter(|p| p["in"] == "query")
+            .filter_map(|p| p["name"].as_str().map(str::to_string))
+            .collect();
+        documented_names.sort();
+        let concrete: String = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x_1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let route = resolve(&method, &concrete).expect("routed");
+        let mut read: Vec<String> = route
+            .query_params()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        read.sort();
+        assert_eq!(read, documented_names, "{method} {path}");
+    }
+}

@@ -2,6 +2,7 @@
 //! their state, health and throttle in `subscription_ops` (no row = active)
 //! and the key that created them in `subscription_owners`.
 
+use postguard_core::config::OnKeyRevoked;
 use postguard_core::webhooks::ops::{Patch, SubState};
 use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
@@ -231,4 +232,29 @@ pub async fn project_secrets(env: &Env, project: &str) -> Result<Vec<String>> {
         .into_iter()
         .flat_map(|p| std::iter::once(p.secret).chain(p.previous_secret))
         .collect())
+}
+
+/// When a key is revoked: pauses (marks `key_revoked_at` on their owner row)
+/// or deletes the subscriptions the key created; how many.
+pub async fn of_revoked_key(env: &Env, key_id: &str, at: u64, mode: OnKeyRevoked) -> Result<u64> {
+    let db = db(env)?;
+    let (id, at) = (JsValue::from_str(key_id), num(at));
+    let statements = match mode {
+        OnKeyRevoked::Pause => vec![db
+            .prepare("UPDATE subscription_owners SET key_revoked_at = ? WHERE key_id = ? AND key_revoked_at IS NULL")
+            .bind(&[at, id])?],
+        OnKeyRevoked::Delete => vec![
+            db.prepare("DELETE FROM subscriptions WHERE id IN (SELECT subscription_id FROM subscription_owners WHERE key_id = ?)")
+                .bind(std::slice::from_ref(&id))?,
+            db.prepare("DELETE FROM subscription_owners WHERE key_id = ?")
+                .bind(&[id])?,
+        ],
+    };
+    let results = db.batch(statements).await?;
+    let changed = results
+        .first()
+        .and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .unwrap_or(0);
+    Ok(changed as u64)
 }

@@ -44,5 +44,7 @@ pub const DELIVERIES: &str = "DELIVERIES";
 pub const DELIVERIES_DLQ: &str = "postguard-deliveries-dlq";
 /// R2 bucket: response bodies replayed under an Idempotency-Key that do not fit the object.
 pub const REPLAYS: &str = "REPLAYS";
+/// R2 bucket: the compliance archive and exports (ADR 0038).
+pub const ARCHIVE: &str = "ARCHIVE";
 /// Static assets (`[assets]`): the dashboard, and the API document the worker serves itself (ADR 0030).
 pub const ASSETS: &str = "ASSETS";

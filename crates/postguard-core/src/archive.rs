@@ -671,12 +671,10 @@ pub enum Refused {
 }
 
 /// The download path of export `id` with its signature, valid until
-/// `expires_ms` (on `public_url` when configured).
-pub fn download_url(public_origin: Option<&str>, id: &str, expires_ms: u64, sig: &str) -> String {
-    format!(
-        "{}/_postguard/v1/exports/{id}/download?expires={expires_ms}&sig={sig}",
-        public_origin.unwrap_or("")
-    )
+/// `expires_ms` (on `public_url` when configured: `public_origin` is its
+/// origin, or empty for a relative URL).
+pub fn download_url(public_origin: &str, id: &str, expires_ms: u64, sig: &str) -> String {
+    format!("{public_origin}/_postguard/v1/exports/{id}/download?expires={expires_ms}&sig={sig}")
 }
 
 /// Whether `id` has the shape of an export id (checked before any lookup).

@@ -247,6 +247,7 @@ impl Route {
                 "cursor",
             ],
             Stats => &["days", "key_prefix", "project"],
+            ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
             _ => &[],
         })

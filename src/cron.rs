@@ -1,7 +1,8 @@
 //! The scheduled jobs (cron trigger): the compliance archive and retention
 //! of the audit log and of the delivery log (nothing deleted that the
-//! archive, when on, has not written and verified), re-queueing of deliveries whose next attempt is overdue, and
-//! (every minute) the publish outbox sweep.
+//! archive, when on, has not written and verified), re-queueing of
+//! deliveries whose next attempt is overdue, and (every minute) the publish
+//! outbox sweep and the operational alerts.
 //! Each job logs its own failure; none stops the others.
 
 use crate::log;
@@ -15,7 +16,8 @@ use crate::{audit, webhooks};
 use postguard_core::archive::archive_cutoff;
 use postguard_core::audit::retention_cutoff_ms;
 
-/// The every-minute trigger (wrangler.toml): only the outbox sweep.
+/// The every-minute trigger (wrangler.toml): the outbox sweep and the
+/// operational alerts' check.
 pub const EVERY_MINUTE: &str = "* * * * *";
 
 /// Runs the jobs of trigger `cron`: the outbox sweep on every trigger, the
@@ -27,6 +29,11 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
             log::emit(Line::warn("outbox: enqueued deliveries left unsent").field("deliveries", n))
         }
         Err(e) => log::emit(Line::error("outbox sweep failed").err(e)),
+    }
+    match crate::alerts::check(env, cfg).await {
+        Ok(0) => {}
+        Ok(n) => log::emit(Line::info("operational alerts published").field("alerts", n)),
+        Err(e) => log::emit(Line::error("alerts check failed").err(e)),
     }
     if cron == EVERY_MINUTE {
         return;

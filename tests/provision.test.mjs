@@ -73,6 +73,7 @@ describe('scripts/provision.sh', () => {
       'queues create postguard-deliveries',
       'queues create postguard-deliveries-dlq',
       'r2 bucket create postguard-replays',
+      'r2 bucket create postguard-archive',
       'secret bulk',
     ]);
     const state = acct.state();
@@ -142,7 +143,7 @@ describe('scripts/provision.sh', () => {
     }, toml);
     const r = acct.provision();
     assert.equal(r.code, 0, r.out);
-    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'secret bulk']);
+    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'r2 bucket create postguard-archive', 'secret bulk']);
     assert.match(r.out, /adopt\s+KV namespace API_KEYS/);
     assert.equal(parseToml(acct.toml()).kv_namespaces[0].id, kvId);
     assert.deepEqual(acct.state().d1[0].applied, MIGRATIONS);
@@ -193,6 +194,7 @@ describe('scripts/provision.sh', () => {
       'queues create staging-deliveries',
       'queues create staging-dlq',
       'r2 bucket create staging-replays',
+      'r2 bucket create postguard-archive',
       'secret bulk',
     ]);
     assert.match(r.out, /Analytics Engine dataset postguard_metrics — created by Cloudflare on the first write/);

@@ -24,7 +24,7 @@ const CATEGORIES = [
   ['D1 rows and meta decoded into Rust', /worker::d1::D1Result|serde_wasm_bindgen::de/],
   ['D1 statements built (prepare, bind, batch)', /worker::d1::|worker_sys::types::d1/],
   ['queue sendBatch', /Queue::send_batch|sendBatch/],
-  ['audit row (CONTRACT §6)', /postguard::audit|audit_shard|AuditShard|transactionSync|postguard_core::audit/],
+  ['audit row (docs/audit-log.md)', /postguard::audit|audit_shard|AuditShard|transactionSync|postguard_core::audit/],
   ['publish handler: parse, group commit, plan', /postguard::webhooks|postguard_core::webhooks/],
   ['request and response (auth, headers, body)', /postguard::http|postguard::request|postguard::auth|postguard::handle|postguard::admin|postguard::runtime|worker::response|worker::request|worker::headers|worker::env/],
   ['futures and closures (wasm-bindgen scheduling)', /js_sys::futures|wasm_bindgen::closure|wasm_bindgen::convert::closures|queueMicrotask|cb_unref|js_sys::Promise/],

@@ -1,4 +1,4 @@
--- One row per request that reached postguard (CONTRACT §6). No bodies, query
+-- One row per request that reached postguard (docs/audit-log.md). No bodies, query
 -- strings, secrets or full API keys. Idempotent so test harnesses can re-apply it.
 CREATE TABLE IF NOT EXISTS audit_log (
   request_id TEXT PRIMARY KEY,

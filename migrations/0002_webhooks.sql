@@ -1,4 +1,4 @@
--- Webhook subscriptions, published events, deliveries and their attempts (CONTRACT §7).
+-- Webhook subscriptions, published events, deliveries and their attempts (docs/webhooks.md).
 CREATE TABLE IF NOT EXISTS subscriptions (
   id TEXT PRIMARY KEY,
   project TEXT NOT NULL,

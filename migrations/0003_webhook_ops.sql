@@ -1,4 +1,4 @@
--- Operating webhooks (CONTRACT §11, ADR 0014). New tables only, no ALTER TABLE:
+-- Operating webhooks (docs/operating-webhooks.md, ADR 0014). New tables only, no ALTER TABLE:
 -- every statement is idempotent (IF NOT EXISTS), so applying the file again on a
 -- database that has it (the test harness re-applies migrations on restart) is a no-op.
 

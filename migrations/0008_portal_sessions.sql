@@ -1,4 +1,4 @@
--- Portal sessions (CONTRACT §12, §13; issue 23): a registry the operator lists and ends
+-- Portal sessions (docs/dashboard-and-portal.md; issue 23): a registry the operator lists and ends
 -- sessions by, written when a portal link is exchanged and when sessions end. Never read
 -- on a session's requests: each session's own object (a KeyGuard named `ses:<id>`)
 -- charges its budget and holds its ended flag. Idempotent statements only (the test

@@ -54,7 +54,12 @@ await esbuild.build({
   logLevel: 'warning',
 });
 fs.renameSync(path.join(out, 'app-style.css'), path.join(out, 'app.css'));
-for (const f of ['index.html', 'favicon.svg']) fs.copyFileSync(path.join(src, f), path.join(out, f));
+// The page shows the release it belongs to: the version of the root package.json, which
+// the crate, the SDKs and the API document carry too (tests/docs.test.mjs).
+const { version } = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
+const page = fs.readFileSync(path.join(src, 'index.html'), 'utf8').replaceAll('{{version}}', version);
+fs.writeFileSync(path.join(out, 'index.html'), page);
+fs.copyFileSync(path.join(src, 'favicon.svg'), path.join(out, 'favicon.svg'));
 
 const rules = Object.entries(HEADERS).map(([k, v]) => `  ${k}: ${v}`).join('\n');
 fs.writeFileSync(path.join(dist, '_headers'), `/_postguard/dashboard/*\n${rules}\n`);

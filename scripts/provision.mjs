@@ -24,7 +24,7 @@ import { stripVTControlCharacters } from 'node:util';
 import { parse as parseToml } from 'smol-toml';
 
 // The gateway refuses to run without these, with one shorter than 32 characters, or with two
-// equal (README "Security"); a missing one is generated: 32 random bytes, 64 hex characters.
+// equal (docs/security.md); a missing one is generated: 32 random bytes, 64 hex characters.
 const SECRETS = ['ADMIN_TOKEN', 'ORIGIN_TOKEN', 'ORIGIN_SIGNING_SECRET'];
 const WRANGLER = process.env.WRANGLER || 'wrangler';
 
@@ -258,7 +258,7 @@ function r2Steps(toml, wrangler) {
 // nothing to create. Cloudflare creates a dataset the first time a Worker writes to it
 // (developers.cloudflare.com/workers/examples/analytics-engine), and wrangler has no command
 // for it. Should a dataset ever need setting up (e.g. an API token for the SQL API the
-// README's dashboards query), this is the place.
+// the queries of docs/observability.md), this is the place.
 function analyticsSteps(toml) {
   return (toml.analytics_engine_datasets ?? []).map((ds) => ({
     label: `Analytics Engine dataset ${ds.dataset ?? ds.binding}`,

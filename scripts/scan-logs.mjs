@@ -1,4 +1,4 @@
-// After the e2e suite: no worker log line holds a secret (CONTRACT §15). Reads what the
+// After the e2e suite: no worker log line holds a secret (docs/security.md). Reads what the
 // test harness kept in target/e2e-logs/ — every line the workers logged
 // (worker-<pid>.ndjson) and every secret the gateway handed out in an answer
 // (secrets-<pid>.txt: API keys, portal links and sessions, subscription secrets, capture

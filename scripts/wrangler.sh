@@ -10,7 +10,7 @@ cd "$ROOT"
 # A deploy with wrangler.toml's placeholder ids would fail at Cloudflare after the whole build.
 if [ "${1:-}" = deploy ] && ! printf '%s\n' "$@" | grep -Eq -- '^(--dry-run|--config|-c)(=|$)' &&
    grep -Eq '^\s*(id|database_id)\s*=\s*"[0-]+"' wrangler.toml; then
-  echo "wrangler.toml still holds placeholder ids: run \`npm run provision\` first (README, Deploying)" >&2
+  echo "wrangler.toml still holds placeholder ids: run \`npm run provision\` first (docs/deploying.md)" >&2
   exit 1
 fi
 bash scripts/setup.sh --build

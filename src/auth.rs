@@ -7,7 +7,7 @@
 //! before their handler runs ([`authenticate`], from the route's
 //! `routes::Access`): a handler never checks a credential itself. Each
 //! operation accepts one kind of caller and answers 403 to a valid
-//! credential of another kind (CONTRACT §10).
+//! credential of another kind (docs/api-reference.md).
 //!
 //! The cache never weakens revocation: the key's Durable Object holds the
 //! authoritative revoked flag and is consulted on every request of an API
@@ -196,7 +196,7 @@ pub fn expired(key: &ApiKey) -> Problem {
     Problem::expired_key()
 }
 
-/// A portal session (CONTRACT §12, §13): one project, charged from the
+/// A portal session (docs/dashboard-and-portal.md): one project, charged from the
 /// budget of `plan` in an object of its own, which also says whether the
 /// operator ended it.
 pub struct Session {
@@ -241,7 +241,7 @@ impl Principal {
     }
 
     /// The name of the object that charges this caller's budget and keeps
-    /// its Idempotency-Key records (the scope of a key, CONTRACT §13): the
+    /// its Idempotency-Key records (the scope of a key, docs/idempotency.md): the
     /// key's own object, the session's, or one per deployment secret.
     pub fn guard(&self) -> Option<String> {
         match self {
@@ -290,7 +290,7 @@ impl Principal {
 
 /// Authenticates the caller of a gateway operation that needs `access`:
 /// 401 for a missing, wrong or expired credential, 403 for a valid one of
-/// another kind (CONTRACT §10).
+/// another kind (docs/api-reference.md).
 pub async fn authenticate(
     access: Access,
     header: Option<&str>,

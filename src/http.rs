@@ -2,13 +2,11 @@
 //! are rendered by `reject::render`.
 
 use postguard_core::headers::{self, HeaderSet};
-use serde::Serialize;
 use wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{js_sys, web_sys, Headers, Response, Result};
 
-use crate::reject::Handled;
 use crate::runtime::RequestCtx;
 
 pub type HeaderList = Vec<(String, String)>;
@@ -257,25 +255,6 @@ pub fn respond_stream(
         .with_status(status)
         .with_headers(h)
         .body(body))
-}
-
-/// A JSON resource.
-pub fn json<T: Serialize>(
-    rc: &RequestCtx,
-    status: u16,
-    value: &T,
-    extra: &[(&str, String)],
-) -> Handled {
-    let body = serde_json::to_vec(value)?;
-    let mut all: Vec<(&str, String)> = extra.to_vec();
-    all.push(("Content-Type", "application/json".to_string()));
-    all.push(("Cache-Control", "no-store".to_string()));
-    Ok(respond(rc, status, &[], &all, Some(body))?)
-}
-
-/// 204 with no body.
-pub fn no_content(rc: &RequestCtx) -> Handled {
-    Ok(respond(rc, 204, &[], &[], None)?)
 }
 
 /// `fetch(url, init)` called on `this` (the global scope, or a Durable Object

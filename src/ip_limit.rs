@@ -1,4 +1,4 @@
-//! The limit on requests without a valid credential (CONTRACT §13): every
+//! The limit on requests without a valid credential (docs/limits.md): every
 //! 401, every CORS preflight and every request to an unknown capture URL is
 //! counted per client address (`CF-Connecting-IP`) in that address's own
 //! object (a `KeyGuard` named `ip:<address>`: one exact counter, whatever

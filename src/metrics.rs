@@ -1,5 +1,5 @@
 //! Writes the data points `postguard_core::metrics` decides to Workers
-//! Analytics Engine (binding `METRICS`, CONTRACT §15). `writeDataPoint` is
+//! Analytics Engine (binding `METRICS`, docs/observability.md). `writeDataPoint` is
 //! fire-and-forget: it neither delays nor fails a request, and without the
 //! binding (a deployment that did not add it) nothing is written.
 

@@ -1,4 +1,4 @@
-//! The proxy pipeline, in the contract's order (CONTRACT §2): authenticate →
+//! The proxy pipeline, in the contract's order (docs/request-path.md): authenticate →
 //! rate-limit + claim (one Durable Object round trip) → forward → record
 //! (complete or release the claim). The decisions of each phase are in
 //! `postguard_core::proxy`; this module does their I/O.

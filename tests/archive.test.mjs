@@ -1,4 +1,4 @@
-// The compliance archive and exports (issue 27 item 3, CONTRACT §15, ADR 0038), end to end:
+// The compliance archive and exports (issue 27 item 3, ADR 0038), end to end:
 // the real built worker under Miniflare with its real D1, Durable Objects, queue and R2.
 //   - with retention.*_days = 0, the daily job writes a past day's audit rows and delivery
 //     records (with their attempts) to archive/<project>/<kind>/<date>.ndjson.gz before it

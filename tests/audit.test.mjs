@@ -1,4 +1,4 @@
-// Audit log and statistics (CONTRACT §6, §10) on the real worker with a real D1 database.
+// Audit log and statistics (docs/audit-log.md, docs/api-reference.md) on the real worker with a real D1 database.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';

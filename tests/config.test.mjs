@@ -1,4 +1,4 @@
-// Configuration (CONTRACT §9, §10): validated, CONFIG_INVALID names the field and answers every request.
+// Configuration (docs/configuration.md, docs/api-reference.md): validated, CONFIG_INVALID names the field and answers every request.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';

@@ -2,8 +2,8 @@
 // built worker under Miniflare, the real demo origin and real webhook receivers, with real data:
 // portal-link sign-in, the 30-day chart against what the test sent, the audit log, Retry and
 // Redirect of dead-lettered deliveries, a subscription's secret shown once, revoking a key as the
-// operator, a key's detail (metadata, policies), editing and rerolling it from the page (CONTRACT
-// §13), an API key's own expiry and policies, hostile strings rendered as text, an axe-core scan,
+// operator, a key's detail (metadata, policies), editing and rerolling it from the page (docs/operator-api.md,
+// docs/dashboard-and-portal.md), an API key's own expiry and policies, hostile strings rendered as text, an axe-core scan,
 // and a 375 px wide viewport.
 // Screenshots of every view go to target/screenshots/ (and to docs/screenshots/ with
 // UPDATE_SCREENSHOTS=1).
@@ -408,7 +408,7 @@ describe('the dashboard, signed in with a portal link', () => {
     await assertNothingRan(page);
   });
 
-  it('pauses and resumes a subscription, sends a test ping and recovers failed deliveries (CONTRACT §11)', async () => {
+  it('pauses and resumes a subscription, sends a test ping and recovers failed deliveries (docs/operating-webhooks.md)', async () => {
     await view(page, 'Webhooks');
     const url = `${receiverB.url}/new`;
     const list = await gw.admin('GET', '/_postguard/v1/webhooks', undefined, { token: key.key });
@@ -505,7 +505,7 @@ describe('the dashboard, signed in with an API key', () => {
   });
 });
 
-describe('the Keys view: a key’s detail, edit and reroll (operator, CONTRACT §13)', () => {
+describe('the Keys view: a key’s detail, edit and reroll (operator, docs/limits.md)', () => {
   let context;
   let page;
   /** Every PATCH and reroll the page sent: method, path, Idempotency-Key, body. */

@@ -1,4 +1,4 @@
-// The error table (CONTRACT §1) and malformed input: every error is problem+json with the right
+// The error table (docs/errors.md) and malformed input: every error is problem+json with the right
 // status and code, carries a request id, and bad client input never yields a 500.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 // Expired Idempotency-Key records are deleted from the key's Durable Object by its alarm
-// (CONTRACT §4: "after the TTL the same key starts a new operation"; storage does not grow).
+// (docs/idempotency.md: "after the TTL the same key starts a new operation"; storage does not grow).
 // The object's SQLite file is read straight from Miniflare's persistence directory.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Fault tests (CONTRACT §2, §4, §7): repeated simultaneous bursts against one Idempotency-Key and one
+// Fault tests (docs/request-path.md, docs/idempotency.md, docs/webhooks.md): repeated simultaneous bursts against one Idempotency-Key and one
 // rate-limit window, the origin killed mid-request and restarted on the same port, and 1,000 webhook
 // events to one flaky receiver and one that is down throughout. They assert outcomes, never timings.
 import { describe, it, before, after } from 'node:test';

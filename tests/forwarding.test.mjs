@@ -1,4 +1,4 @@
-// Forwarding to the origin (CONTRACT §5): URL, headers added/removed, signature, body, passthrough, 502/504.
+// Forwarding to the origin (docs/request-path.md): URL, headers added/removed, signature, body, passthrough, 502/504.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';

@@ -1,4 +1,4 @@
-// Idempotency-Key (CONTRACT §4, §10): atomic claim, replay, scoping, what is stored, TTL, lease after a crash.
+// Idempotency-Key (docs/idempotency.md, docs/api-reference.md): atomic claim, replay, scoping, what is stored, TTL, lease after a crash.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';

@@ -1,4 +1,4 @@
-// Keys and limits (CONTRACT §13): a key's lifecycle (expiry, meta, overrides, reroll), several named
+// Keys and limits (docs/limits.md): a key's lifecycle (expiry, meta, overrides, reroll), several named
 // policies charged all-or-none, a concurrency quota held under simultaneous slow requests and freed
 // after a crashed isolate's lease, the idempotency lookup in each state, and the gateway's own
 // policy. Everything against the real built worker under Miniflare and a real local origin.

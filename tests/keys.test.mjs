@@ -1,4 +1,4 @@
-// Operator API (CONTRACT §8, §10): API keys, admin auth, /me, gateway routing errors.
+// Operator API (docs/operator-api.md, docs/api-reference.md): API keys, admin auth, /me, gateway routing errors.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';

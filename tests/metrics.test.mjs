@@ -1,9 +1,9 @@
-// Metrics (CONTRACT §15, issue 27 item 1): one Analytics Engine data point per request and
+// Metrics (docs/observability.md, issue 27 item 1): one Analytics Engine data point per request and
 // per delivery attempt,
 // written through the real METRICS binding's interface by the real built worker under
 // Miniflare. Miniflare keeps no local dataset to query, so the points are read back from a
 // recorder standing in for the binding (tests/support/metrics-recorder.mjs); the columns
-// asserted here are the ones the README's queries read.
+// asserted here are the ones the queries of docs/observability.md read.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';

@@ -1,4 +1,4 @@
-// Portal links and sessions (CONTRACT §12, ADR 0010) over HTTP, on the real built worker under
+// Portal links and sessions (docs/dashboard-and-portal.md, ADR 0010) over HTTP, on the real built worker under
 // Miniflare: the link's shape and expiry, single use, what a session may and may not do, and that
 // the token never reaches the audit log. Also the dashboard's static files and their headers.
 import { describe, it, before, after } from 'node:test';

@@ -1,4 +1,4 @@
-// Per-key rate limits (CONTRACT §2, §3, §10): exact under real concurrency, headers, Retry-After.
+// Per-key rate limits (docs/request-path.md, docs/limits.md, docs/api-reference.md): exact under real concurrency, headers, Retry-After.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';

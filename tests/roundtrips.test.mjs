@@ -110,7 +110,7 @@ describe('calls per request', () => {
     });
   });
 
-  // A refused credential counts against its address (CONTRACT §13): one round trip to the
+  // A refused credential counts against its address (docs/limits.md): one round trip to the
   // address's object, the exact counter of requests without a valid credential (ADR 0031).
   it('unknown key (401): the address counted, no KV read while the negative cache remembers it (ADR 0015)', async () => {
     // The warm-up made the one KV read; the next requests within 10 s read nothing.

@@ -1,4 +1,4 @@
-// Security round 3 (issue 23, CONTRACT §13, ADR 0031) end to end on the real built worker under
+// Security round 3 (issue 23, docs/limits.md, ADR 0031) end to end on the real built worker under
 // Miniflare, against a real origin and real receivers: the gateway's own API honours
 // Idempotency-Key (and stores a shown-once secret sealed), no URL rule trusts a request header,
 // a capture URL cannot spend its project's quota nor keep a sender's credentials, a portal session

@@ -1,4 +1,4 @@
-// A publish whose group commit fails (ADR 0027, CONTRACT §1 and §7): the real built worker under
+// A publish whose group commit fails (ADR 0027, docs/errors.md, docs/webhooks.md): the real built worker under
 // Miniflare with its real D1, Durable Objects and queue, a real local receiver. The fault is
 // real: the event insert inside the shard's transaction throws (tests/support/injected-faults.mjs
 // hands the webhook shards a SQL handle that fails it; ADR 0035), so the shard's transaction

@@ -1,4 +1,4 @@
-// Webhook delivery under load (CONTRACT §7): 500 events (WEBHOOK_LOAD_EVENTS) to a receiver that fails ~50 % of requests
+// Webhook delivery under load (docs/webhooks.md): 500 events (WEBHOOK_LOAD_EVENTS) to a receiver that fails ~50 % of requests
 // at random with a 5xx. Every event must end delivered or dead_letter, none missing from the delivery
 // log, every request signed (verified with standardwebhooks and svix), attempts accounted for.
 // Prints the measured counts for the README / CHANGELOG.

@@ -1,4 +1,4 @@
-// Operating webhooks (CONTRACT §11, ADR 0014) end to end: the real built worker under Miniflare
+// Operating webhooks (docs/operating-webhooks.md, ADR 0014) end to end: the real built worker under Miniflare
 // with its real queues and D1, delivering to real local receivers (tests/support/receiver.mjs),
 // whose requests are verified with the published Standard Webhooks and Svix libraries.
 // Pause/resume, automatic disabling (a second gateway with a short webhooks.disable_after_s),

@@ -1,4 +1,4 @@
-// Webhook delivery (CONTRACT §7, §10) end to end: the real built worker under Miniflare with its real
+// Webhook delivery (docs/webhooks.md, docs/api-reference.md) end to end: the real built worker under Miniflare with its real
 // queues (from wrangler.toml) and D1, delivering to real local HTTP receivers. Every request a receiver
 // gets is verified with both published libraries (standardwebhooks and svix).
 import { describe, it, before, after } from 'node:test';
@@ -167,7 +167,7 @@ function assertDeliveryRequest(r, { eventId, type, attempt, data }) {
   if (data !== undefined) assert.deepEqual(body.data, data);
 }
 
-/** Delivery list row shape (§10): the required fields (more may be added, CONTRACT §11). */
+/** Delivery list row shape (§10): the required fields (more may be added, docs/operating-webhooks.md). */
 function assertDeliveryRow(d) {
   for (const f of ['attempts_made', 'created_at', 'event_id', 'event_type', 'id', 'next_attempt_at', 'status', 'subscription_id', 'url']) {
     assert.ok(f in d, `delivery lacks "${f}": ${JSON.stringify(d)}`);
@@ -615,7 +615,7 @@ describe('webhooks', { concurrency: true }, () => {
       }
       // Past the first retry delay (and then some): nothing else arrives, nothing changes. (The
       // 410 also disables its subscription, and the operational event postguard.subscription.disabled
-      // goes to the other, "*" subscription: CONTRACT §11, tests/webhooks-ops.test.mjs.)
+      // goes to the other, "*" subscription: docs/operating-webhooks.md, tests/webhooks-ops.test.mjs.)
       await stays(async () => {
         if (r401.forEvent(evt).length !== 1 || r410.forEvent(evt).length !== 1) return false;
         const ds = (await allDeliveries(p)).filter((x) => x.event_id === evt);

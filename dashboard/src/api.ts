@@ -66,7 +66,7 @@ export interface CallOptions {
   /** Another credential than the signed-in one (sign-in checks), or null for none. */
   token?: string | null;
   /**
-   * Sent as `Idempotency-Key` (CONTRACT §13): a new one per submit of a
+   * Sent as `Idempotency-Key` (docs/idempotency.md): a new one per submit of a
    * mutating form (`newIdempotencyKey()`); the gateway runs a submit at most
    * once and answers a repeat of it with the stored answer.
    */
@@ -139,154 +139,25 @@ export function describe(e: unknown): string {
   return e instanceof ApiError ? e.describe() : e instanceof Error ? e.message : String(e);
 }
 
-// The resources (CONTRACT §10 "Resources", §13).
-
-/** One named policy's state now (`reset`: epoch seconds). */
-export interface PolicyState {
-  name: string;
-  limit: number;
-  remaining: number;
-  reset: number;
-  window_s: number;
-}
-
-/** The concurrency quota: requests of the key in flight at the origin. */
-export interface Inflight {
-  limit: number;
-  in_use: number;
-}
-
-export interface Me {
-  prefix: string;
-  project: string;
-  plan: string;
-  /** `limit`…`window_s`: the binding policy. */
-  limit: number;
-  remaining: number;
-  reset: number;
-  window_s: number;
-  /** Epoch ms; null: never. */
-  expires_at?: number | null;
-  policies?: PolicyState[];
-  inflight?: Inflight;
-}
-
-export interface Page<T> {
-  data: T[];
-  next_cursor: string | null;
-}
-
-export interface AuditRow {
-  request_id: string;
-  time: number;
-  method: string;
-  path: string;
-  status: number;
-  response_bytes: number | null;
-  response_time_ms: number;
-  client_ip: string | null;
-  user_agent: string | null;
-  key_prefix: string | null;
-  project: string | null;
-  idempotency_key: string | null;
-  replayed: boolean;
-  rate_limit_remaining: number | null;
-}
-
-export interface Stats {
-  days: Array<{ date: string; requests: number; errors: number; server_errors: number }>;
-  top_paths: Array<{ path: string; requests: number }>;
-  error_share: number;
-  p50_ms: number | null;
-  p95_ms: number | null;
-}
-
-export interface Subscription {
-  id: string;
-  url: string;
-  events: string[];
-  description: string | null;
-  created_at: number;
-  state?: 'active' | 'paused' | 'disabled';
-  disabled_reason?: string;
-  disabled_at?: number;
-  rate_limit_per_s?: number | null;
-  secret?: string;
-}
-
-export interface PingResult {
-  status_code: number | null;
-  duration_ms: number;
-  response_excerpt: string | null;
-  error: string | null;
-}
-
-export interface Task {
-  id: string;
-  kind: string;
-  state: 'queued' | 'running' | 'done' | 'failed';
-  total: number;
-  done: number;
-  failed: number;
-}
-
-export interface Delivery {
-  id: string;
-  event_id: string;
-  event_type: string;
-  subscription_id: string;
-  url: string;
-  status: string;
-  attempts_made: number;
-  next_attempt_at: number | null;
-  created_at: number;
-}
-
-export interface Attempt {
-  attempt: number;
-  url: string;
-  status_code: number | null;
-  error: string | null;
-  response_excerpt: string | null;
-  duration_ms: number;
-  request_id: string;
-  at: number;
-  next_retry_at: number | null;
-}
-
-export interface DeliveryDetail extends Delivery {
-  attempts: Attempt[];
-  payload?: unknown;
-}
-
-export interface KeyRecord {
-  id: string;
-  prefix: string;
-  project: string;
-  plan: string;
-  name: string | null;
-  created_at: number;
-  revoked_at: number | null;
-  /** Epoch ms; null: never. */
-  expires_at?: number | null;
-  /** null in the listing; `GET /keys/{id}` has it. */
-  meta?: Record<string, unknown> | null;
-  overrides?: Record<string, unknown> | null;
-  updated_at?: number;
-  key?: string;
-  /** The listing's: whether the key has metadata / overrides. */
-  has_meta?: boolean;
-  has_overrides?: boolean;
-}
-
-/** `GET /keys/{id}`: the key with its meta, overrides and each policy's state. */
-export interface KeyDetail extends KeyRecord {
-  policies: PolicyState[];
-  inflight?: Inflight;
-}
-
-/** `POST /keys/{id}/reroll`: the new secret (shown once) and the old one's end. */
-export interface Rerolled extends KeyRecord {
-  key: string;
-  previous_expires_at: number;
-}
+// The resources: the TypeScript SDK's types, the one declaration of the API's shapes
+// (a change there that the dashboard does not follow fails its type check).
+export type {
+  ApiKey,
+  ApiKeyDetail,
+  AuditRow,
+  CreatedApiKey,
+  CreatedSubscription,
+  Delivery,
+  DeliveryAttempt,
+  DeliveryDetail,
+  DeliveryStatus,
+  Inflight,
+  Me,
+  Page,
+  PolicyState,
+  RerolledApiKey,
+  Stats,
+  Subscription,
+  Task,
+  TestResult,
+} from '../../clients/typescript/src/types';

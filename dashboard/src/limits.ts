@@ -1,6 +1,6 @@
 // A key's limit state as the Keys view (operator) and the Statistics view (an
 // API key's own) show it: each named policy with its limit, remaining and reset
-// (CONTRACT §13), and the concurrency quota's slots in use.
+// (docs/limits.md), and the concurrency quota's slots in use.
 
 import type * as api from './api';
 import { h, meter, relative, scroller, table, td, time } from './dom';

@@ -16,12 +16,11 @@ use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, Env, Result};
 
-use super::Ctx;
 use crate::auth::Principal;
 use crate::bindings;
 use crate::d1::{self, num, text};
 use crate::durable::audit_shard::{self as object, ShardQuery};
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_pairs;
 use crate::runtime::now_ms;
@@ -273,7 +272,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         }
     }
     let page = Page::of(rows, q.limit, |r| encode_cursor(r.time, &r.request_id));
-    http::json(rc, 200, &page, &[])
+    handler::json(rc, 200, &page, &[])
 }
 
 fn parse_key_prefix(v: &str) -> Result<String, Invalid> {
@@ -365,7 +364,7 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     }
     if project
         .as_deref()
-        .is_some_and(|p| !postguard_core::config::is_valid_name(p))
+        .is_some_and(|p| !postguard_core::ids::is_valid_name(p))
     {
         return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into());
     }
@@ -415,5 +414,5 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
         parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
     }
-    http::json(rc, 200, &shards::merge_stats(parts), &[])
+    handler::json(rc, 200, &shards::merge_stats(parts), &[])
 }

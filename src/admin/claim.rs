@@ -1,6 +1,6 @@
 //! Phases 4 and 6 of a gateway request: the caller's budget charged and its
 //! Idempotency-Key claimed in one call to the caller's object, and the
-//! answer stored under the key (sealed) or the claim released (CONTRACT §13).
+//! answer stored under the key (sealed) or the claim released (docs/limits.md).
 //! The decisions are the proxy's (`proxy::preflight_in`, `admission`,
 //! `settle`) and `postguard_core::gateway`'s; this file does their I/O.
 
@@ -18,9 +18,9 @@ use postguard_core::routes::{Budget, Route};
 use postguard_core::{ErrorCode, Problem};
 use worker::{Env, Response, ResponseBody};
 
-use super::Ctx;
 use crate::auth::{self, Principal};
 use crate::durable::client::Guard;
+use crate::handler::Ctx;
 use crate::http::{self, raw_header_pairs};
 use crate::reject::{self, Extra, Handled, Reject};
 use crate::runtime::RequestCtx;

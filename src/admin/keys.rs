@@ -1,5 +1,5 @@
 //! Operator API for API keys (`ADMIN_TOKEN`): create, list, get, PATCH,
-//! reroll and revoke (CONTRACT §8, §13).
+//! reroll and revoke (docs/operator-api.md, docs/limits.md).
 //!
 //! KV layout (namespace `API_KEYS`):
 //! - `h:<sha256(key)>` → the record of that secret (authentication lookups);
@@ -25,10 +25,10 @@ use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::KvStore;
 
-use super::Ctx;
 use crate::auth;
 use crate::bindings;
 use crate::durable::client::call;
+use crate::handler::{self, Ctx};
 use crate::http;
 use crate::reject::Handled;
 use crate::request::query_param;
@@ -138,7 +138,7 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         record: &by_id.record,
         key: &key,
     };
-    http::json(cx.rc, 201, &created, &[])
+    handler::json(cx.rc, 201, &created, &[])
 }
 
 /// Tells the key's object what the operator set: from the key's next
@@ -177,7 +177,7 @@ pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
     tell_object(cx, &found).await?;
     write_all(&kv, &found).await?;
     forget_all(&found);
-    http::json(cx.rc, 200, &found.record, &[])
+    handler::json(cx.rc, 200, &found.record, &[])
 }
 
 #[derive(Serialize)]
@@ -216,7 +216,7 @@ pub async fn reroll(cx: &Ctx<'_>, id: &str) -> Handled {
         key: &key,
         previous_expires_at: until,
     };
-    http::json(cx.rc, 201, &out, &[])
+    handler::json(cx.rc, 201, &out, &[])
 }
 
 /// Drops every secret of the key from this isolate's cache.
@@ -235,7 +235,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     let req = &cx.req;
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let prefix = match query_param(req, "project")? {
-        Some(p) if postguard_core::config::is_valid_name(&p) => format!("i:{p}:"),
+        Some(p) if postguard_core::ids::is_valid_name(&p) => format!("i:{p}:"),
         Some(_) => {
             return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into())
         }
@@ -260,7 +260,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     } else {
         page.cursor.filter(|c| !c.is_empty())
     };
-    http::json(cx.rc, 200, &Page { data, next_cursor }, &[])
+    handler::json(cx.rc, 200, &Page { data, next_cursor }, &[])
 }
 
 async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
@@ -327,7 +327,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         policies: verdicts.as_ref().map(policy_states).unwrap_or_default(),
         inflight: verdicts.and_then(|v| v.inflight),
     };
-    http::json(cx.rc, 200, &out, &[])
+    handler::json(cx.rc, 200, &out, &[])
 }
 
 /// Revokes a key: flags its Durable Object first (effective immediately for

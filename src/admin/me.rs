@@ -8,9 +8,8 @@
 use serde::Serialize;
 
 use super::keys::{policy_states, PolicyState};
-use super::Ctx;
 use crate::auth::Principal;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::{Handled, Reject};
 
 #[derive(Serialize)]
@@ -55,12 +54,12 @@ pub async fn get(cx: &Ctx<'_>) -> Handled {
         policies: policy_states(verdicts),
         inflight: verdicts.inflight,
     };
-    http::json(cx.rc, 200, &me, &[])
+    handler::json(cx.rc, 200, &me, &[])
 }
 
 /// `GET /_postguard/v1/idempotency/{key}` (the key's own): `{state,
 /// status?, request_id?, created_at?, expires_at?}`.
 pub async fn idempotency(cx: &Ctx<'_>) -> Handled {
     let lookup = cx.lookup.as_ref().ok_or_else(|| unreached("the lookup"))?;
-    http::json(cx.rc, 200, lookup, &[])
+    handler::json(cx.rc, 200, lookup, &[])
 }

@@ -8,7 +8,7 @@
 //! 4. **admit**: charge the caller's budget and claim its Idempotency-Key, in
 //!    one call to the caller's object (`claim::admit`; 429, 409, 422, or a
 //!    replay of the stored answer);
-//! 5. **handle** (the handler, given a [`Ctx`]);
+//! 5. **handle** (the handler, given a [`Ctx`](crate::handler::Ctx));
 //! 6. **record** the answer under its Idempotency-Key or release the claim,
 //!    and add the rate-limit headers (`claim::record`).
 
@@ -25,41 +25,13 @@ use postguard_core::routes::{resolve, Route, RouteError};
 use worker::{Env, Request};
 
 use crate::archive::exports;
-use crate::auth::{self, Principal};
+use crate::auth;
+use crate::handler::Ctx;
 use crate::http;
 use crate::reject::{Handled, Reject};
 use crate::request::{self, Body};
 use crate::runtime::RequestCtx;
 use crate::webhooks::{deliveries, feed, inspectors, ops, publish, subscriptions};
-
-/// What a handler of a gateway operation is given: the request, its caller
-/// as the router authenticated it, its body (read under the limit) and the
-/// runtime's handles.
-pub struct Ctx<'a> {
-    pub req: Request,
-    pub env: &'a Env,
-    pub cfg: &'a Config,
-    pub rc: &'a RequestCtx,
-    pub who: Principal,
-    pub body: Vec<u8>,
-    /// What the caller's budget said when the router charged it (a key's or
-    /// a session's; `None` for a caller without one).
-    pub verdicts: Option<postguard_core::limits::Verdicts>,
-    /// The record of the Idempotency-Key a lookup route asked about.
-    pub lookup: Option<Box<postguard_core::guard::Lookup>>,
-}
-
-impl Ctx<'_> {
-    /// The caller's project: that of the key or session of an
-    /// `Access::Project` operation (the router let no other caller in).
-    pub fn project(&self) -> Handled<&str> {
-        self.who.project().ok_or_else(|| {
-            Reject::Internal(worker::Error::RustError(
-                "a project operation reached its handler without a project".into(),
-            ))
-        })
-    }
-}
 
 /// The phases of one gateway request (see the module's documentation).
 /// `path` is the canonical path (`routes::canonical`).

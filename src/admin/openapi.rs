@@ -8,8 +8,8 @@
 
 use worker::wasm_bindgen::JsValue;
 
-use super::Ctx;
 use crate::bindings;
+use crate::handler::Ctx;
 use crate::http;
 use crate::reject::{Handled, Reject};
 

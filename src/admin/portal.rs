@@ -1,4 +1,4 @@
-//! Portal links and sessions (CONTRACT §12, §13, ADR 0010, ADR 0031): the
+//! Portal links and sessions (docs/dashboard-and-portal.md, ADR 0010, ADR 0031): the
 //! operator mints a single-use dashboard link for one project; the page
 //! exchanges it for a session that works wherever that project's API key
 //! does (audit, stats, webhooks, deliveries, /me), charged like a key, and
@@ -15,16 +15,15 @@ use postguard_core::guard::{Revoke, RevokeRequest};
 use postguard_core::keys::KeyRecord;
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::portal::{self, is_session_id, Claims, Kind};
-use postguard_core::{config::is_valid_name, ErrorCode, Invalid, Problem};
+use postguard_core::{ids::is_valid_name, ErrorCode, Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::{Env, KvStore};
 
-use super::Ctx;
 use crate::auth;
 use crate::bindings;
 use crate::d1::{self, num, text};
 use crate::durable::client::call;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_pairs;
 use crate::runtime::{now_ms, random_bytes};
@@ -54,7 +53,7 @@ pub async fn create_link(cx: &Ctx<'_>) -> Handled {
         url: portal::link_url(cx.cfg.settings.public_origin(), &token),
         expires_at: claims.exp,
     };
-    http::json(cx.rc, 201, &link, &[])
+    handler::json(cx.rc, 201, &link, &[])
 }
 
 #[derive(Serialize)]
@@ -103,7 +102,7 @@ pub async fn create_session(cx: &Ctx<'_>) -> Handled {
         project: &session.project,
         expires_at: session.exp,
     };
-    http::json(cx.rc, 201, &out, &[])
+    handler::json(cx.rc, 201, &out, &[])
 }
 
 /// The plan of the project's newest live key (`portal::session_plan`), from
@@ -199,7 +198,7 @@ pub async fn list_sessions(cx: &Ctx<'_>) -> Handled {
     args.push(num(u64::from(limit) + 1));
     let rows: Vec<SessionRow> = d1::all(&cx.env.d1(bindings::DB)?, sql, &args).await?;
     let page = Page::of(rows, limit, |r| encode_cursor(r.created_at, &r.id));
-    http::json(cx.rc, 200, &page, &[])
+    handler::json(cx.rc, 200, &page, &[])
 }
 
 #[derive(Serialize)]
@@ -253,7 +252,7 @@ pub async fn end_sessions(cx: &Ctx<'_>) -> Handled {
         ended,
         subscriptions_paused,
     };
-    http::json(cx.rc, 200, &out, &[])
+    handler::json(cx.rc, 200, &out, &[])
 }
 
 /// `DELETE /_postguard/v1/portal-sessions/{id}` (operator) → 204: the
@@ -274,7 +273,7 @@ pub async fn end_session(cx: &Ctx<'_>, id: &str) -> Handled {
         return Err(missing().into());
     }
     end_objects(cx.env, &[id.to_string()]).await?;
-    http::no_content(cx.rc)
+    handler::no_content(cx.rc)
 }
 
 #[derive(Deserialize)]
@@ -342,5 +341,5 @@ pub fn me(cx: &Ctx<'_>, s: &auth::Session) -> Handled {
         project: &s.claims.project,
         expires_at: s.claims.exp,
     };
-    http::json(cx.rc, 200, &me, &[])
+    handler::json(cx.rc, 200, &me, &[])
 }

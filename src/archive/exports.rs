@@ -1,4 +1,4 @@
-//! Exports (CONTRACT §15): `POST /exports` records the request and queues
+//! Exports (ADR 0038): `POST /exports` records the request and queues
 //! one step on the delivery queue; the step writes `exports/<id>.ndjson.gz`
 //! from the archive objects and the live sources of the range; `GET
 //! /exports/{id}` answers its state and, once done, a download URL signed
@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use worker::{Bucket, Env, MessageExt, Result};
 
 use super::{object, sources};
-use crate::admin::Ctx;
 use crate::d1::{num, text};
+use crate::handler::Ctx;
 use crate::reject::Handled;
 use crate::runtime::now_ms;
 use crate::webhooks::{new_id, Msg};
-use crate::{bindings, http, log};
+use crate::{bindings, handler, http, log};
 
 /// The queue message that runs an export.
 #[derive(Serialize, Deserialize)]
@@ -80,7 +80,7 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         set_state(cx.env, &id, ExportState::Failed, now_ms()).await?;
         return Err(e.into());
     }
-    http::json(cx.rc, 202, &Created { id: &id }, &[])
+    handler::json(cx.rc, 202, &Created { id: &id }, &[])
 }
 
 async fn insert(env: &Env, id: &str, r: &ExportRequest, now: u64) -> Result<()> {
@@ -144,7 +144,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         url_expires_at: url.as_ref().map(|_| expires),
         url,
     };
-    http::json(cx.rc, 200, &shown, &[])
+    handler::json(cx.rc, 200, &shown, &[])
 }
 
 /// `GET /_postguard/v1/exports/{id}/download?expires=&sig=` (the signature

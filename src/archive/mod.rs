@@ -1,4 +1,4 @@
-//! The compliance archive and exports (CONTRACT §15, ADR 0038): the shell
+//! The compliance archive and exports (ADR 0038): the shell
 //! around `postguard_core::archive` — R2 objects written as they are
 //! compressed ([`object`]), rows read a page at a time from where they live
 //! ([`sources`]), the daily job's half ([`Archiver`]: retention asks it

@@ -674,7 +674,7 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
     })
 }
 
-/// The attempt's data point (CONTRACT §15).
+/// The attempt's data point (docs/observability.md).
 fn record_metrics(
     env: &Env,
     r: &Run<'_>,

@@ -15,14 +15,14 @@ use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::{Env, Request};
 
-use crate::admin::Ctx;
+use crate::handler::{self, Ctx};
 
 use super::shards::{self, ops};
 use super::{policy, Job};
+use crate::bindings;
 use crate::durable::webhook_shard::ManualReq;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
-use crate::{bindings, http};
 
 /// A delivery as the log shows it.
 #[derive(Serialize)]
@@ -165,7 +165,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
             Delivery::of(d, request_id)
         })
         .collect();
-    http::json(rc, 200, &Page { data, next_cursor }, &[])
+    handler::json(rc, 200, &Page { data, next_cursor }, &[])
 }
 
 /// Delivery `id` of `project` with its attempts and event, and its shard.
@@ -194,7 +194,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         payload,
         attempts,
     };
-    http::json(rc, 200, &body, &[])
+    handler::json(rc, 200, &body, &[])
 }
 
 #[derive(Serialize)]
@@ -238,7 +238,7 @@ async fn queue_manual(
         attempt: d.attempts_made + 1,
         status: "queued",
     };
-    http::json(rc, 202, &queued, &[])
+    handler::json(rc, 202, &queued, &[])
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.

@@ -4,8 +4,7 @@
 //! the legacy rows (ADR 0035). Retention as deliveries.
 
 use super::shards;
-use crate::admin::Ctx;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_pairs;
 use postguard_core::page::{encode_cursor, Page};
@@ -76,5 +75,5 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     let rows = shards::page_events(env, project, &query, q.limit + 1).await?;
     let events: Vec<FeedEvent> = rows.into_iter().map(FeedEvent::from).collect();
     let page = Page::of(events, q.limit, |e| encode_cursor(e.created_at, &e.id));
-    http::json(rc, 200, &page, &[])
+    handler::json(rc, 200, &page, &[])
 }

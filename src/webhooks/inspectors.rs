@@ -1,4 +1,4 @@
-//! Built-in inspectors (CONTRACT §11): `POST /_postguard/v1/inspectors`
+//! Built-in inspectors (docs/operating-webhooks.md): `POST /_postguard/v1/inspectors`
 //! creates a capture URL on the gateway itself, `/_postguard/inspect/<token>`
 //! (unguessable, 24 h), which records what it receives; `GET
 //! /inspectors/{id}/requests` lists the captures, each with whether its
@@ -21,8 +21,7 @@ use worker::{Env, Result};
 
 use super::directory::inspectors as rows;
 use super::new_id;
-use crate::admin::Ctx;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::ip_limit;
 use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, random_bytes};
@@ -54,7 +53,7 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         "{}/_postguard/inspect/{token}",
         cfg.settings.public_origin()
     );
-    http::json(
+    handler::json(
         rc,
         201,
         &Created {
@@ -130,7 +129,7 @@ pub async fn capture(cx: &Ctx<'_>, token: &str) -> Handled {
         signature_valid,
     };
     rows::capture(env, &inspector, &captured, now_ms()).await?;
-    http::json(rc, 200, &serde_json::json!({ "captured": true }), &[])
+    handler::json(rc, 200, &serde_json::json!({ "captured": true }), &[])
 }
 
 /// Charges one capture of `size` bytes to the inspector's own budget
@@ -192,5 +191,5 @@ pub async fn requests(cx: &Ctx<'_>, id: &str) -> Handled {
             signature_valid: r.signature_valid.map(|v| v == 1),
         })
         .collect();
-    http::json(rc, 200, &serde_json::json!({ "data": data }), &[])
+    handler::json(rc, 200, &serde_json::json!({ "data": data }), &[])
 }

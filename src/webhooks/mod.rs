@@ -1,4 +1,4 @@
-//! Outbound webhooks (CONTRACT §7): subscriptions, publishing with fan-out,
+//! Outbound webhooks (docs/webhooks.md): subscriptions, publishing with fan-out,
 //! delivery through the `DELIVERIES` queue, the delivery log and its retry and
 //! redirect. Decisions (URL rules, signatures, outcome and schedule, payload)
 //! are in `postguard_core::webhooks`; this module does the I/O.

@@ -1,4 +1,4 @@
-//! CONTRACT §11 operations on one subscription: the test ping and bulk
+//! Operations on one subscription (docs/operating-webhooks.md): the test ping and bulk
 //! recover (a background task through the queue), and `GET /tasks/{id}`.
 
 use crate::log;
@@ -22,11 +22,11 @@ use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
 use super::subscriptions::not_found;
 use super::{new_id, Job, Msg, TaskStep};
-use crate::admin::Ctx;
+use crate::bindings;
 use crate::durable::webhook_shard::{CountReq, RecoverReq};
+use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::runtime::now_ms;
-use crate::{bindings, http};
 
 #[derive(Serialize)]
 struct Ping {
@@ -78,7 +78,7 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
         response_excerpt: response_excerpt.map(|e| excerpt(e.as_bytes(), 512)),
         error,
     };
-    http::json(rc, 200, &ping, &[])
+    handler::json(rc, 200, &ping, &[])
 }
 
 /// The project's shards that may hold deliveries created in `[since, until]`,
@@ -165,7 +165,7 @@ pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
             return Err(e.into());
         }
     }
-    http::json(rc, 202, &task, &[])
+    handler::json(rc, 202, &task, &[])
 }
 
 /// A task that has not moved for this long is no longer running (ms).
@@ -178,7 +178,7 @@ pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
     let task = tasks::get(env, project, id)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;
-    http::json(rc, 200, &task, &[])
+    handler::json(rc, 200, &task, &[])
 }
 
 /// One step of a task: the next chunk after its cursor re-sent (a manual

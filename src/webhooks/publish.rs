@@ -22,9 +22,8 @@ use worker::{Env, Result};
 use super::group::{self, Outcome};
 use super::shards::{self, ops};
 use super::{directory, new_id, write};
-use crate::admin::Ctx;
 use crate::durable::webhook_shard::BeforeReq;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, RequestCtx};
 
@@ -58,7 +57,7 @@ pub async fn publish(cx: &Ctx<'_>) -> Handled {
             ))
         }
     }
-    http::json(rc, 202, &Accepted { id: &event_id }, &[])
+    handler::json(rc, 202, &Accepted { id: &event_id }, &[])
 }
 
 /// 503 `STORAGE_UNAVAILABLE` with `Retry-After` for a publish whose commit or

@@ -1,4 +1,4 @@
-//! Sending one signed request to a receiver (CONTRACT §7): the consumer's
+//! Sending one signed request to a receiver (docs/webhooks.md): the consumer's
 //! attempts and the test ping. Signing is `postguard_core::webhooks::signature`.
 
 use postguard_core::config::Config;

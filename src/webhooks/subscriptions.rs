@@ -13,9 +13,8 @@ use worker::{Env, Result};
 
 use super::directory::subscriptions as rows;
 use super::{new_id, policy};
-use crate::admin::Ctx;
 use crate::auth::Principal;
-use crate::http;
+use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{now_ms, random_bytes};
@@ -109,7 +108,7 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         rate_limit_per_s: rate,
         secret: Some(secret),
     };
-    http::json(rc, 201, &sub, &[])
+    handler::json(rc, 201, &sub, &[])
 }
 
 pub async fn list(cx: &Ctx<'_>) -> Handled {
@@ -123,7 +122,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     let found = rows::list(env, project, cursor, limit + 1).await?;
     let subs: Vec<Subscription> = found.into_iter().map(Subscription::from).collect();
     let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
-    http::json(rc, 200, &page, &[])
+    handler::json(rc, 200, &page, &[])
 }
 
 pub fn not_found(id: &str) -> Problem {
@@ -138,7 +137,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
     let project = cx.project()?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    http::json(rc, 200, &sub, &[])
+    handler::json(rc, 200, &sub, &[])
 }
 
 pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
@@ -147,7 +146,7 @@ pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
     if !rows::delete(env, project, id).await? {
         return Err(not_found(id).into());
     }
-    http::no_content(rc)
+    handler::no_content(rc)
 }
 
 #[derive(Serialize)]
@@ -163,7 +162,7 @@ pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
     if !rows::rotate(env, project, id, &secret, until).await? {
         return Err(not_found(id).into());
     }
-    http::json(rc, 200, &Rotated { secret }, &[])
+    handler::json(rc, 200, &Rotated { secret }, &[])
 }
 
 /// `PATCH /webhooks/{id}` `{url?, events?, description?, rate_limit_per_s?}`:
@@ -176,7 +175,7 @@ pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
     let p = ops::parse_patch(body, &current.url, &current.events, &policy(cfg))?;
     rows::patch(env, project, id, &p).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    http::json(rc, 200, &sub, &[])
+    handler::json(rc, 200, &sub, &[])
 }
 
 /// `POST /webhooks/{id}/pause`: new events still create deliveries, held as
@@ -187,7 +186,7 @@ pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
     load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     rows::set_state(env, project, id, SubState::Paused, None).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    http::json(rc, 200, &sub, &[])
+    handler::json(rc, 200, &sub, &[])
 }
 
 /// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
@@ -202,5 +201,5 @@ pub async fn resume(cx: &Ctx<'_>, id: &str) -> Handled {
     rows::set_state(env, project, id, SubState::Active, None).await?;
     super::write::release_held(env, cfg, project, id).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    http::json(rc, 200, &sub, &[])
+    handler::json(rc, 200, &sub, &[])
 }

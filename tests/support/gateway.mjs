@@ -147,7 +147,7 @@ export function miniflareOptionsFromToml(toml, { vars = {}, secrets = {}, persis
 /**
  * Where the e2e suite keeps what the workers logged and the secrets the gateway handed out
  * (per test process), for scripts/scan-logs.mjs: after the suite it checks that no log line
- * holds any of them (CONTRACT §15: logs never hold a secret).
+ * holds any of them (docs/security.md: logs never hold a secret).
  */
 export const E2E_LOG_DIR = path.join(ROOT, 'target', 'e2e-logs');
 const SECRET_PATTERNS = [

@@ -28,7 +28,7 @@ const MAX_RECORDS = 500;
 export const MAX_SIGNATURE_AGE_S = 300;
 
 /**
- * The string postguard signs: `v2` and each field on its own line (ADR 0015, README "Security").
+ * The string postguard signs: `v2` and each field on its own line (ADR 0015, docs/security.md).
  * `identity` holds the forwarded header values (absent ones sign as '').
  */
 export function canonicalString({ t, requestId, method, target, bodySha256, identity = {}, version = 'v2' }) {

@@ -1,4 +1,4 @@
-// Real local webhook receivers for the webhook-delivery tests (CONTRACT §7).
+// Real local webhook receivers for the webhook-delivery tests (docs/webhooks.md).
 //
 // startReceiver({ behaviour, secrets }) listens on 127.0.0.1 (port 0) and records every request it
 // receives: headers, raw body (string), arrival time, attempt (X-Delivery-Attempt) and the result of

@@ -5,7 +5,7 @@
 //! publishing events.
 //!
 //! Every mutating method sends one Idempotency-Key for all its attempts, and the gateway
-//! honours it on its own endpoints (CONTRACT §13): a retry after a lost answer gets the
+//! honours it on its own endpoints (docs/idempotency.md): a retry after a lost answer gets the
 //! stored answer, never a second key, subscription, rotation, link, retry or redirect.
 //! Each has a `…_with` twin taking [`RequestOptions`], e.g. to give your own key
 //! (`RequestOptions::default().idempotency_key("onboard-acme")`). `publish_event` is
@@ -87,7 +87,7 @@ pub struct GatewaySpec {
     pub window_s: Option<u32>,
 }
 
-/// A key's replacements of its plan's numbers (CONTRACT §13): any of a plan's fields, e.g.
+/// A key's replacements of its plan's numbers (docs/limits.md): any of a plan's fields, e.g.
 /// `requests_per_window`, or `policies` and `concurrency`. Fields left `None` keep the plan's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanOverrides {

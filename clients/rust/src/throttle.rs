@@ -724,7 +724,7 @@ mod tests {
         assert_eq!(s.decide(MS(20), &off), Admit::Go);
     }
 
-    /// The gateway's limiter (an anchored fixed window, CONTRACT §3) in milliseconds.
+    /// The gateway's limiter (an anchored fixed window, docs/limits.md) in milliseconds.
     struct FakeGateway {
         limit: u32,
         window_ms: u64,

@@ -27,7 +27,7 @@ export function idempotencyKeySegment(key: string): string {
 /**
  * The gateway's own endpoints, typed, on top of `request()`. Every mutating call carries one
  * Idempotency-Key for all its attempts (`idempotencyKey` in the options to give your own), and
- * the gateway honours it on its own endpoints (CONTRACT §13): a retry after a lost answer gets
+ * the gateway honours it on its own endpoints (docs/idempotency.md): a retry after a lost answer gets
  * the stored answer — one subscription, key, rotation, link, inspector, retry or redirect per
  * call, never two. `events.publish` is keyed by its event id instead.
  */

@@ -1,4 +1,4 @@
-// Resource shapes of the gateway's own API (postguard CONTRACT §10, §11, §12, §13). Timestamps are
+// Resource shapes of the gateway's own API (docs/api-reference.md, docs/operating-webhooks.md, docs/dashboard-and-portal.md, docs/limits.md). Timestamps are
 // epoch milliseconds unless said otherwise.
 
 export interface Page<T> {
@@ -53,7 +53,7 @@ export interface PolicySpec {
 }
 
 /**
- * A key's replacements of its plan's numbers (CONTRACT §13): any of a plan's fields, e.g.
+ * A key's replacements of its plan's numbers (docs/limits.md): any of a plan's fields, e.g.
  * `{ requests_per_window: 7 }` or `{ policies: [...], concurrency: 2 }`.
  */
 export interface PlanOverrides {
@@ -81,6 +81,9 @@ export interface ApiKey {
   overrides?: PlanOverrides | null;
   /** When the operator last changed the key (epoch ms; 0: as created). */
   updated_at?: number;
+  /** In lists: whether the key has metadata / overrides (`keys.get` shows them). */
+  has_meta?: boolean;
+  has_overrides?: boolean;
 }
 
 /** `GET /keys/{id}`: the key with the state of each of its policies now. */
@@ -192,10 +195,16 @@ export interface DeliveryAttempt {
   duration_ms: number;
   request_id: string;
   at: number;
+  /** When the next automatic attempt is due (epoch ms), or null: none planned. */
+  next_retry_at: number | null;
+  /** The request id of the publish that created the delivery, on its first attempt. */
+  publish_request_id?: string | null;
 }
 
 export interface DeliveryDetail extends Delivery {
   attempts: DeliveryAttempt[];
+  /** The body the receiver gets; null once the event is past retention. */
+  payload?: WebhookEvent | null;
 }
 
 export interface DeliveryQuery extends PageQuery {
@@ -234,7 +243,7 @@ export interface AuditRow {
   method: string;
   path: string;
   status: number;
-  response_bytes: number;
+  response_bytes: number | null;
   response_time_ms: number;
   client_ip: string | null;
   user_agent: string | null;
@@ -300,7 +309,7 @@ export interface PortalLink {
   expires_at: number;
 }
 
-/** The body of a webhook delivery (CONTRACT §7). */
+/** The body of a webhook delivery (docs/webhooks.md). */
 export interface WebhookEvent<T = unknown> {
   id: string;
   type: string;

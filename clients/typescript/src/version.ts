@@ -1,2 +1,2 @@
 /** The package version; the User-Agent names it (a test checks it equals package.json). */
-export const VERSION = '0.1.0';
+export const VERSION = '0.3.0';

@@ -12,7 +12,7 @@
 //!   publishes are refused there) — a warning before 503 `STORAGE_FULL`.
 //!
 //! Operational events are published like `postguard.subscription.disabled`
-//! (CONTRACT §11): through the one write path, to the subscriptions of a
+//! (docs/archive-and-alerts.md): through the one write path, to the subscriptions of a
 //! project that match the event type. A condition of one project (its
 //! shard) goes to that project's subscriptions; every alert also goes to
 //! the operator's own project (`alerts.project`), the only audience of the

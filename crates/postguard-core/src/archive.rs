@@ -1,4 +1,4 @@
-//! The compliance archive (CONTRACT §15, ADR 0038): what is written to R2
+//! The compliance archive (ADR 0038): what is written to R2
 //! before retention deletes audit rows and delivery records, and how.
 //!
 //! One object per (project, kind, UTC date):
@@ -38,7 +38,7 @@ pub const PAGE_ROWS: u32 = 500;
 /// An object smaller than this is written with one `put`. This and a page
 /// of rows are what the archiver holds at once, whatever the day's size.
 pub const PART_BYTES: usize = 8 << 20;
-/// How long a signed download URL is valid (CONTRACT §15: 15 minutes).
+/// How long a signed download URL is valid (15 minutes).
 pub const URL_TTL_MS: u64 = 15 * 60_000;
 /// How long an export's object and record are kept (then `GET` is 404).
 pub const EXPORT_KEEP_MS: u64 = 7 * DAY_MS;
@@ -391,8 +391,8 @@ impl Lines {
     }
 }
 
-/// An audit row as one NDJSON line (CONTRACT §10's audit row; `project` is
-/// the shard's). Audit rows hold no secret (CONTRACT §6).
+/// An audit row as one NDJSON line (the audit API's row; `project` is
+/// the shard's). Audit rows hold no secret.
 pub fn audit_line(row: &AuditRow) -> String {
     let mut s = serde_json::to_string(row).unwrap_or_default();
     s.push('\n');
@@ -436,7 +436,7 @@ struct AttemptLine<'a> {
     next_retry_at: Option<u64>,
 }
 
-/// A delivery record (one delivery with its attempts, CONTRACT §15) as one
+/// A delivery record (one delivery with its attempts) as one
 /// NDJSON line: the delivery log's fields (§10) and `updated_at`, each
 /// attempt as `GET /deliveries/{id}` shows it. No subscription secret is
 /// part of a record; an inspector's capture URL (its token is a
@@ -567,7 +567,7 @@ pub fn parse_export(body: &[u8]) -> Result<ExportRequest, Invalid> {
     let kind = Kind::parse(text("kind")?)
         .ok_or_else(|| Invalid::field("kind", "must be \"audit\" or \"deliveries\""))?;
     let unscoped = project == crate::audit_shard::UNSCOPED && kind == Kind::Audit;
-    if !crate::config::is_valid_name(project) && !unscoped {
+    if !crate::ids::is_valid_name(project) && !unscoped {
         return Err(Invalid::field(
             "project",
             "must be 1-64 characters of [A-Za-z0-9._-] (or ~none for audit rows without a project)",

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 // Re-exported while the delivery log still imports them from here.
 pub use crate::page::{decode_cursor, encode_cursor};
 
-/// One request as recorded (CONTRACT §6).
+/// One request as recorded (docs/audit-log.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRow {
     pub request_id: String,
@@ -167,7 +167,7 @@ impl AuditQuery {
                 "idempotency_key" => q.idempotency_key = Some(text(k, v, 255)?),
                 "key_prefix" => q.key_prefix = Some(text(k, v, 12)?),
                 "project" if allow_project => {
-                    if !crate::config::is_valid_name(v) {
+                    if !crate::ids::is_valid_name(v) {
                         return Err(bad(k, "must be 1-64 characters of [A-Za-z0-9._-]"));
                     }
                     q.project = Some(v.to_string());

@@ -355,7 +355,7 @@ pub struct PathCount {
     pub requests: u64,
 }
 
-/// The `/stats` answer (CONTRACT §6).
+/// The `/stats` answer (docs/audit-log.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stats {
     pub days: Vec<Day>,
@@ -613,7 +613,7 @@ mod tests {
         let none = Shard::of(None, 1_999, 1_000);
         assert_eq!((none.project.as_str(), none.start_ms), (UNSCOPED, 1_000));
         assert_eq!(none.row_project(), None);
-        assert!(!crate::config::is_valid_name(UNSCOPED));
+        assert!(!crate::ids::is_valid_name(UNSCOPED));
         let g = group(
             vec![
                 row("a", 10, "/", 200, 1, None),

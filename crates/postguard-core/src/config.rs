@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
 use crate::idempotency::Mode;
+use crate::ids::is_valid_name;
 use crate::pattern;
 
 /// Entries by name (`plans`, `idempotency.methods`): a JSON object read like a
@@ -140,7 +141,7 @@ pub struct RawEnv {
     pub postguard_config: Option<String>,
 }
 
-/// A plan as written (CONTRACT §9, §13): the single-policy form
+/// A plan as written (docs/configuration.md, docs/limits.md): the single-policy form
 /// (`requests_per_window` per `window_s`) or several named `policies`, an
 /// optional `concurrency` (requests of a key in flight at the origin), the
 /// gateway endpoints' own `gateway` policy and how long idempotency records
@@ -319,7 +320,7 @@ impl Default for RateLimitConfig {
     }
 }
 
-/// Limits on requests that carry no valid credential (CONTRACT §13).
+/// Limits on requests that carry no valid credential (docs/limits.md).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
@@ -436,7 +437,7 @@ pub struct WebhooksConfig {
     pub deliveries_per_project_per_day: u32,
     /// Bytes one project's webhook records may take in D1 per UTC day, as
     /// charged by `webhooks::capacity::event_bytes`: with the retention and
-    /// the high-water mark, this is the capacity proof (README "Capacity").
+    /// the high-water mark, this is the capacity proof (docs/capacity.md).
     pub bytes_per_project_per_day: u64,
     /// Manual retries and redirects per delivery (409 `RETRY_LIMIT_REACHED`
     /// beyond), on top of the automatic schedule.
@@ -514,7 +515,7 @@ impl Default for RetentionConfig {
     }
 }
 
-/// The compliance archive (CONTRACT §15, ADR 0038).
+/// The compliance archive (ADR 0038).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ArchiveConfig {
@@ -676,14 +677,6 @@ const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"
 
 fn valid_method(m: &str, allow_any: bool) -> bool {
     (allow_any && m == "*") || HTTP_METHODS.contains(&m)
-}
-
-/// Plan and project names: 1–64 of `[A-Za-z0-9._-]`.
-pub fn is_valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 impl Config {
@@ -1225,7 +1218,7 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
-    // 0: keep only the current bucket (tests; CONTRACT §15).
+    // 0: keep only the current bucket (for tests).
     range("retention.audit_days", s.retention.audit_days, 0, 3_650)?;
     range(
         "audit.bucket_ms",

@@ -1,4 +1,4 @@
-//! The gateway's own API keeps the promise it sells (CONTRACT §13): a
+//! The gateway's own API keeps the promise it sells (docs/limits.md): a
 //! mutating `/_postguard/v1/*` operation honours an `Idempotency-Key` with
 //! §4's rules, scoped to the caller's credential. The router claims the key
 //! in the caller's object (`guard::admit`, the same claim as a proxied

@@ -26,7 +26,7 @@ pub struct Claim {
     pub lease_ms: u64,
 }
 
-/// Which of a key's limits an admission is charged to (CONTRACT §13): the
+/// Which of a key's limits an admission is charged to (docs/limits.md): the
 /// API's policies, or the gateway endpoints' own policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,6 +4,16 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use ulid::Ulid;
 
+/// Plan and project names: 1–64 of `[A-Za-z0-9._-]`. A project name is part
+/// of shard names, object keys and audit rows, so every module that takes one
+/// asks here.
+pub fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
 /// API keys look like `pgk_` + 43 base64url characters (32 random bytes).
 pub const API_KEY_PREFIX: &str = "pgk_";
 pub const API_KEY_LEN: usize = 4 + 43;

@@ -1,13 +1,14 @@
 //! API-key resources and the validation of the operator's requests: create,
-//! PATCH and reroll (CONTRACT §8, §13), and what a key's object is told
+//! PATCH and reroll (docs/operator-api.md, docs/limits.md), and what a key's object is told
 //! about it ([`profile`]).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{is_valid_name, validate_plan, Plan, Settings};
+use crate::config::{validate_plan, Plan, Settings};
 use crate::guard::{Previous, Profile};
+use crate::ids::is_valid_name;
 use crate::Invalid;
 
 /// An API key as stored (by hash) and listed. Never holds the key itself.

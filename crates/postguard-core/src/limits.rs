@@ -1,4 +1,4 @@
-//! A key's limits (CONTRACT §13): several named policies, each an anchored
+//! A key's limits (docs/limits.md): several named policies, each an anchored
 //! window of [`rate_limit::check`], all enforced by the one admission, and a
 //! concurrency quota (requests in flight at the origin).
 //!
@@ -230,7 +230,7 @@ pub fn binding(said: &[Said]) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
-/// The rate-limit headers of CONTRACT §2 and §13: `X-RateLimit-*` of the
+/// The rate-limit headers of docs/request-path.md, docs/limits.md: `X-RateLimit-*` of the
 /// member that binds, `RateLimit-Policy` listing every policy in the plan's
 /// order and `RateLimit` their state, the binding one first, with the
 /// concurrency quota. A one-policy

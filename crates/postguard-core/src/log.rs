@@ -1,6 +1,6 @@
 //! One log line: a JSON object with `level`, `msg` and the fields that
-//! locate it (`request_id`, `project`, `key_prefix`, `code`, …), CONTRACT
-//! §15. The message is a fixed text (`&'static str`): what varies goes in
+//! locate it (`request_id`, `project`, `key_prefix`, `code`, …) (docs/observability.md).
+//! The message is a fixed text (`&'static str`): what varies goes in
 //! fields, so lines group by message and nothing a client sent is ever
 //! formatted into one. No secret is ever a field: callers pass identifiers
 //! (request ids, key prefixes, delivery ids), never credentials.

@@ -1,5 +1,5 @@
 //! What each request and each delivery attempt writes to Workers Analytics
-//! Engine (CONTRACT §15, binding `METRICS`): the columns of one data point,
+//! Engine (docs/observability.md, binding `METRICS`): the columns of one data point,
 //! decided here from facts the shell gathered; the shell only writes it.
 //!
 //! Columns are positional in Analytics Engine (`blob1`…, `double1`…), so

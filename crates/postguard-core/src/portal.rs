@@ -1,5 +1,5 @@
 //! Portal links and portal sessions: signed, expiring, single-project
-//! credentials for the dashboard (CONTRACT §12, ADR 0010).
+//! credentials for the dashboard (docs/dashboard-and-portal.md, ADR 0010).
 //!
 //! A *link token* (`pgl_…`) is what the operator hands an integrator, inside
 //! the URL fragment of a dashboard link. The page exchanges it once for a
@@ -19,7 +19,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::config::is_valid_name;
+use crate::ids::is_valid_name;
 use crate::Invalid;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -54,7 +54,7 @@ impl Kind {
 /// every token distinct, so single use can be tracked by the token's hash.
 /// `iat` (when it was issued) lets the operator end every link and session
 /// of a project issued before a moment; a session's `plan` is the budget it
-/// is charged from, chosen when its link was exchanged (CONTRACT §13).
+/// is charged from, chosen when its link was exchanged (docs/limits.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
@@ -78,7 +78,7 @@ impl Claims {
 /// The owner recorded for a webhook subscription created through a portal
 /// session: the project itself (a session has no key of its own), so that
 /// ending the project's sessions — or revoking its last live key — can
-/// pause what its sessions subscribed (CONTRACT §13).
+/// pause what its sessions subscribed (docs/dashboard-and-portal.md).
 pub fn subscription_owner(project: &str) -> String {
     format!("project:{project}")
 }

@@ -1,7 +1,7 @@
 //! The stable error codes and their RFC 9457 `application/problem+json` bodies.
 //!
 //! Every error postguard produces is mapped here, once. The list is published
-//! in the README; codes are never renamed.
+//! in docs/errors.md; codes are never renamed.
 
 use serde::Serialize;
 
@@ -44,7 +44,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the order the README lists them.
+    /// Every code, in the order docs/errors.md lists them.
     pub const ALL: [ErrorCode; 25] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
@@ -160,7 +160,7 @@ impl ErrorCode {
         }
     }
 
-    /// The RFC 9457 `type` URI: a stable identifier, documented in the README.
+    /// The RFC 9457 `type` URI: a stable identifier, documented in docs/errors.md.
     /// A refusal by a quota is the ratelimit-headers draft's problem type
     /// (with its `violated-policies` member); every other code is
     /// `urn:postguard:problem:<code in lower case>`.

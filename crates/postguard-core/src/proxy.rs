@@ -1,4 +1,4 @@
-//! The proxy pipeline's decisions (CONTRACT §2), phase by phase: which
+//! The proxy pipeline's decisions (docs/request-path.md), phase by phase: which
 //! methods are proxied, the preflight checks of a request, what the key's
 //! object answered (→ forward, replay or a problem), the request sent to the
 //! origin, and what is recorded under the Idempotency-Key afterwards.
@@ -82,7 +82,7 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Prefl
 
 /// [`preflight`] under a given idempotency `mode`: the gateway's own
 /// mutating endpoints honour a key (`Optional`) whatever the proxy's table
-/// says (CONTRACT §13).
+/// says (docs/limits.md).
 pub fn preflight_in(
     settings: &Settings,
     mode: Mode,
@@ -253,7 +253,7 @@ pub struct OriginRequest {
     pub buffer: bool,
 }
 
-/// Who the origin is told a request comes from (CONTRACT §5, §13).
+/// Who the origin is told a request comes from (docs/request-path.md, docs/limits.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity<'a> {
     pub project: &'a str,
@@ -275,7 +275,7 @@ impl<'a> Identity<'a> {
     }
 }
 
-/// The origin's view of the request (CONTRACT §5): its base path + the
+/// The origin's view of the request (docs/request-path.md): its base path + the
 /// client's path and query, the client's headers minus hop-by-hop ones and
 /// `Authorization`, and the gateway's own headers with the signature over
 /// what the origin sees.

@@ -125,7 +125,7 @@ pub fn check(
     (new_state, verdict)
 }
 
-/// The rate-limit response headers of CONTRACT §2, in order.
+/// The rate-limit response headers of docs/request-path.md, in order.
 pub fn headers(v: &Verdict) -> Vec<(&'static str, String)> {
     headers_of(v, "default")
 }

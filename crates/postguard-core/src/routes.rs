@@ -16,7 +16,7 @@ use crate::{ErrorCode, Problem};
 pub const PREFIX: &str = "/_postguard/";
 
 /// Who may call an operation: the credential the router checks before the
-/// handler runs (CONTRACT §8, §10, §12; the API document's security schemes).
+/// handler runs (docs/operator-api.md, docs/api-reference.md, docs/dashboard-and-portal.md; the API document's security schemes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// No credential: the operation checks a token of its own (a portal link
@@ -35,8 +35,8 @@ pub enum Access {
     Key,
 }
 
-/// Which of a key's budgets a gateway operation is charged to (CONTRACT
-/// §13): its own gateway policy, so a key that spent its API budget can
+/// Which of a key's budgets a gateway operation is charged to (docs/limits.md,
+/// "Costs of the gateway's own endpoints" in docs/security.md): its own gateway policy, so a key that spent its API budget can
 /// still read what happened to its requests — or, for `/me` and the
 /// idempotency lookup, a cost-0 look at the API's budget they report on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -357,7 +357,7 @@ impl Route {
     /// the operations that make the gateway work for the caller — reading
     /// audit shards, sending a ping, re-sending a range of deliveries.
     /// Every other operation costs 0 (its object call only confirms the key
-    /// is live). README "Costs of the gateway's own endpoints".
+    /// is live). docs/security.md "Costs of the gateway's own endpoints".
     pub fn cost(&self, costs: &crate::config::RateLimitConfig) -> u32 {
         match self {
             Route::AuditList => costs.audit_cost,
@@ -376,7 +376,7 @@ impl Route {
         }
     }
 
-    /// Whether the operation honours an `Idempotency-Key` (CONTRACT §13):
+    /// Whether the operation honours an `Idempotency-Key` (docs/idempotency.md):
     /// every mutating one but publishing (whose event `id` is its natural
     /// key), the portal link exchange (single use by itself) and a capture
     /// URL (a sink for whatever a sender posts, not the API).

@@ -16,7 +16,7 @@ const STATUSES: Array<[string, string]> = [
 /** How long the page watches a delivery after Retry or Redirect. */
 const WATCH_MS = 60_000;
 
-function attempts(list: api.Attempt[]): HTMLElement {
+function attempts(list: api.DeliveryAttempt[]): HTMLElement {
   if (!list.length) return h('p', null, 'No attempts yet.');
   const rows = list.map((a) =>
     h(

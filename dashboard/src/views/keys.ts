@@ -2,7 +2,7 @@
 // plan, expiry and whether it has metadata; a key's detail (its metadata and
 // overrides as text, each policy's remaining, the in-flight slots) with edit
 // (PATCH) and reroll (the new secret shown once); revoke; per-key statistics;
-// and portal links for integrators (CONTRACT §8, §12, §13).
+// and portal links for integrators (docs/operator-api.md, docs/dashboard-and-portal.md).
 
 import * as api from '../api';
 import {
@@ -28,7 +28,7 @@ import { inflightLine, policyTable } from '../limits';
 
 /** Keys per page; each listed key's detail is fetched (the listing has no meta). */
 const PAGE = 25;
-/** The gateway's cap on `meta` (CONTRACT §13), checked here first so nothing invalid is sent. */
+/** The gateway's cap on `meta` (docs/limits.md), checked here first so nothing invalid is sent. */
 const MAX_META_BYTES = 1024;
 /** A reroll's grace choices (`grace_s`); the gateway's default, 24 h, is preselected. */
 const GRACES: Array<[string, string]> = [
@@ -59,7 +59,7 @@ export function parseMeta(text: string): Parsed<Record<string, unknown> | null> 
   return { ok: true, value: v as Record<string, unknown> };
 }
 
-function stateOf(k: api.KeyRecord, now = Date.now()): string {
+function stateOf(k: api.ApiKey, now = Date.now()): string {
   if (k.revoked_at !== null) return `revoked ${time(k.revoked_at)}`;
   if (k.expires_at !== null && k.expires_at !== undefined && k.expires_at <= now) return 'expired';
   return 'active';
@@ -71,12 +71,12 @@ const pretty = (v: unknown): string => (v === null || v === undefined ? 'none' :
 interface Row {
   tr: HTMLTableRowElement;
   toggle: HTMLButtonElement;
-  show: (k: api.KeyRecord) => void;
+  show: (k: api.ApiKey) => void;
   showMeta: (text: string) => void;
 }
 
 /** The part of a key's detail that its GET answer fills: fields, limits, metadata, overrides. */
-function summary(k: api.KeyDetail): HTMLElement {
+function summary(k: api.ApiKeyDetail): HTMLElement {
   const who = `key ${k.prefix}…`;
   return h(
     'div',
@@ -104,7 +104,7 @@ function summary(k: api.KeyDetail): HTMLElement {
 interface EditForm {
   form: HTMLFormElement;
   /** Sets every field from the key as it now is. */
-  sync: (k: api.KeyDetail) => void;
+  sync: (k: api.ApiKeyDetail) => void;
 }
 
 /**
@@ -112,7 +112,7 @@ interface EditForm {
  * with are sent (an unchanged expiry already past would be refused), with a
  * new Idempotency-Key per submit; the metadata is checked before anything is.
  */
-function editForm(k: api.KeyDetail, saved: (changed: string[]) => Promise<void>, msg: HTMLElement): EditForm {
+function editForm(k: api.ApiKeyDetail, saved: (changed: string[]) => Promise<void>, msg: HTMLElement): EditForm {
   const name = input('name', { value: k.name ?? '' });
   const plan = input('plan', { value: k.plan, list: PLANS_LIST, required: true });
   const meta = h('textarea', { name: 'meta', rows: 5, spellcheck: 'false', autocomplete: 'off' });
@@ -121,7 +121,7 @@ function editForm(k: api.KeyDetail, saved: (changed: string[]) => Promise<void>,
   const save = h('button', { type: 'submit' }, 'Save changes');
   /** The values the fields started from: what is unchanged is not sent. */
   let base = { name: '', plan: '', meta: '', expires: '', never: true };
-  const sync = (r: api.KeyDetail): void => {
+  const sync = (r: api.ApiKeyDetail): void => {
     base = {
       name: r.name ?? '',
       plan: r.plan,
@@ -198,7 +198,7 @@ function editForm(k: api.KeyDetail, saved: (changed: string[]) => Promise<void>,
     save.disabled = true;
     status(msg, 'Saving…');
     api
-      .call<api.KeyRecord>('PATCH', `/keys/${encodeURIComponent(k.id)}`, { body: b.value, idempotencyKey: api.newIdempotencyKey() })
+      .call<api.ApiKey>('PATCH', `/keys/${encodeURIComponent(k.id)}`, { body: b.value, idempotencyKey: api.newIdempotencyKey() })
       .then(
         () => saved(changed).catch((e) => status(msg, `Saved; showing the key again failed: ${api.describe(e)}`, 'error')),
         (e) => fail(api.describe(e)),
@@ -209,7 +209,7 @@ function editForm(k: api.KeyDetail, saved: (changed: string[]) => Promise<void>,
 }
 
 /** Reroll with a confirm step and a grace choice; the new secret is shown once. */
-function rerollBox(k: api.KeyDetail, done: () => Promise<void>, msg: HTMLElement): HTMLElement {
+function rerollBox(k: api.ApiKeyDetail, done: () => Promise<void>, msg: HTMLElement): HTMLElement {
   const who = `key ${k.prefix}…`;
   const once = h('div', { class: 'once' });
   const box = h('div', { class: 'row' });
@@ -232,7 +232,7 @@ function rerollBox(k: api.KeyDetail, done: () => Promise<void>, msg: HTMLElement
       confirm.disabled = true;
       status(msg, 'Rerolling…');
       api
-        .call<api.Rerolled>('POST', `/keys/${encodeURIComponent(k.id)}/reroll`, {
+        .call<api.RerolledApiKey>('POST', `/keys/${encodeURIComponent(k.id)}/reroll`, {
           body: { grace_s: Number(grace.value) },
           idempotencyKey: api.newIdempotencyKey(),
         })
@@ -268,11 +268,11 @@ function rerollBox(k: api.KeyDetail, done: () => Promise<void>, msg: HTMLElement
 
 /** A key's detail, from GET /keys/{id}: what fills the panel. Edits and rerolls refresh it and its row. */
 async function detail(id: string, row: Row): Promise<{ title: HTMLElement; nodes: Array<HTMLElement | null> }> {
-  let k = await api.call<api.KeyDetail>('GET', `/keys/${encodeURIComponent(id)}`);
+  let k = await api.call<api.ApiKeyDetail>('GET', `/keys/${encodeURIComponent(id)}`);
   const msg = h('p', { class: 'status' });
   const facts = h('div', null, summary(k));
   const refresh = async (): Promise<void> => {
-    k = await api.call<api.KeyDetail>('GET', `/keys/${encodeURIComponent(id)}`);
+    k = await api.call<api.ApiKeyDetail>('GET', `/keys/${encodeURIComponent(id)}`);
     replace(facts, summary(k));
     row.show(k);
     row.showMeta(k.meta ? 'yes' : 'no');
@@ -323,9 +323,9 @@ export async function keys(main: HTMLElement): Promise<void> {
     const body: Record<string, string> = { project: project.value.trim(), plan: plan.value.trim() };
     if (name.value.trim()) body.name = name.value.trim();
     api
-      .call<api.KeyRecord>('POST', '/keys', { body })
+      .call<api.CreatedApiKey>('POST', '/keys', { body })
       .then((k) => {
-        replace(once, secretBox(`API key ${k.prefix}… for ${k.project}`, k.key ?? ''));
+        replace(once, secretBox(`API key ${k.prefix}… for ${k.project}`, k.key));
         return load().then(() => status(msg, `Key ${k.id} created.`, 'ok'));
       })
       .catch(onError);
@@ -359,14 +359,14 @@ export async function keys(main: HTMLElement): Promise<void> {
   let opening = 0;
   let rows: Row[] = [];
 
-  const makeRow = (k: api.KeyRecord): Row => {
+  const makeRow = (k: api.ApiKey): Row => {
     const planCell = td();
     const nameCell = td();
     const expiresCell = h('td', { class: 'expires' });
     const metaCell = h('td', { class: 'meta' }, k.has_meta ? 'yes' : 'no');
     const stateCell = td();
     const actions = h('td', { class: 'actions' });
-    const show = (r: api.KeyRecord): void => {
+    const show = (r: api.ApiKey): void => {
       planCell.textContent = r.plan;
       nameCell.textContent = r.name ?? '';
       expiresCell.textContent = expiry(r.expires_at);
@@ -425,7 +425,7 @@ export async function keys(main: HTMLElement): Promise<void> {
   };
 
   const load = async (cursor?: string): Promise<void> => {
-    const page = await api.call<api.Page<api.KeyRecord>>('GET', '/keys', { query: { limit: PAGE, cursor } });
+    const page = await api.call<api.Page<api.ApiKey>>('GET', '/keys', { query: { limit: PAGE, cursor } });
     replace(plans, ...[...new Set(page.data.map((k) => k.plan))].sort().map((p) => h('option', { value: p })));
     panel.hidden = true;
     replace(pager);

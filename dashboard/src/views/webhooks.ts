@@ -1,6 +1,6 @@
 // Webhooks: the project's subscriptions; create (the secret shown once, with a
 // copy button), rotate the secret, delete; pause/resume, send a test ping and
-// recover the failed deliveries of the last 14 days (CONTRACT §11).
+// recover the failed deliveries of the last 14 days (docs/operating-webhooks.md).
 
 import * as api from '../api';
 import { button, field, h, input, replace, scroller, secretBox, status, table, td, time } from '../dom';
@@ -62,7 +62,7 @@ export async function webhooks(main: HTMLElement): Promise<void> {
       const test = button('Send test', () => {
         status(msg, `Sending a test ping to ${s.url}…`);
         api
-          .call<api.PingResult>('POST', `${path}/test`)
+          .call<api.TestResult>('POST', `${path}/test`)
           .then((r) => {
             const outcome = r.status_code === null ? `no answer: ${r.error ?? ''}` : `HTTP ${r.status_code}`;
             status(msg, `Test ping to ${s.url}: ${outcome} in ${r.duration_ms} ms.`, r.status_code !== null && r.status_code < 300 ? 'ok' : 'error');
@@ -114,9 +114,9 @@ export async function webhooks(main: HTMLElement): Promise<void> {
     };
     if (description.value.trim()) body.description = description.value.trim();
     api
-      .call<api.Subscription>('POST', '/webhooks', { body })
+      .call<api.CreatedSubscription>('POST', '/webhooks', { body })
       .then((s) => {
-        replace(created, secretBox(`Signing secret for ${s.url}`, s.secret ?? ''));
+        replace(created, secretBox(`Signing secret for ${s.url}`, s.secret));
         status(msg, `Subscription ${s.id} created.`, 'ok');
         form.reset();
         return load();

@@ -1,4 +1,4 @@
-//! Inspectors and their captures in D1 (CONTRACT §11): an inspector is
+//! Inspectors and their captures in D1 (docs/operating-webhooks.md): an inspector is
 //! charged to its project's day counter (`webhook_usage`, ADR 0017; the bytes
 //! quota counts it with the project's shards, ADR 0035); its captures to a
 //! budget of its own (`inspector_usage`), never to the project.

@@ -1,4 +1,4 @@
-//! The subscriptions' rows in D1 (CONTRACT §7, §11): `subscriptions`, with
+//! The subscriptions' rows in D1 (docs/webhooks.md, docs/operating-webhooks.md): `subscriptions`, with
 //! their state, health and throttle in `subscription_ops` (no row = active)
 //! and the key that created them in `subscription_owners`.
 

@@ -2,7 +2,7 @@
 (which only add ``self._json(...)`` or ``await self._json(...)`` around them).
 
 Every mutating call gets its Idempotency-Key here, once (the caller's ``key`` or a new
-UUIDv4): the gateway honours it on its own endpoints (CONTRACT §13), so a retry after a
+UUIDv4): the gateway honours it on its own endpoints (docs/idempotency.md), so a retry after a
 lost answer gets the stored answer, never a second key, subscription or rotation.
 Publishing is keyed by its event id, generated here when the caller gives none."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._http import Response
+    from ._response import Response
 
 
 class PostguardError(Exception):

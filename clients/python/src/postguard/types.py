@@ -67,7 +67,7 @@ class GatewaySpec(TypedDict, total=False):
 
 
 class PlanOverrides(TypedDict, total=False):
-    """A key's replacements of its plan's numbers (CONTRACT §13), e.g.
+    """A key's replacements of its plan's numbers (docs/limits.md), e.g.
     ``{"requests_per_window": 7}`` or ``{"policies": [...], "concurrency": 2}``."""
 
     requests_per_window: int

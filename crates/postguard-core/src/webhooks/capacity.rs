@@ -383,7 +383,7 @@ mod tests {
         assert!(e.detail.contains("its 2 manual attempts"), "{}", e.detail);
     }
 
-    /// The README's capacity table, from the shipped defaults.
+    /// The capacity table of docs/capacity.md, from the shipped defaults.
     #[test]
     fn shipped_defaults_fit_the_high_water_mark() {
         let s = settings();
@@ -406,7 +406,7 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever the settings, the footprint of `projects` projects never
-        /// exceeds the mark (the proof the README states).
+        /// exceeds the mark (the proof docs/capacity.md states).
         #[test]
         fn footprint_never_exceeds_the_mark(
             bytes in 1u64..10_000_000_000, bucket in 1_000u64..(31 * DAY_MS), hw in 1u64..10_000_000_000,

@@ -1,4 +1,4 @@
-//! What an inspector's capture URL accepts (CONTRACT §11, issue 23): a
+//! What an inspector's capture URL accepts (docs/operating-webhooks.md, issue 23): a
 //! capture URL takes requests from anyone who knows it, so it has a budget of
 //! its own — captures and bytes per minute and per UTC day — and nothing a
 //! sender does there is charged to the project's webhook quotas. Credentials

@@ -1,5 +1,5 @@
 //! Published events and subscriptions: request validation, filter matching
-//! and the delivered body (CONTRACT §7, §10 "Events").
+//! and the delivered body (docs/webhooks.md, docs/api-reference.md "Events").
 //!
 //! Validation errors are strings that start with the offending field
 //! (`type: ...`, `events[2]: ...`, `url: ...`) because the worker turns them
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::url_guard::{check_url, UrlPolicy};
-use crate::config::is_valid_name;
+use crate::ids::is_valid_name;
 use crate::Invalid;
 
 /// The longest event type or event id.

@@ -1,4 +1,4 @@
-//! Outbound webhooks (CONTRACT §7): the decisions, as pure functions.
+//! Outbound webhooks (docs/webhooks.md): the decisions, as pure functions.
 //!
 //! - [`url_guard`]: which subscriber URLs may be delivered to (SSRF rules);
 //! - [`signature`]: Standard Webhooks secrets, signing and verification;

@@ -1,4 +1,4 @@
-//! Operating webhooks (CONTRACT §11, ADR 0014): a subscription's state and
+//! Operating webhooks (docs/operating-webhooks.md, ADR 0014): a subscription's state and
 //! health, the per-subscription throttle, and the bodies and queries of the
 //! operation endpoints. Pure: the shell stores and applies what these return.
 

@@ -1,5 +1,5 @@
 //! What happens after a delivery attempt, and when the next one is due
-//! (CONTRACT §7 "Outcome of an attempt" and "Schedule").
+//! (docs/webhooks.md "Outcome of an attempt" and "Schedule").
 //!
 //! `schedule` lists the delays *between* attempts, so a schedule of `n`
 //! delays allows `n + 1` attempts (default `[60, 900, 3600, 86400]`: five

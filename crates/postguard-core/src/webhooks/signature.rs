@@ -8,7 +8,7 @@
 //! - the signed content is `"{webhook-id}.{webhook-timestamp}.{body}"`;
 //! - `webhook-signature` is `v1,<base64 HMAC-SHA256>`, several entries
 //!   separated by spaces, one per active secret, so that a secret can be
-//!   rotated with an overlap (CONTRACT §7: the old one keeps signing for 24 h).
+//!   rotated with an overlap (docs/webhooks.md: the old one keeps signing for 24 h).
 //!
 //! Verification (used by our tests and by anyone embedding this crate)
 //! accepts a header when any `v1` entry matches, compared in constant time,

@@ -1,4 +1,4 @@
-//! Which webhook URLs postguard will deliver to (SSRF rules, CONTRACT §7, §10).
+//! Which webhook URLs postguard will deliver to (SSRF rules, docs/webhooks.md, docs/api-reference.md).
 //!
 //! A subscriber chooses the URL, so the URL decides where the gateway sends
 //! signed requests from inside the operator's network position. The rules are

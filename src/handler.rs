@@ -1,0 +1,61 @@
+//! What a handler of a gateway operation (`admin::route`'s phase 5) is
+//! given, and the answers it gives: a JSON resource or 204. The admin
+//! router and the webhooks handlers both depend on this module, so neither
+//! imports the other for it.
+
+use postguard_core::config::Config;
+use serde::Serialize;
+use worker::{Env, Request};
+
+use crate::auth::Principal;
+use crate::http::respond;
+use crate::reject::{Handled, Reject};
+use crate::runtime::RequestCtx;
+
+/// What a handler of a gateway operation is given: the request, its caller
+/// as the router authenticated it, its body (read under the limit) and the
+/// runtime's handles.
+pub struct Ctx<'a> {
+    pub req: Request,
+    pub env: &'a Env,
+    pub cfg: &'a Config,
+    pub rc: &'a RequestCtx,
+    pub who: Principal,
+    pub body: Vec<u8>,
+    /// What the caller's budget said when the router charged it (a key's or
+    /// a session's; `None` for a caller without one).
+    pub verdicts: Option<postguard_core::limits::Verdicts>,
+    /// The record of the Idempotency-Key a lookup route asked about.
+    pub lookup: Option<Box<postguard_core::guard::Lookup>>,
+}
+
+impl Ctx<'_> {
+    /// The caller's project: that of the key or session of an
+    /// `Access::Project` operation (the router let no other caller in).
+    pub fn project(&self) -> Handled<&str> {
+        self.who.project().ok_or_else(|| {
+            Reject::Internal(worker::Error::RustError(
+                "a project operation reached its handler without a project".into(),
+            ))
+        })
+    }
+}
+
+/// A JSON resource.
+pub fn json<T: Serialize>(
+    rc: &RequestCtx,
+    status: u16,
+    value: &T,
+    extra: &[(&str, String)],
+) -> Handled {
+    let body = serde_json::to_vec(value)?;
+    let mut all: Vec<(&str, String)> = extra.to_vec();
+    all.push(("Content-Type", "application/json".to_string()));
+    all.push(("Cache-Control", "no-store".to_string()));
+    Ok(respond(rc, status, &[], &all, Some(body))?)
+}
+
+/// 204 with no body.
+pub fn no_content(rc: &RequestCtx) -> Handled {
+    Ok(respond(rc, 204, &[], &[], None)?)
+}

@@ -6,8 +6,8 @@
 use crate::log;
 use futures_util::future::join_all;
 use postguard_core::audit::{
-    bounded, may_queue, must_start_flusher, retention_cutoff_ms, AuditRow, MAX_PATH_LEN,
-    MAX_PENDING, MAX_ROUNDS, MAX_USER_AGENT_LEN,
+    bounded, may_queue, must_start_flusher, AuditRow, MAX_PATH_LEN, MAX_PENDING, MAX_ROUNDS,
+    MAX_USER_AGENT_LEN,
 };
 use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
 use postguard_core::log::Line;
@@ -16,10 +16,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 use worker::{Context, Delay, Env, Result};
 
+use crate::archive::Archiver;
 use crate::bindings;
 use crate::d1::{num, text};
 use crate::durable::audit_shard as object;
 use crate::runtime::{now_ms, RequestCtx};
+use postguard_core::archive::{Kind, Source};
 
 /// What is known of the request before it is handed to a handler.
 pub struct Seen {
@@ -277,16 +279,21 @@ struct DirRow {
 
 /// Retention: drops every shard whose bucket ended before the cutoff (the
 /// object deletes all its storage, then its directory row goes), and deletes
-/// the legacy table's rows past it. Returns (buckets dropped, legacy rows).
-pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
+/// the legacy table's rows past it. With the archive on, only what it
+/// archived and verified is dropped (the rest stays for the next run).
+/// Returns (buckets dropped, legacy rows).
+pub async fn sweep(env: &Env, cutoff: u64, archive: Option<&Archiver>) -> Result<(u64, u64)> {
     let db = env.d1(bindings::DB)?;
-    let cutoff = retention_cutoff_ms(now_ms(), days);
     let due: Vec<DirRow> = crate::d1::all(
         &db,
         "SELECT project, start_ms, end_ms FROM audit_shards WHERE end_ms <= ? ORDER BY end_ms LIMIT ?",
         &[num(cutoff), num(u64::from(MAX_DROPS))],
     )
     .await?;
+    let due = match archive {
+        None => due,
+        Some(a) => archived(env, a, due).await,
+    };
     let mut dropped = 0u64;
     let db = &db;
     for wave in due.chunks(DROP_WAVE) {
@@ -332,8 +339,36 @@ pub async fn sweep(env: &Env, days: u32) -> Result<(u64, u64)> {
             ),
         }
     }
-    let legacy = sweep_legacy(env, cutoff).await?;
+    let legacy_cutoff = match archive {
+        None => cutoff,
+        Some(a) => a.legacy_cutoff(env, Kind::Audit, cutoff).await?,
+    };
+    let legacy = sweep_legacy(env, legacy_cutoff).await?;
     Ok((dropped, legacy))
+}
+
+/// The shards of `due` the archive holds (archived now if need be) and
+/// verified; a failure keeps the shard for the next run.
+async fn archived(env: &Env, a: &Archiver, due: Vec<DirRow>) -> Vec<DirRow> {
+    let mut out = Vec::with_capacity(due.len());
+    for d in due {
+        let source = Source::Shard {
+            start_ms: d.start_ms,
+            end_ms: d.end_ms,
+        };
+        let span = (d.start_ms, d.end_ms);
+        match a.secure(env, &d.project, Kind::Audit, source, span).await {
+            Ok(true) => out.push(d),
+            Ok(false) => {}
+            Err(e) => log::emit(
+                Line::error("audit retention: archiving a bucket failed: it is kept")
+                    .field("project", d.project.as_str())
+                    .field("start_ms", d.start_ms)
+                    .err(e),
+            ),
+        }
+    }
+    out
 }
 
 async fn sweep_legacy(env: &Env, cutoff: u64) -> Result<u64> {

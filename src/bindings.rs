@@ -48,5 +48,7 @@ pub const OPERATIONS: &str = "OPERATIONS";
 pub const OPERATIONS_QUEUE: &str = "postguard-operations";
 /// R2 bucket: response bodies replayed under an Idempotency-Key that do not fit the object.
 pub const REPLAYS: &str = "REPLAYS";
+/// R2 bucket: the compliance archive and exports (ADR 0038).
+pub const ARCHIVE: &str = "ARCHIVE";
 /// Static assets (`[assets]`): the dashboard, and the API document the worker serves itself (ADR 0030).
 pub const ASSETS: &str = "ASSETS";

@@ -3,6 +3,8 @@
 //! talks to KV, D1, the Durable Object and the origin, and renders responses.
 
 mod admin;
+mod alerts;
+mod archive;
 mod audit;
 mod auth;
 mod bindings;

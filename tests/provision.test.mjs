@@ -74,6 +74,7 @@ describe('scripts/provision.sh', () => {
       'queues create postguard-operations',
       'queues create postguard-deliveries-dlq',
       'r2 bucket create postguard-replays',
+      'r2 bucket create postguard-archive',
       'secret bulk',
     ]);
     const state = acct.state();
@@ -143,7 +144,7 @@ describe('scripts/provision.sh', () => {
     }, toml);
     const r = acct.provision();
     assert.equal(r.code, 0, r.out);
-    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-operations', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'secret bulk']);
+    assert.deepEqual(mutating(r.calls), ['d1 migrations apply DB', 'queues create postguard-operations', 'queues create postguard-deliveries-dlq', 'r2 bucket create postguard-replays', 'r2 bucket create postguard-archive', 'secret bulk']);
     assert.match(r.out, /adopt\s+KV namespace API_KEYS/);
     assert.equal(parseToml(acct.toml()).kv_namespaces[0].id, kvId);
     assert.deepEqual(acct.state().d1[0].applied, MIGRATIONS);
@@ -195,6 +196,7 @@ describe('scripts/provision.sh', () => {
       'queues create postguard-operations',
       'queues create staging-dlq',
       'r2 bucket create staging-replays',
+      'r2 bucket create postguard-archive',
       'secret bulk',
     ]);
     assert.match(r.out, /Analytics Engine dataset postguard_metrics — created by Cloudflare on the first write/);

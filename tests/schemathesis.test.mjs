@@ -8,6 +8,7 @@
 // rows) makes the list and detail answers non-trivial.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
@@ -112,11 +113,20 @@ async function seedTask() {
   const subs = await gw.admin('GET', '/_postguard/v1/webhooks', undefined, { token: apiKey });
   const res = await gw.admin('POST', `/_postguard/v1/webhooks/${subs.json.data[0].id}/recover`, { since: 0 }, { token: apiKey });
   assert.equal(res.status, 202, res.text);
+  const exp = await seedExport();
   fs.mkdirSync(OUT, { recursive: true });
   fs.writeFileSync(path.join(OUT, 'schemathesis.toml'), [
     '[[operations]]',
     'include-operation-id = "getTask"',
     `parameters = { "path.id" = "${res.json.id}" }`,
+    '',
+    '[[operations]]',
+    'include-operation-id = "getExport"',
+    `parameters = { "path.id" = "${exp.id}" }`,
+    '',
+    '[[operations]]',
+    'include-operation-id = "downloadExport"',
+    `parameters = { "path.id" = "${exp.id}", "query.expires" = "${exp.expires}", "query.sig" = "${exp.sig}" }`,
     '',
   ].join('\n'));
 }
@@ -145,6 +155,21 @@ async function seedOperation() {
     `parameters = { "path.id" = "${id}" }`,
     '',
   ].join('\n')).join('\n'));
+}
+
+/**
+ * A finished export of the seeded project's audit rows, and a download signature for it valid
+ * two hours (signed as the gateway signs, with the key it derives from ADMIN_TOKEN: the URL
+ * `getExport` answers lasts 15 minutes, which a loaded run could outlast).
+ */
+async function seedExport() {
+  const res = await gw.admin('POST', '/_postguard/v1/exports', { project: 'st-acme', kind: 'audit', since: Date.now() - 86_400_000, until: Date.now() + 60_000 });
+  assert.equal(res.status, 202, res.text);
+  await poll(async () => (await gw.admin('GET', `/_postguard/v1/exports/${res.json.id}`)).json?.state === 'done', { timeout: 30000, message: 'the seeded export' });
+  const expires = Date.now() + 2 * 3600_000;
+  const key = crypto.createHmac('sha256', 'postguard export url v1').update(ADMIN_TOKEN).digest();
+  const sig = crypto.createHmac('sha256', key).update(`${res.json.id}\0${expires}`).digest('base64url');
+  return { id: res.json.id, expires, sig };
 }
 
 /** A portal session for `project` (link → exchange). */

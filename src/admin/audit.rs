@@ -56,7 +56,7 @@ fn rust_err(e: impl std::fmt::Display) -> worker::Error {
 
 /// A legacy row as D1 returns it (booleans are integers).
 #[derive(Deserialize)]
-struct DbRow {
+pub(crate) struct DbRow {
     request_id: String,
     time: u64,
     method: String,

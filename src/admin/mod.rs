@@ -12,7 +12,7 @@
 //! 6. **record** the answer under its Idempotency-Key or release the claim,
 //!    and add the rate-limit headers (`claim::record`).
 
-mod audit;
+pub(crate) mod audit;
 mod claim;
 mod keys;
 mod me;
@@ -24,6 +24,7 @@ use postguard_core::proxy::Incoming;
 use postguard_core::routes::{resolve, Route, RouteError};
 use worker::{Env, Request};
 
+use crate::archive::exports;
 use crate::auth;
 use crate::handler::Ctx;
 use crate::http;
@@ -154,6 +155,9 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::OperationsList => operations::list(cx).await,
         Route::OperationGet { id } => operations::get(cx, &id).await,
         Route::OperationResult { id } => operations::result(cx, &id).await,
+        Route::ExportsCreate => exports::create(cx).await,
+        Route::ExportGet { id } => exports::get(cx, &id).await,
+        Route::ExportDownload { id } => exports::download(cx, &id).await,
     }
 }
 

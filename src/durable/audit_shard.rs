@@ -102,6 +102,22 @@ pub const QUERY: &str = "/query";
 pub const STATS_PATH: &str = "/stats";
 pub const DROP: &str = "/drop";
 pub const SIZE: &str = "/size";
+/// Rows of a time window, oldest first, after a cursor (the archive).
+pub const PAGE: &str = "/page";
+
+/// `/page`: rows with `since <= time < until` after `after`, oldest first.
+#[derive(serde::Serialize, Deserialize)]
+pub struct PageQuery {
+    pub since: u64,
+    pub until: u64,
+    pub after: (u64, String),
+    pub take: u32,
+}
+
+/// `?1` since, `?2` until, `?3`/`?4` the cursor, `?5` how many.
+const PAGE_SQL: &str = "SELECT json_group_array(json(r)) FROM (SELECT {ROW} AS r FROM rows \
+WHERE time >= ?1 AND time < ?2 AND (time > ?3 OR (time = ?3 AND request_id > ?4)) \
+ORDER BY time, request_id LIMIT ?5)";
 
 /// `/query`: the audit query and how many rows to return at most.
 #[derive(serde::Serialize, Deserialize)]
@@ -235,6 +251,19 @@ impl AuditShard {
         self.sql()?.scalar(&sql, bind(args))
     }
 
+    fn page(&self, body: &[u8]) -> Result<String> {
+        let q: PageQuery = serde_json::from_slice(body).map_err(err)?;
+        let sql = PAGE_SQL.replace("{ROW}", ROW_JSON);
+        let binds = vec![
+            int(q.since),
+            int(q.until),
+            int(q.after.0),
+            SqlStorageValue::String(q.after.1),
+            int(u64::from(q.take)),
+        ];
+        self.sql()?.scalar(&sql, binds)
+    }
+
     fn stats(&self, body: &[u8]) -> Result<String> {
         let q: StatsQuery = serde_json::from_slice(body).map_err(err)?;
         let kp = q
@@ -263,6 +292,7 @@ impl DurableObject for AuditShard {
             ADD => self.add(&body).map(|()| "{}".to_string()),
             QUERY => self.query(&body),
             STATS_PATH => self.stats(&body),
+            PAGE => self.page(&body),
             DROP => {
                 // Every row, roll-up and the schema go with the object's storage.
                 self.state.storage().delete_all().await?;

@@ -94,6 +94,10 @@ pub mod op {
     pub const DUMP: &str = "/dump";
     pub const DROP: &str = "/drop";
     pub const SIZE: &str = "/size";
+    /// A page of delivery records, oldest first (the archive, exports).
+    pub const ARCHIVE: &str = "/archive";
+    /// Size and the oldest due delivery (the alerts' check).
+    pub const VITALS: &str = "/vitals";
 }
 
 #[derive(Serialize, Deserialize)]
@@ -171,6 +175,22 @@ pub struct DetailReq {
 pub struct ListReq {
     pub q: DeliveryQuery,
     pub take: u32,
+}
+
+/// `/archive`: deliveries created in `[since, until)` after `after`.
+#[derive(Serialize, Deserialize)]
+pub struct ArchiveReq {
+    pub since: u64,
+    pub until: u64,
+    pub after: (u64, String),
+    pub take: u32,
+}
+
+/// `/vitals`' answer.
+#[derive(Serialize, Deserialize)]
+pub struct Vitals {
+    pub bytes: u64,
+    pub oldest_due: Option<(u64, String)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -497,6 +517,58 @@ impl WebhookStore for Sql<'_> {
         Ok(self.0.database_size() as u64)
     }
 
+    fn oldest_due(&mut self) -> Result<Option<(u64, String)>> {
+        #[derive(Deserialize)]
+        struct Due {
+            at: u64,
+            id: String,
+        }
+        let (set, mut binds) = set_of(&[Status::Pending.as_str(), Status::Failed.as_str()]);
+        binds.insert(0, int(0));
+        let due: Vec<Due> = self.rows(
+            &format!(
+                "SELECT next_attempt_at AS at, id FROM deliveries WHERE next_attempt_at >= ? \
+                 AND status IN ({set}) ORDER BY next_attempt_at, id LIMIT 1"
+            ),
+            binds,
+        )?;
+        Ok(due.into_iter().next().map(|d| (d.at, d.id)))
+    }
+
+    fn oldest(
+        &mut self,
+        since: u64,
+        until: u64,
+        after: &(u64, String),
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>> {
+        self.rows(
+            &format!(
+                "{LIST_COLUMNS} WHERE d.created_at >= ? AND d.created_at < ? \
+                 AND (d.created_at > ? OR (d.created_at = ? AND d.id > ?)) ORDER BY d.created_at, d.id LIMIT ?"
+            ),
+            vec![
+                int(since),
+                int(until),
+                int(after.0),
+                int(after.0),
+                text(&after.1),
+                int(limit as u64),
+            ],
+        )
+    }
+
+    fn attempts_of(&mut self, ids: &[&str]) -> Result<Vec<AttemptRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.rows(
+            "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at \
+             FROM attempts WHERE delivery_id IN (SELECT value FROM json_each(?))",
+            vec![json_text(ids)?],
+        )
+    }
+
     // One statement each, whatever the number of rows: the rows travel as
     // one bound JSON array (`json_each`), within the 100-value bound limit.
 
@@ -698,6 +770,23 @@ impl WebhookShard {
                 json(&self.atomically(|s| records::restore(s, &r))?)
             }
             op::DUMP => json(&self.dump()?),
+            op::ARCHIVE => {
+                let r: ArchiveReq = parse(body)?;
+                json(&records::archive_page(
+                    &mut self.store()?,
+                    r.since,
+                    r.until,
+                    &r.after,
+                    r.take as usize,
+                )?)
+            }
+            op::VITALS => {
+                let mut s = self.store()?;
+                json(&Vitals {
+                    oldest_due: s.oldest_due()?,
+                    bytes: s.size()?,
+                })
+            }
             op::SIZE => Ok(format!("{{\"bytes\":{}}}", self.sql.database_size())),
             _ => Err(err("unknown operation")),
         }

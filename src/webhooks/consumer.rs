@@ -60,6 +60,12 @@ pub async fn handle(
 ) -> Result<()> {
     let from_dlq = batch.queue() == bindings::DELIVERIES_DLQ;
     let messages = batch.messages()?;
+    let (exports, messages): (Vec<_>, Vec<_>) = messages
+        .into_iter()
+        .partition(crate::archive::exports::is_step);
+    for m in &exports {
+        crate::archive::exports::run_message(env, m, from_dlq).await;
+    }
     let (tasks, messages): (Vec<_>, Vec<_>) = messages
         .into_iter()
         .partition(|m| m.body().get("task_id").is_some());

@@ -10,9 +10,14 @@
 use postguard_core::webhooks::capacity;
 use worker::{Env, Result};
 
+use postguard_core::archive::{Kind, Source};
+use postguard_core::log::Line;
+use postguard_core::webhooks::shard::ShardKey;
+
 use super::directory;
 use super::shards::{self, ops};
-use crate::runtime::now_ms;
+use crate::archive::Archiver;
+use crate::log;
 
 /// What one daily sweep deleted.
 #[derive(Debug, Default)]
@@ -22,30 +27,49 @@ pub struct Swept {
     pub events: u64,
 }
 
-pub async fn sweep(env: &Env, days: u32) -> Result<Swept> {
-    let now = now_ms();
-    let cutoff = postguard_core::audit::retention_cutoff_ms(now, days);
+/// With the archive on (`archive`), a shard or legacy day is deleted only
+/// once archived and verified; what could not be is kept for the next run.
+pub async fn sweep(
+    env: &Env,
+    now: u64,
+    cutoff: u64,
+    days: u32,
+    archive: Option<&Archiver>,
+) -> Result<Swept> {
     let mut swept = Swept::default();
+    // Shards the archive could not secure this run (they stay listed).
+    let mut kept: Vec<ShardKey> = Vec::new();
     loop {
-        let expired = directory::expired(env, cutoff, 100).await?;
+        let listed = directory::expired(env, cutoff, 100 + kept.len() as u32).await?;
+        let expired: Vec<ShardKey> = listed.into_iter().filter(|k| !kept.contains(k)).collect();
         if expired.is_empty() {
             break;
         }
         for key in expired {
+            if let Some(a) = archive {
+                if !secured(env, a, &key).await {
+                    kept.push(key);
+                    continue;
+                }
+            }
             let _: serde_json::Value = shards::call(env, &key, ops::DROP, &()).await?;
             directory::forget(env, &key).await?;
             swept.shards += 1;
         }
     }
+    let legacy_cutoff = match archive {
+        None => cutoff,
+        Some(a) => a.legacy_cutoff(env, Kind::Deliveries, cutoff).await?,
+    };
     for round in 0.. {
-        let n = directory::legacy::deliveries_round(env, cutoff).await?;
+        let n = directory::legacy::deliveries_round(env, legacy_cutoff).await?;
         swept.deliveries += n;
         if !capacity::sweep_again(n, round) {
             break;
         }
     }
     for round in 0.. {
-        let n = directory::legacy::events_round(env, cutoff).await?;
+        let n = directory::legacy::events_round(env, legacy_cutoff).await?;
         swept.events += n;
         if !capacity::sweep_again(n, round) {
             break;
@@ -54,4 +78,36 @@ pub async fn sweep(env: &Env, days: u32) -> Result<Swept> {
     let oldest_day = capacity::utc_day(now).saturating_sub(u64::from(days));
     directory::legacy::sweep_rest(env, cutoff, now, oldest_day).await?;
     Ok(swept)
+}
+
+/// Whether the archive holds the shard's deliveries (archived now if need
+/// be) and verified them; a failure is logged and keeps the shard.
+async fn secured(env: &Env, a: &Archiver, key: &ShardKey) -> bool {
+    let span = match directory::span(env, key).await {
+        Ok(Some(span)) => span,
+        Ok(None) => return true,
+        Err(e) => {
+            log::emit(Line::error("delivery retention: reading a shard's span failed").err(e));
+            return false;
+        }
+    };
+    let source = Source::Shard {
+        start_ms: span.0,
+        end_ms: span.1,
+    };
+    match a
+        .secure(env, &key.project, Kind::Deliveries, source, span)
+        .await
+    {
+        Ok(ok) => ok,
+        Err(e) => {
+            log::emit(
+                Line::error("delivery retention: archiving a shard failed: it is kept")
+                    .field("project", key.project.as_str())
+                    .field("start_ms", key.start_ms)
+                    .err(e),
+            );
+            false
+        }
+    }
 }

@@ -515,6 +515,56 @@ impl Default for RetentionConfig {
     }
 }
 
+/// The compliance archive (ADR 0038).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArchiveConfig {
+    /// Before retention deletes audit rows or delivery records, write them
+    /// to the `ARCHIVE` bucket; nothing is deleted that is not archived and
+    /// verified. On by default: turning it off is the operator's choice.
+    pub enabled: bool,
+    /// Days an archive object is kept (the daily job deletes older ones).
+    pub keep_days: u32,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        ArchiveConfig {
+            enabled: true,
+            keep_days: 2_557,
+        }
+    }
+}
+
+/// Operational alerts (ADR 0038): `postguard.queue.lagging` and
+/// `postguard.storage.high_water`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// The operator's own project: its subscriptions receive the alerts
+    /// about the deployment (the queue, D1) and a copy of every project's.
+    /// Unset: those are only logged.
+    pub project: Option<String>,
+    /// `postguard.queue.lagging` when the oldest due delivery is older than this (s).
+    pub queue_lag_s: u32,
+    /// `postguard.storage.high_water` when a store reaches this share of the
+    /// mark at which it refuses writes (percent).
+    pub storage_percent: u32,
+    /// One alert per condition per this period at most (s).
+    pub period_s: u32,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            project: None,
+            queue_lag_s: 300,
+            storage_percent: 80,
+            period_s: 3_600,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
@@ -595,6 +645,8 @@ pub struct Settings {
     pub webhooks: WebhooksConfig,
     pub retention: RetentionConfig,
     pub audit: AuditConfig,
+    pub archive: ArchiveConfig,
+    pub alerts: AlertsConfig,
     pub max_body_bytes: u64,
     /// `None`: preflights are forwarded to the origin.
     pub cors: Option<crate::cors::CorsConfig>,
@@ -625,6 +677,8 @@ impl Default for Settings {
             webhooks: WebhooksConfig::default(),
             retention: RetentionConfig::default(),
             audit: AuditConfig::default(),
+            archive: ArchiveConfig::default(),
+            alerts: AlertsConfig::default(),
             max_body_bytes: 10 << 20,
             cors: None,
             public_url: None,
@@ -1220,7 +1274,8 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
-    range("retention.audit_days", s.retention.audit_days, 1, 3_650)?;
+    // 0: keep only the current bucket (for tests).
+    range("retention.audit_days", s.retention.audit_days, 0, 3_650)?;
     range(
         "audit.bucket_ms",
         s.audit.bucket_ms,
@@ -1230,9 +1285,22 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
     range(
         "retention.deliveries_days",
         s.retention.deliveries_days,
-        1,
+        0,
         3_650,
     )?;
+    range("archive.keep_days", s.archive.keep_days, 1, 36_500)?;
+    let al = &s.alerts;
+    if let Some(p) = &al.project {
+        if !is_valid_name(p) {
+            return Err(ConfigError::new(
+                "alerts.project",
+                "must be 1-64 characters of [A-Za-z0-9._-]",
+            ));
+        }
+    }
+    range("alerts.queue_lag_s", al.queue_lag_s, 1, 86_400)?;
+    range("alerts.storage_percent", al.storage_percent, 1, 100)?;
+    range("alerts.period_s", al.period_s, 60, 30 * 86_400)?;
     validate_async(&s.async_ops)?;
     validate_response_events(&s.events_from_responses)
 }
@@ -1497,6 +1565,49 @@ mod tests {
     }
 
     #[test]
+    fn archive_and_alerts_settings() {
+        let c = Config::load(&env(None)).unwrap();
+        let s = &c.settings;
+        assert!(s.archive.enabled, "on unless the operator turns it off");
+        assert_eq!(s.archive.keep_days, 2_557);
+        assert_eq!(s.alerts.project, None);
+        assert_eq!(
+            (
+                s.alerts.queue_lag_s,
+                s.alerts.storage_percent,
+                s.alerts.period_s
+            ),
+            (300, 80, 3_600)
+        );
+        let text = r#"{"retention":{"audit_days":0,"deliveries_days":0},"archive":{"enabled":false,"keep_days":30},
+          "alerts":{"project":"ops","queue_lag_s":5,"storage_percent":1,"period_s":60}}"#;
+        let c = Config::load(&env(Some(text))).unwrap();
+        assert_eq!(
+            c.settings.retention.audit_days, 0,
+            "0 keeps only the current bucket"
+        );
+        assert_eq!(c.settings.alerts.project.as_deref(), Some("ops"));
+        for (cfg, field) in [
+            (r#"{"archive":{"keep_days":0}}"#, "archive.keep_days"),
+            (r#"{"archive":{"enabled":"yes"}}"#, "archive.enabled"),
+            (r#"{"archive":{"bucket":"x"}}"#, "archive.bucket"),
+            (r#"{"alerts":{"project":"a b"}}"#, "alerts.project"),
+            (r#"{"alerts":{"queue_lag_s":0}}"#, "alerts.queue_lag_s"),
+            (
+                r#"{"alerts":{"storage_percent":101}}"#,
+                "alerts.storage_percent",
+            ),
+            (r#"{"alerts":{"period_s":59}}"#, "alerts.period_s"),
+            (
+                r#"{"retention":{"deliveries_days":3651}}"#,
+                "retention.deliveries_days",
+            ),
+        ] {
+            assert_eq!(err_field(cfg), field, "{cfg}");
+        }
+    }
+
+    #[test]
     fn given_plans_replace_defaults() {
         let c = Config::load(&env(Some(
             r#"{"plans":{"gold":{"requests_per_window":5}}}"#,
@@ -1575,7 +1686,7 @@ mod tests {
             "webhooks.secret_overlap_s"
         );
         assert_eq!(
-            err_field(r#"{"retention":{"audit_days":0}}"#),
+            err_field(r#"{"retention":{"audit_days":3651}}"#),
             "retention.audit_days"
         );
         assert_eq!(

@@ -5,6 +5,8 @@
 //! clock and storage and passes plain values in. Everything here is tested on
 //! the host with `cargo test`.
 
+pub mod alerts;
+pub mod archive;
 pub mod audit;
 pub mod audit_shard;
 pub mod body;

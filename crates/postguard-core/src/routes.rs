@@ -88,6 +88,9 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/_postguard/v1/operations"),
     ("GET", "/_postguard/v1/operations/{id}"),
     ("GET", "/_postguard/v1/operations/{id}/result"),
+    ("POST", "/_postguard/v1/exports"),
+    ("GET", "/_postguard/v1/exports/{id}"),
+    ("GET", "/_postguard/v1/exports/{id}/download"),
 ];
 
 /// One gateway operation, with the path's parameters.
@@ -185,6 +188,17 @@ pub enum Route {
     OperationResult {
         id: String,
     },
+    /// The operator starts an export of a project's audit rows or delivery
+    /// records (live or archived).
+    ExportsCreate,
+    ExportGet {
+        id: String,
+    },
+    /// The signed download of a finished export (the signature, in the
+    /// query, is the credential: never part of the path the audit log keeps).
+    ExportDownload {
+        id: String,
+    },
 }
 
 /// Why a path under the prefix is not an operation.
@@ -246,6 +260,7 @@ impl Route {
             ],
             Stats => &["days", "key_prefix", "project"],
             OperationsList => &["state", "limit", "cursor"],
+            ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
             _ => &[],
         })
@@ -303,6 +318,9 @@ impl Route {
             OperationsList => ("GET", "/_postguard/v1/operations"),
             OperationGet { .. } => ("GET", "/_postguard/v1/operations/{id}"),
             OperationResult { .. } => ("GET", "/_postguard/v1/operations/{id}/result"),
+            ExportsCreate => ("POST", "/_postguard/v1/exports"),
+            ExportGet { .. } => ("GET", "/_postguard/v1/exports/{id}"),
+            ExportDownload { .. } => ("GET", "/_postguard/v1/exports/{id}/download"),
         }
     }
 
@@ -320,6 +338,9 @@ impl Route {
             | PortalSessionsList
             | PortalSessionsEnd
             | PortalSessionEnd { .. } => Access::Operator,
+            ExportsCreate | ExportGet { .. } => Access::Operator,
+            // The signed URL is the credential.
+            ExportDownload { .. } => Access::Public,
             EventsPublish => Access::Origin,
             AuditList | Stats => Access::Reader,
             InspectCapture { .. } | PortalSessionsCreate | OpenApiDocument => Access::Public,
@@ -480,6 +501,9 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "operations"] => ("GET", vec![("GET", OperationsList)]),
         ["v1", "operations", o] => ("GET", vec![("GET", OperationGet { id: id(o) })]),
         ["v1", "operations", o, "result"] => ("GET", vec![("GET", OperationResult { id: id(o) })]),
+        ["v1", "exports"] => ("POST", vec![("POST", ExportsCreate)]),
+        ["v1", "exports", e] => ("GET", vec![("GET", ExportGet { id: id(e) })]),
+        ["v1", "exports", e, "download"] => ("GET", vec![("GET", ExportDownload { id: id(e) })]),
         _ => return Err(RouteError::NotFound),
     };
     let route = operations

@@ -188,6 +188,77 @@ pub async fn event(env: &Env, project: &str, event_id: &str) -> Result<Option<Im
     }))
 }
 
+/// A page of a project's legacy delivery records created in `[since,
+/// until)` after `after`, oldest first, each with its attempts (the archive
+/// and exports).
+pub async fn archive_page(
+    env: &Env,
+    project: &str,
+    since: u64,
+    until: u64,
+    after: &(u64, String),
+    take: u32,
+) -> Result<Vec<postguard_core::archive::Archived>> {
+    let d = db(env)?;
+    let page: Vec<DeliveryRecord> = crate::d1::all(
+        &d,
+        format!(
+            "{LEGACY_DELIVERY} WHERE d.project = ? AND d.created_at >= ? AND d.created_at < ? \
+             AND (d.created_at > ? OR (d.created_at = ? AND d.id > ?)) ORDER BY d.created_at, d.id LIMIT ?"
+        ),
+        &[
+            text(project),
+            num(since),
+            num(until),
+            num(after.0),
+            num(after.0),
+            text(&after.1),
+            num(u64::from(take)),
+        ],
+    )
+    .await?;
+    let ids: Vec<&str> = page.iter().map(|r| r.id.as_str()).collect();
+    let attempts: Vec<AttemptRecord> = match ids.is_empty() {
+        true => Vec::new(),
+        false => crate::d1::all(
+            &d,
+            "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at \
+             FROM attempts WHERE delivery_id IN (SELECT value FROM json_each(?)) ORDER BY at, attempt",
+            &[text(&to_json(&ids)?)],
+        )
+        .await?,
+    };
+    Ok(page
+        .into_iter()
+        .map(|delivery| postguard_core::archive::Archived {
+            attempts: attempts
+                .iter()
+                .filter(|a| a.delivery_id == delivery.id)
+                .cloned()
+                .collect(),
+            delivery,
+        })
+        .collect())
+}
+
+/// `(project, UTC day)` of legacy deliveries created before `before`, oldest
+/// day first (what the archive writes before retention deletes them).
+pub async fn days_before(env: &Env, before: u64, limit: u32) -> Result<Vec<(String, u64)>> {
+    #[derive(Deserialize)]
+    struct Day {
+        project: String,
+        day: u64,
+    }
+    let rows: Vec<Day> = crate::d1::all(
+        &db(env)?,
+        "SELECT project, created_at / 86400000 AS day FROM deliveries WHERE created_at < ? \
+         GROUP BY project, day ORDER BY day LIMIT ?",
+        &[num(before), num(u64::from(limit))],
+    )
+    .await?;
+    Ok(rows.into_iter().map(|d| (d.project, d.day)).collect())
+}
+
 /// Deletes a legacy event whole once its shard holds it.
 pub async fn delete(env: &Env, project: &str, event_id: &str) -> Result<()> {
     let d = db(env)?;

@@ -123,6 +123,17 @@ pub async fn expired(env: &Env, before: u64, limit: u32) -> Result<Vec<ShardKey>
     Ok(rows.into_iter().map(key).collect())
 }
 
+/// A listed shard's bucket `[start_ms, end_ms)`, `None` when not listed.
+pub async fn span(env: &Env, shard: &ShardKey) -> Result<Option<(u64, u64)>> {
+    let rows: Vec<ShardRow> = db(env)?
+        .prepare("SELECT project, start_ms, end_ms FROM webhook_shards WHERE project = ? AND start_ms = ?")
+        .bind(&[text(&shard.project), num(shard.start_ms)])?
+        .all()
+        .await?
+        .results()?;
+    Ok(rows.into_iter().next().map(|r| (r.start_ms, r.end_ms)))
+}
+
 /// Removes a dropped shard from the directory.
 pub async fn forget(env: &Env, shard: &ShardKey) -> Result<()> {
     ENTERED.with(|e| e.borrow_mut().remove(shard));

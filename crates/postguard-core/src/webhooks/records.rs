@@ -226,6 +226,18 @@ pub trait WebhookStore {
     fn drop_usage_before(&mut self, day: u64) -> Result<(), Self::Error>;
     /// The shard's storage size (bytes).
     fn size(&mut self) -> Result<u64, Self::Error>;
+    /// The in-progress delivery whose next attempt is the earliest:
+    /// `(next_attempt_at, id)` (the alerts' queue lag).
+    fn oldest_due(&mut self) -> Result<Option<(u64, String)>, Self::Error>;
+    /// Deliveries created in `[since, until)` after `(created_at, id)`,
+    /// oldest first, each with its event's `request_id` (the archive).
+    fn oldest(
+        &mut self,
+        since: u64,
+        until: u64,
+        after: &(u64, String),
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error>;
 
     // Batched forms of the above, for the hot paths (publish, claim,
     // settle, marks): an adapter answers each with one statement; these
@@ -255,6 +267,14 @@ pub trait WebhookStore {
     }
     fn insert_attempts(&mut self, rows: &[AttemptRecord]) -> Result<(), Self::Error> {
         rows.iter().try_for_each(|a| self.insert_attempt(a))
+    }
+    /// The attempts of these deliveries (any order).
+    fn attempts_of(&mut self, ids: &[&str]) -> Result<Vec<AttemptRecord>, Self::Error> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.attempts(id)?);
+        }
+        Ok(out)
     }
 }
 
@@ -898,6 +918,35 @@ pub fn detail<S: WebhookStore>(s: &mut S, delivery_id: &str) -> Result<Option<De
     }))
 }
 
+/// A page of delivery records (one delivery with its attempts, CONTRACT
+/// §15) created in `[since, until)` after `after`, oldest first: what the
+/// archive and exports write, a page per call.
+pub fn archive_page<S: WebhookStore>(
+    s: &mut S,
+    since: u64,
+    until: u64,
+    after: &(u64, String),
+    limit: usize,
+) -> Result<Vec<crate::archive::Archived>, S::Error> {
+    let page = s.oldest(since, until, after, limit)?;
+    let ids: Vec<&str> = page.iter().map(|d| d.id.as_str()).collect();
+    let mut attempts: BTreeMap<String, Vec<AttemptRecord>> = BTreeMap::new();
+    for a in s.attempts_of(&ids)? {
+        attempts.entry(a.delivery_id.clone()).or_default().push(a);
+    }
+    Ok(page
+        .into_iter()
+        .map(|delivery| {
+            let mut mine = attempts.remove(&delivery.id).unwrap_or_default();
+            mine.sort_by_key(|a| (a.at, a.attempt));
+            crate::archive::Archived {
+                delivery,
+                attempts: mine,
+            }
+        })
+        .collect())
+}
+
 /// A whole event moved in from elsewhere (D1's legacy rows): its record,
 /// deliveries and attempts, ids and states kept. Rows already present are
 /// left as they are.
@@ -1131,6 +1180,42 @@ impl WebhookStore for MemoryStore {
     }
     fn size(&mut self) -> Result<u64, Self::Error> {
         Ok(self.size)
+    }
+    fn oldest_due(&mut self) -> Result<Option<(u64, String)>, Self::Error> {
+        Ok(self
+            .deliveries
+            .values()
+            .filter(|d| d.status.in_progress())
+            .filter_map(|d| d.next_attempt_at.map(|t| (t, d.id.clone())))
+            .min())
+    }
+    fn oldest(
+        &mut self,
+        since: u64,
+        until: u64,
+        after: &(u64, String),
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        let mut v: Vec<_> = self
+            .deliveries
+            .values()
+            .filter(|d| {
+                d.created_at >= since
+                    && d.created_at < until
+                    && (d.created_at, &d.id) > (after.0, &after.1)
+            })
+            .cloned()
+            .map(|mut d| {
+                d.request_id = self
+                    .events
+                    .get(&d.event_id)
+                    .and_then(|e| e.request_id.clone());
+                d
+            })
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        v.truncate(limit);
+        Ok(v)
     }
 }
 

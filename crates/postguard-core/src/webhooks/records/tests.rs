@@ -295,3 +295,57 @@ proptest! {
         prop_assert_eq!(u, s.events.len() as u64);
     }
 }
+
+/// The archive reads every delivery once, oldest first, page by page, each
+/// with its own attempts; and the oldest due delivery is the one whose next
+/// attempt comes first.
+#[test]
+fn archive_pages_and_the_oldest_due_delivery() {
+    let mut s = MemoryStore::default();
+    for i in 0..7u64 {
+        let ev = event(&format!("evt_{i}"), &[("a", false), ("b", i == 3)], T0 + i);
+        publish(&mut s, &[ev], &LIMITS, T0 + i).unwrap();
+    }
+    s.insert_attempts(&[
+        row("dlv_evt_2_a", 1, T0 + 50),
+        row("dlv_evt_2_a", 2, T0 + 40),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.oldest_due().unwrap(),
+        Some((T0, "dlv_evt_0_a".to_string()))
+    );
+    let (mut after, mut seen) = ((0, String::new()), Vec::new());
+    loop {
+        let page = archive_page(&mut s, T0 + 1, T0 + 6, &after, 3).unwrap();
+        let Some(last) = page.last() else { break };
+        after = (last.delivery.created_at, last.delivery.id.clone());
+        seen.extend(page);
+    }
+    let ids: Vec<&str> = seen.iter().map(|a| a.delivery.id.as_str()).collect();
+    let want: Vec<String> = (1..6)
+        .flat_map(|i| [format!("dlv_evt_{i}_a"), format!("dlv_evt_{i}_b")])
+        .collect();
+    assert_eq!(ids, want, "since inclusive, until exclusive, each once");
+    let two = seen
+        .iter()
+        .find(|a| a.delivery.id == "dlv_evt_2_a")
+        .unwrap();
+    assert_eq!(
+        two.attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [2, 1],
+        "by time"
+    );
+    assert!(seen
+        .iter()
+        .filter(|a| a.delivery.id != "dlv_evt_2_a")
+        .all(|a| a.attempts.is_empty()));
+    assert!(seen
+        .iter()
+        .all(|a| a.delivery.request_id.as_deref() == Some("req_1")));
+    for d in s.deliveries.values_mut() {
+        d.status = Status::Delivered;
+        d.next_attempt_at = None;
+    }
+    assert_eq!(s.oldest_due().unwrap(), None, "nothing in progress");
+}

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::audit::AuditRow;
-use crate::webhooks::records::{AttemptRecord, DeliveryRecord};
+pub use crate::webhooks::records::Archived;
 use crate::Invalid;
 
 pub const DAY_MS: u64 = 86_400_000;
@@ -397,13 +397,6 @@ pub fn audit_line(row: &AuditRow) -> String {
     let mut s = serde_json::to_string(row).unwrap_or_default();
     s.push('\n');
     s
-}
-
-/// One delivery with its attempts, as archived.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Archived {
-    pub delivery: DeliveryRecord,
-    pub attempts: Vec<AttemptRecord>,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -15,6 +15,7 @@ use url::Url;
 use crate::idempotency::Mode;
 use crate::ids::is_valid_name;
 use crate::pattern;
+pub use crate::response_events::ResponseEventRule;
 
 /// Entries by name (`plans`, `idempotency.methods`): a JSON object read like a
 /// `BTreeMap<String, T>` (sorted by name, the last of a repeated name wins, the
@@ -618,21 +619,6 @@ impl Default for AsyncConfig {
 /// The longest `async.timeout_ms`: a queue consumer's invocation may run 15
 /// minutes; one is kept for reading the request and storing the answer.
 pub const MAX_ASYNC_TIMEOUT_MS: u32 = 840_000;
-
-/// One `events_from_responses` rule: a stored response of `method path`
-/// whose status matches `status` publishes an event of `type` (docs/async-operations.md).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResponseEventRule {
-    pub method: String,
-    pub path: String,
-    /// A status (`"201"`) or a class (`"2xx"`).
-    pub status: String,
-    #[serde(rename = "type")]
-    pub event_type: String,
-    /// `"body"` (the response body) or a JSON Pointer into it (`"/order"`).
-    pub data: String,
-}
 
 /// `POSTGUARD_CONFIG` as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -15,8 +15,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::ResponseEventRule;
 use crate::pattern;
+
+/// One `events_from_responses` rule: a stored response of `method path`
+/// whose status matches `status` publishes an event of `type` (docs/async-operations.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseEventRule {
+    pub method: String,
+    pub path: String,
+    /// A status (`"201"`) or a class (`"2xx"`).
+    pub status: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// `"body"` (the response body) or a JSON Pointer into it (`"/order"`).
+    pub data: String,
+}
 
 /// A rule's `status`: one status, or a class (`2xx`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::webhooks::delivery::Status;
+use crate::webhooks::records::{AttemptRecord, DeliveryRecord};
 use proptest::prelude::*;
 
 /// 2026-11-30 as a UTC day.

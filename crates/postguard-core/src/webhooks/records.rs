@@ -918,6 +918,14 @@ pub fn detail<S: WebhookStore>(s: &mut S, delivery_id: &str) -> Result<Option<De
     }))
 }
 
+/// One delivery with its attempts, as the compliance archive
+/// writes it (one NDJSON line each, `archive::delivery_line`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Archived {
+    pub delivery: DeliveryRecord,
+    pub attempts: Vec<AttemptRecord>,
+}
+
 /// A page of delivery records (one delivery with its attempts, CONTRACT
 /// §15) created in `[since, until)` after `after`, oldest first: what the
 /// archive and exports write, a page per call.
@@ -927,7 +935,7 @@ pub fn archive_page<S: WebhookStore>(
     until: u64,
     after: &(u64, String),
     limit: usize,
-) -> Result<Vec<crate::archive::Archived>, S::Error> {
+) -> Result<Vec<Archived>, S::Error> {
     let page = s.oldest(since, until, after, limit)?;
     let ids: Vec<&str> = page.iter().map(|d| d.id.as_str()).collect();
     let mut attempts: BTreeMap<String, Vec<AttemptRecord>> = BTreeMap::new();
@@ -939,7 +947,7 @@ pub fn archive_page<S: WebhookStore>(
         .map(|delivery| {
             let mut mine = attempts.remove(&delivery.id).unwrap_or_default();
             mine.sort_by_key(|a| (a.at, a.attempt));
-            crate::archive::Archived {
+            Archived {
                 delivery,
                 attempts: mine,
             }

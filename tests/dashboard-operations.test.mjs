@@ -8,14 +8,10 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { chromium } from 'playwright-core';
+import { launchChromium, newPage, assertNothingRan, axe } from './support/browser.mjs';
 import { startOrigin } from './support/origin.mjs';
 import { startGateway, poll, cfg, bearer, ROOT } from './support/gateway.mjs';
 
-const require = createRequire(import.meta.url);
-const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = path.join(ROOT, 'target', 'screenshots');
 const DOC_SHOTS = path.join(ROOT, 'docs', 'screenshots');
 
@@ -52,10 +48,7 @@ async function state(id) {
 before(async () => {
   origin = await startOrigin();
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--headless=new', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-  });
+  browser = await launchChromium();
   key = await gw.createKey({ project, plan: 'big' });
   const other = await gw.createKey({ project: `${project}-other`, plan: 'big' });
   // One that succeeds, one that fails (503 through the schedule), one with a hostile path,
@@ -86,30 +79,7 @@ async function portalUrl() {
   return res.json.url;
 }
 
-async function newPage(context) {
-  const page = await context.newPage();
-  const trouble = [];
-  page.on('dialog', (d) => {
-    trouble.push(`dialog: ${d.message()}`);
-    void d.dismiss();
-  });
-  page.on('pageerror', (e) => trouble.push(`page error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error') trouble.push(`console error: ${m.text()}`);
-  });
-  await page.addInitScript(() => {
-    window.__violations = [];
-    document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
-  });
-  page.trouble = trouble;
-  return page;
-}
 
-async function assertNothingRan(page) {
-  assert.equal(await page.evaluate(() => window.__pwned), undefined, 'no injected script ran');
-  assert.deepEqual(await page.evaluate(() => window.__violations), [], 'no CSP violation');
-  assert.deepEqual(page.trouble, [], 'no dialog, page error or console error');
-}
 
 async function openOperations(page) {
   await page.goto(await portalUrl());
@@ -144,10 +114,7 @@ describe('the Operations view', () => {
       assert.equal(byId[ops.done.id][8], ops.done.request_id);
       assert.match(byId[ops.hostile.id][2], /^\/reports\/%3Cimg/, 'the path as the gateway saw it, as text');
       assert.match(await page.locator('main .status').first().textContent(), /4 operations shown/);
-      if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(AXE);
-      const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
-      const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-      assert.deepEqual(bad.map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`), [], 'axe: nothing serious or critical');
+      await axe(page, 'Operations');
       fs.mkdirSync(SHOTS, { recursive: true });
       await page.screenshot({ path: path.join(SHOTS, 'operations.png'), fullPage: true });
       if (process.env.UPDATE_SCREENSHOTS) {

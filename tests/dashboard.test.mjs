@@ -13,15 +13,11 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { createRequire } from 'node:module';
-import { chromium } from 'playwright-core';
+import { launchChromium, newPage, assertNothingRan, axe } from './support/browser.mjs';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, bearer, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN } from './support/gateway.mjs';
 
-const require = createRequire(import.meta.url);
-const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = path.join(ROOT, 'target', 'screenshots');
 const DOC_SHOTS = path.join(ROOT, 'docs', 'screenshots');
 
@@ -87,43 +83,8 @@ async function portalUrl(ttl_s = 3600) {
   return res.json.url;
 }
 
-/** A page that records everything that must never happen: dialogs, CSP violations, page errors. */
-async function newPage(context) {
-  const page = await context.newPage();
-  const trouble = [];
-  page.on('dialog', (d) => {
-    trouble.push(`dialog: ${d.message()}`);
-    void d.dismiss();
-  });
-  page.on('pageerror', (e) => trouble.push(`page error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error') trouble.push(`console error: ${m.text()}`);
-  });
-  await page.addInitScript(() => {
-    window.__violations = [];
-    document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
-  });
-  page.trouble = trouble;
-  return page;
-}
 
-async function assertNothingRan(page) {
-  assert.equal(await page.evaluate(() => window.__pwned), undefined, 'no injected script ran');
-  assert.deepEqual(await page.evaluate(() => window.__violations), [], 'no CSP violation');
-  assert.deepEqual(page.trouble, [], 'no dialog, page error or console error');
-}
 
-async function axe(page, label) {
-  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(AXE);
-  const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(
-    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`),
-    [],
-    `axe on ${label}`,
-  );
-  return result.violations.map((v) => `${v.id} (${v.impact})`);
-}
 
 /** How many attempts a delivery has had: its first one may already have been retried (a timeout on a loaded machine). */
 async function attemptsMade(id) {
@@ -174,10 +135,7 @@ before(async () => {
   gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg(CONFIG) } });
   receiverA = await startReceiver({ behaviour: () => ({ status: 400, body: 'not yet' }) });
   receiverB = await startReceiver();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--headless=new', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-  });
+  browser = await launchChromium();
   key = await gw.createKey({ project, plan: 'big', name: 'shop backend' });
 
   // Webhooks first: a subscription to a receiver that refuses (400 dead-letters at once) and two

@@ -18,6 +18,17 @@ pub fn num(v: u64) -> JsValue {
     JsValue::from_f64(v as f64)
 }
 
+/// The core's query arguments as D1 values.
+pub fn args(args: &[postguard_core::audit::Arg]) -> Vec<JsValue> {
+    use postguard_core::audit::Arg;
+    args.iter()
+        .map(|a| match a {
+            Arg::Text(s) => text(s),
+            Arg::Int(i) => JsValue::from_f64(*i as f64),
+        })
+        .collect()
+}
+
 /// Every row of one query.
 pub async fn all<T: DeserializeOwned>(
     db: &D1Database,

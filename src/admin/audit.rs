@@ -5,7 +5,7 @@
 //! (from the D1 directory), this file fetches and hands the answers back.
 
 use futures_util::future::join_all;
-use postguard_core::audit::{bounded, parse_days, Arg, AuditQuery, AuditRow, COLUMNS};
+use postguard_core::audit::{bounded, parse_days, AuditQuery, AuditRow, COLUMNS};
 use postguard_core::audit_shard::{
     self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
     ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
@@ -13,7 +13,6 @@ use postguard_core::audit_shard::{
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::Invalid;
 use serde::Deserialize;
-use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, Env, Result};
 
 use crate::auth::Principal;
@@ -39,15 +38,6 @@ fn scope(who: &Principal) -> Scope {
         Some(p) => Scope::Project(p.to_string()),
         None => Scope::All,
     }
-}
-
-fn js(args: &[Arg]) -> Vec<JsValue> {
-    args.iter()
-        .map(|a| match a {
-            Arg::Text(s) => text(s),
-            Arg::Int(i) => JsValue::from_f64(*i as f64),
-        })
-        .collect()
 }
 
 fn rust_err(e: impl std::fmt::Display) -> worker::Error {
@@ -209,7 +199,7 @@ async fn rows_of(
         }
         Source::Legacy { .. } => {
             let (sql, args) = q.sql_on("audit_log", COLUMNS, true, take);
-            let rows: Vec<DbRow> = d1::all(db, sql, &js(&args)).await?;
+            let rows: Vec<DbRow> = d1::all(db, sql, &d1::args(&args)).await?;
             Ok(rows.into_iter().map(AuditRow::from).collect())
         }
     }

@@ -14,7 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use postguard_core::audit::{Arg, AuditQuery, AuditRow};
+use postguard_core::audit::{AuditQuery, AuditRow};
 use postguard_core::audit_shard::{self, Ingested, Rollups, Shard, ShardStore, StatsQuery};
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
@@ -189,15 +189,6 @@ impl ShardStore for Sql<'_> {
     }
 }
 
-fn bind(args: Vec<Arg>) -> Vec<SqlStorageValue> {
-    args.into_iter()
-        .map(|a| match a {
-            Arg::Text(s) => SqlStorageValue::String(s),
-            Arg::Int(i) => SqlStorageValue::Integer(i),
-        })
-        .collect()
-}
-
 impl AuditShard {
     fn sql(&self) -> Result<Sql<'_>> {
         if !self.schema_ready.get() {
@@ -248,7 +239,7 @@ impl AuditShard {
         let sq: ShardQuery = serde_json::from_slice(body).map_err(err)?;
         let (inner, args) = sq.q.sql_on("rows", COLUMNS, false, sq.take);
         let sql = format!("SELECT json_group_array({ROW_JSON}) FROM ({inner})");
-        self.sql()?.scalar(&sql, bind(args))
+        self.sql()?.scalar(&sql, super::sql_args(args))
     }
 
     fn page(&self, body: &[u8]) -> Result<String> {

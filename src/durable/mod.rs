@@ -6,3 +6,14 @@ pub mod audit_shard;
 pub mod client;
 pub mod key_guard;
 pub mod webhook_shard;
+
+/// The core's query arguments as SQLite values of an object's storage.
+pub fn sql_args(args: Vec<postguard_core::audit::Arg>) -> Vec<worker::SqlStorageValue> {
+    use postguard_core::audit::Arg;
+    args.into_iter()
+        .map(|a| match a {
+            Arg::Text(s) => worker::SqlStorageValue::String(s),
+            Arg::Int(i) => worker::SqlStorageValue::Integer(i),
+        })
+        .collect()
+}

@@ -408,31 +408,11 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn list(&mut self, q: &DeliveryQuery, limit: usize) -> Result<Vec<DeliveryRecord>> {
-        let mut filter = String::from("WHERE 1");
-        let mut binds = Vec::new();
-        if let Some(s) = q.status {
-            filter.push_str(" AND d.status = ?");
-            binds.push(text(s.as_str()));
-        }
-        if let Some(t) = &q.event_type {
-            filter.push_str(" AND d.event_type = ?");
-            binds.push(text(t));
-        }
-        if let Some(s) = q.since {
-            filter.push_str(" AND d.created_at >= ?");
-            binds.push(int(s));
-        }
-        if let Some(u) = q.until {
-            filter.push_str(" AND d.created_at <= ?");
-            binds.push(int(u));
-        }
-        if let Some((t, id)) = &q.before {
-            filter.push_str(" AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))");
-            binds.extend([int(*t), int(*t), text(id)]);
-        }
-        filter.push_str(" ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
-        binds.push(int(limit as u64));
-        self.rows(&format!("{LIST_COLUMNS} {filter}"), binds)
+        let (conditions, args) = q.sql_conditions(limit as u64);
+        self.rows(
+            &format!("{LIST_COLUMNS} WHERE 1{conditions}"),
+            super::sql_args(args),
+        )
     }
 
     fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>> {

@@ -47,30 +47,10 @@ pub async fn list(
     q: &DeliveryQuery,
     take: u32,
 ) -> Result<Vec<DeliveryRecord>> {
-    let mut sql = format!("{LEGACY_DELIVERY} WHERE d.project = ?");
-    let mut args: Vec<JsValue> = vec![text(project)];
-    if let Some(s) = q.status {
-        sql.push_str(" AND d.status = ?");
-        args.push(text(s.as_str()));
-    }
-    if let Some(t) = &q.event_type {
-        sql.push_str(" AND d.event_type = ?");
-        args.push(text(t));
-    }
-    if let Some(s) = q.since {
-        sql.push_str(" AND d.created_at >= ?");
-        args.push(num(s));
-    }
-    if let Some(u) = q.until {
-        sql.push_str(" AND d.created_at <= ?");
-        args.push(num(u));
-    }
-    if let Some((t, id)) = &q.before {
-        sql.push_str(" AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))");
-        args.extend([num(*t), num(*t), text(id)]);
-    }
-    sql.push_str(" ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
-    args.push(num(u64::from(take)));
+    let (conditions, rest) = q.sql_conditions(u64::from(take));
+    let sql = format!("{LEGACY_DELIVERY} WHERE d.project = ?{conditions}");
+    let mut args = vec![text(project)];
+    args.extend(crate::d1::args(&rest));
     crate::d1::all(&db(env)?, sql, &args).await
 }
 

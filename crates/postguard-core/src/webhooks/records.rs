@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::{self, Usage};
 use super::delivery::{self, Attempted, Claim, Delivery, Plan, Status, Transition};
+use crate::audit::Arg;
 use crate::problem::{ErrorCode, Problem};
 
 /// A stored event: the exact body delivered and its trace.
@@ -112,6 +113,38 @@ pub struct DeliveryQuery {
 }
 
 impl DeliveryQuery {
+    /// The query in SQL over a `deliveries` table aliased `d`: ` AND …`
+    /// conditions, newest first, at most `limit` rows, with their arguments.
+    /// The shard's SQLite and D1's legacy rows run the same text.
+    pub fn sql_conditions(&self, limit: u64) -> (String, Vec<Arg>) {
+        let int = |v: u64| Arg::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        let mut sql = String::new();
+        let mut args = Vec::new();
+        if let Some(s) = self.status {
+            sql.push_str(" AND d.status = ?");
+            args.push(Arg::Text(s.as_str().to_string()));
+        }
+        if let Some(t) = &self.event_type {
+            sql.push_str(" AND d.event_type = ?");
+            args.push(Arg::Text(t.clone()));
+        }
+        if let Some(s) = self.since {
+            sql.push_str(" AND d.created_at >= ?");
+            args.push(int(s));
+        }
+        if let Some(u) = self.until {
+            sql.push_str(" AND d.created_at <= ?");
+            args.push(int(u));
+        }
+        if let Some((t, id)) = &self.before {
+            sql.push_str(" AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))");
+            args.extend([int(*t), int(*t), Arg::Text(id.clone())]);
+        }
+        sql.push_str(" ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
+        args.push(int(limit));
+        (sql, args)
+    }
+
     pub fn matches(&self, d: &DeliveryRecord) -> bool {
         self.status.is_none_or(|s| d.status == s)
             && self.event_type.as_ref().is_none_or(|t| *t == d.event_type)

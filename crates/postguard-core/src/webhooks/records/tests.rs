@@ -349,3 +349,20 @@ fn archive_pages_and_the_oldest_due_delivery() {
     }
     assert_eq!(s.oldest_due().unwrap(), None, "nothing in progress");
 }
+
+#[test]
+fn a_delivery_query_in_sql_binds_one_argument_per_placeholder() {
+    let q = DeliveryQuery {
+        status: Some(Status::Failed),
+        event_type: Some("payment.failed".into()),
+        since: Some(1),
+        until: Some(2),
+        before: Some((3, "dlv_x".into())),
+    };
+    let (sql, args) = q.sql_conditions(50);
+    assert_eq!(sql.matches('?').count(), args.len());
+    assert_eq!(args.last(), Some(&crate::audit::Arg::Int(50)));
+    let (bare, only_limit) = DeliveryQuery::default().sql_conditions(7);
+    assert_eq!(bare, " ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
+    assert_eq!(only_limit, vec![crate::audit::Arg::Int(7)]);
+}

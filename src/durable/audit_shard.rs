@@ -17,24 +17,13 @@ use std::cell::{Cell, RefCell};
 use postguard_core::audit::{AuditQuery, AuditRow};
 use postguard_core::audit_shard::{self, Ingested, Rollups, Shard, ShardStore, StatsQuery};
 use serde::Deserialize;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
     SqlStorageValue, State,
 };
 
 use crate::{bindings, http};
-
-#[wasm_bindgen::prelude::wasm_bindgen]
-extern "C" {
-    /// The object's `DurableObjectStorage`, for `transactionSync`.
-    type ShardTxStorage;
-    #[wasm_bindgen(method, catch, js_name = transactionSync)]
-    fn transaction_sync(
-        this: &ShardTxStorage,
-        f: &mut dyn FnMut() -> std::result::Result<JsValue, JsValue>,
-    ) -> std::result::Result<JsValue, JsValue>;
-}
 
 /// Only the indexes the filters need: the primary key (INSERT OR IGNORE,
 /// `request_id=`), newest-first paging, and `idempotency_key=`.
@@ -212,27 +201,7 @@ impl AuditShard {
 
     fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Result<T>) -> Result<T> {
         let mut store = self.sql()?;
-        let mut f = Some(f);
-        let mut out: Option<Result<T>> = None;
-        let raw = self.state.storage();
-        let tx: &ShardTxStorage = raw.as_raw().unchecked_ref();
-        let ran = tx.transaction_sync(&mut || {
-            let r = match f.take() {
-                Some(f) => f(&mut store),
-                None => Err(err("transaction callback ran twice")),
-            };
-            let failed = r.is_err();
-            out = Some(r);
-            match failed {
-                true => Err(JsValue::from_str("rolled back")),
-                false => Ok(JsValue::UNDEFINED),
-            }
-        });
-        match (ran, out) {
-            (Ok(_), Some(r)) | (Err(_), Some(r @ Err(_))) => r,
-            (Err(e), _) => Err(err(e.as_string().unwrap_or_else(|| format!("{e:?}")))),
-            (Ok(_), None) => Err(err("transaction did not run")),
-        }
+        super::atomically(&self.state.storage(), || f(&mut store), err)
     }
 
     fn query(&self, body: &[u8]) -> Result<String> {

@@ -38,26 +38,13 @@ use postguard_core::operations::{self, NEVER};
 use postguard_core::rate_limit::Window;
 use postguard_core::response_events::PendingEvent;
 use postguard_core::store::{self, GuardStore, Part, Pending};
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, SqlStorage,
     SqlStorageValue, State,
 };
 
 use crate::runtime::now_ms;
-
-#[wasm_bindgen::prelude::wasm_bindgen]
-extern "C" {
-    /// The object's `DurableObjectStorage`, for the one method `worker` lacks.
-    type TxStorage;
-    /// Runs the callback in a storage transaction: a callback that throws
-    /// rolls back every write it made.
-    #[wasm_bindgen(method, catch, js_name = transactionSync)]
-    fn transaction_sync(
-        this: &TxStorage,
-        f: &mut dyn FnMut() -> std::result::Result<JsValue, JsValue>,
-    ) -> std::result::Result<JsValue, JsValue>;
-}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -96,10 +83,6 @@ pub struct KeyGuard {
     limiter: RefCell<Option<GuardState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
-}
-
-fn storage_js(e: &JsValue) -> GuardError {
-    GuardError::Storage(e.as_string().unwrap_or_else(|| format!("{e:?}")))
 }
 
 fn storage(e: impl std::fmt::Display) -> GuardError {
@@ -547,29 +530,8 @@ impl KeyGuard {
     /// dropped, so memory never keeps a write that was rolled back.
     fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Sr<T>) -> Sr<T> {
         let mut store = self.store()?;
-        let mut f = Some(f);
-        let mut out: Option<Sr<T>> = None;
-        let raw = self.state.storage();
-        let storage: &TxStorage = raw.as_raw().unchecked_ref();
-        let ran = storage.transaction_sync(&mut || {
-            let result = match f.take() {
-                Some(f) => f(&mut store),
-                None => Err(GuardError::Storage("transaction callback ran twice".into())),
-            };
-            let failed = result.is_err();
-            out = Some(result);
-            match failed {
-                // Throwing is what makes the runtime roll back.
-                true => Err(JsValue::from_str("rolled back")),
-                false => Ok(JsValue::UNDEFINED),
-            }
-        });
-        let result = match (ran, out) {
-            (Ok(_), Some(result)) => result,
-            (Err(_), Some(Err(e))) => Err(e),
-            (Err(e), _) => Err(storage_js(&e)),
-            (Ok(_), None) => Err(GuardError::Storage("transaction did not run".into())),
-        };
+        let result =
+            super::atomically(&self.state.storage(), || f(&mut store), GuardError::Storage);
         if result.is_err() {
             *self.limiter.borrow_mut() = None;
         }

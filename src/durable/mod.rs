@@ -2,6 +2,8 @@
 //! asks the core to decide and persists the decision; the caller side speaks
 //! the same typed protocol (`postguard_core::guard::protocol`).
 
+use worker::wasm_bindgen::{JsCast, JsValue};
+
 pub mod audit_shard;
 pub mod client;
 pub mod key_guard;
@@ -16,4 +18,47 @@ pub fn sql_args(args: Vec<postguard_core::audit::Arg>) -> Vec<worker::SqlStorage
             Arg::Int(i) => worker::SqlStorageValue::Integer(i),
         })
         .collect()
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// An object's `DurableObjectStorage`, for the one method `worker` lacks.
+    type TxStorage;
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    fn transaction_sync(
+        this: &TxStorage,
+        f: &mut dyn FnMut() -> Result<JsValue, JsValue>,
+    ) -> Result<JsValue, JsValue>;
+}
+
+/// Runs `f` inside the object's `transactionSync`: every write it makes
+/// commits together, or none does when it fails (throwing is what makes the
+/// runtime roll back). `storage_error` names a failure of the runtime itself.
+pub fn atomically<T, E>(
+    storage: &worker::Storage,
+    f: impl FnOnce() -> Result<T, E>,
+    storage_error: impl Fn(String) -> E,
+) -> Result<T, E> {
+    let mut f = Some(f);
+    let mut out: Option<Result<T, E>> = None;
+    let tx: &TxStorage = storage.as_raw().unchecked_ref();
+    let ran = tx.transaction_sync(&mut || {
+        let r = match f.take() {
+            Some(f) => f(),
+            None => Err(storage_error("transaction callback ran twice".into())),
+        };
+        let failed = r.is_err();
+        out = Some(r);
+        match failed {
+            true => Err(JsValue::from_str("rolled back")),
+            false => Ok(JsValue::UNDEFINED),
+        }
+    });
+    match (ran, out) {
+        (Ok(_), Some(r)) | (Err(_), Some(r @ Err(_))) => r,
+        (Err(e), _) => Err(storage_error(
+            e.as_string().unwrap_or_else(|| format!("{e:?}")),
+        )),
+        (Ok(_), None) => Err(storage_error("transaction did not run".into())),
+    }
 }

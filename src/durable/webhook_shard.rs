@@ -19,7 +19,7 @@ use postguard_core::webhooks::records::{
 };
 use postguard_core::webhooks::shard::ShardKey;
 use serde::{Deserialize, Serialize};
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
     SqlStorageValue, State,
@@ -27,17 +27,6 @@ use worker::{
 
 use crate::bindings;
 use worker::wasm_bindgen_futures::JsFuture;
-
-#[wasm_bindgen::prelude::wasm_bindgen]
-extern "C" {
-    /// The object's `DurableObjectStorage`, for `transactionSync`.
-    type WebhookTxStorage;
-    #[wasm_bindgen(method, catch, js_name = transactionSync)]
-    fn transaction_sync(
-        this: &WebhookTxStorage,
-        f: &mut dyn FnMut() -> std::result::Result<JsValue, JsValue>,
-    ) -> std::result::Result<JsValue, JsValue>;
-}
 
 /// No `project` column: the shard is one project's. The outbox is the
 /// deliveries with no `queued_at` (a partial index), the manual-attempt
@@ -622,27 +611,7 @@ impl WebhookShard {
     /// Runs `f` over the port in one storage transaction: all or nothing.
     fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Result<T>) -> Result<T> {
         let mut store = self.store()?;
-        let mut f = Some(f);
-        let mut out: Option<Result<T>> = None;
-        let raw = self.state.storage();
-        let tx: &WebhookTxStorage = raw.as_raw().unchecked_ref();
-        let ran = tx.transaction_sync(&mut || {
-            let r = match f.take() {
-                Some(f) => f(&mut store),
-                None => Err(err("transaction callback ran twice")),
-            };
-            let failed = r.is_err();
-            out = Some(r);
-            match failed {
-                true => Err(JsValue::from_str("rolled back")),
-                false => Ok(JsValue::UNDEFINED),
-            }
-        });
-        match (ran, out) {
-            (Ok(_), Some(r)) | (Err(_), Some(r @ Err(_))) => r,
-            (Err(e), _) => Err(err(e.as_string().unwrap_or_else(|| format!("{e:?}")))),
-            (Ok(_), None) => Err(err("transaction did not run")),
-        }
+        super::atomically(&self.state.storage(), || f(&mut store), err)
     }
 
     fn dump(&self) -> Result<Dump> {

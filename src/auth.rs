@@ -152,6 +152,7 @@ impl Caller {
             version: self.key.record.updated_at,
             expires_at: self.key.record.expires_at,
             key: keys::secret_tag(&self.key.hash),
+            secret_until: self.key.record.secret_expires_at,
         }
     }
 }

@@ -16,9 +16,9 @@
 
 use crate::webhooks::directory::subscriptions;
 use postguard_core::config::OnKeyRevoked;
-use postguard_core::guard::{Previous, Revoke, RevokeRequest, Update, UpdateRequest};
+use postguard_core::guard::{Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
-use postguard_core::keys::{self, KeyRecord};
+use postguard_core::keys::{self, KeyRecord, Retired, SecretRecord};
 use postguard_core::log::Line;
 use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
@@ -34,33 +34,13 @@ use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{new_ulid_parts, now_ms, random_bytes};
 
-/// An earlier secret of a rerolled key, still working until `until`.
-#[derive(Clone, Serialize, Deserialize)]
-struct OldSecret {
-    hash: String,
-    until: u64,
-}
-
 #[derive(Serialize, Deserialize)]
 struct ById {
     record: KeyRecord,
     hash: String,
+    /// The secrets rerolls replaced (`keys::Retired`), ended ones too.
     #[serde(default)]
-    previous: Vec<OldSecret>,
-}
-
-impl ById {
-    /// The secrets of earlier rerolls still within their grace at `now`.
-    fn live_previous(&self, now: u64) -> Vec<Previous> {
-        self.previous
-            .iter()
-            .filter(|p| p.until > now)
-            .map(|p| Previous {
-                key: keys::secret_tag(&p.hash),
-                until: p.until,
-            })
-            .collect()
-    }
+    previous: Vec<Retired>,
 }
 
 #[derive(Serialize)]
@@ -79,27 +59,33 @@ fn index_entries(rec: &KeyRecord) -> [String; 2] {
 }
 
 /// Every KV entry of the key: each secret's record, the entry by id, the
-/// index entries (written last, so a listed key is always resolvable).
+/// index entries (written last, so a listed key is always resolvable). A
+/// secret's record expires in KV after the secret ends
+/// (`keys::secret_record`); one past that is deleted, never written again.
 async fn write_all(kv: &KvStore, by_id: &ById) -> Handled<()> {
     let rec = &by_id.record;
-    kv.put(&auth::hash_entry(&by_id.hash), serde_json::to_string(rec)?)?
-        .execute()
-        .await?;
+    let now = now_ms();
+    put_secret(kv, &by_id.hash, rec, now).await?;
     for old in &by_id.previous {
-        let mut theirs = rec.clone();
-        theirs.expires_at = Some(rec.expires_at.map_or(old.until, |e| e.min(old.until)));
-        kv.put(
-            &auth::hash_entry(&old.hash),
-            serde_json::to_string(&theirs)?,
-        )?
-        .execute()
-        .await?;
+        put_secret(kv, &old.hash, &keys::retired_record(rec, old), now).await?;
     }
     kv.put(&format!("k:{}", rec.id), serde_json::to_string(by_id)?)?
         .execute()
         .await?;
     for name in index_entries(rec) {
         kv.put(&name, "")?.metadata(rec.listed())?.execute().await?;
+    }
+    Ok(())
+}
+
+/// The record `h:<hash>` of one secret, as `keys::secret_record` says.
+async fn put_secret(kv: &KvStore, hash: &str, rec: &KeyRecord, now: u64) -> Handled<()> {
+    let name = auth::hash_entry(hash);
+    let put = || kv.put(&name, serde_json::to_string(rec)?);
+    match keys::secret_record(keys::secret_end(rec), now) {
+        SecretRecord::Keep => put()?.execute().await?,
+        SecretRecord::KeepUntil { epoch_s } => put()?.expiration(epoch_s).execute().await?,
+        SecretRecord::Delete => kv.delete(&name).await?,
     }
     Ok(())
 }
@@ -124,6 +110,7 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         meta: input.meta,
         overrides: input.overrides,
         updated_at: 0,
+        secret_expires_at: None,
     };
     let kv = cx.env.kv(bindings::API_KEYS)?;
     let hash = ids::sha256_hex(&key);
@@ -147,7 +134,7 @@ async fn tell_object(cx: &Ctx<'_>, by_id: &ById) -> Handled<()> {
     let Some(profile) = keys::profile(
         &by_id.record,
         &cx.cfg.settings,
-        by_id.live_previous(now_ms()),
+        keys::markers(&by_id.previous),
     ) else {
         return Err(Problem::new(
             postguard_core::ErrorCode::ConfigInvalid,
@@ -201,12 +188,11 @@ pub async fn reroll(cx: &Ctx<'_>, id: &str) -> Handled {
     let now = now_ms();
     let key = keys::rerolled_key(&found.record.prefix, &new_secret()?);
     let until = now + grace_s * 1000;
-    let old = OldSecret {
+    let old = Retired {
         hash: std::mem::replace(&mut found.hash, ids::sha256_hex(&key)),
         until,
     };
-    found.previous.retain(|p| p.until > now);
-    found.previous.push(old);
+    keys::retire(&mut found.previous, old);
     found.record.updated_at = now.max(found.record.updated_at + 1);
     tell_object(cx, &found).await?;
     write_all(&kv, &found).await?;

@@ -86,10 +86,12 @@ pub async fn create_session(cx: &Ctx<'_>) -> Handled {
         .expiration_ttl(portal::consumed_ttl_s(link.exp, now))
         .execute()
         .await?;
-    let plan = project_plan(&kv, &link.project).await?.ok_or_else(|| {
-        unauthorized("the project has no live API key: a portal session has the rights of one")
-    })?;
-    let session = portal::session_claims(&link, &nonce()?, &plan, now);
+    let terms = project_terms(&kv, &link.project, now)
+        .await?
+        .ok_or_else(|| {
+            unauthorized("the project has no live API key: a portal session has the rights of one")
+        })?;
+    let session = portal::session_claims(&link, &nonce()?, &terms, now);
     if !register(cx.env, &session, link.iat.unwrap_or(0)).await? {
         return Err(unauthorized(
             "the operator ended this project's portal sessions after the link was made: ask for a new one",
@@ -105,9 +107,13 @@ pub async fn create_session(cx: &Ctx<'_>) -> Handled {
     handler::json(cx.rc, 201, &out, &[])
 }
 
-/// The plan of the project's newest live key (`portal::session_plan`), from
-/// its listing; `None` without a live one.
-async fn project_plan(kv: &KvStore, project: &str) -> Handled<Option<String>> {
+/// What a session of the project gets (`portal::session_terms`), from its
+/// keys' listing; `None` without a live key.
+async fn project_terms(
+    kv: &KvStore,
+    project: &str,
+    now: u64,
+) -> Handled<Option<portal::SessionTerms>> {
     let listed = kv
         .list()
         .prefix(format!("i:{project}:"))
@@ -119,10 +125,7 @@ async fn project_plan(kv: &KvStore, project: &str) -> Handled<Option<String>> {
         .into_iter()
         .filter_map(|k| k.metadata.and_then(|m| serde_json::from_value(m).ok()))
         .collect();
-    let keys = records
-        .iter()
-        .map(|r| (r.created_at, r.plan.as_str(), r.revoked_at.is_some()));
-    Ok(portal::session_plan(keys).map(str::to_string))
+    Ok(portal::session_terms(&records, now))
 }
 
 /// Enters the session in the registry unless the operator ended the

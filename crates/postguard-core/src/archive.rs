@@ -549,12 +549,8 @@ pub fn parse_export(body: &[u8]) -> Result<ExportRequest, Invalid> {
         Some(_) => Err(Invalid::field(k, "must be a string")),
     };
     let time = |k: &str| match obj.get(k) {
-        Some(Value::String(s)) => crate::audit::parse_time(k, s),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
+        Some(v) => crate::audit::time_value(k, v),
         None => Err(Invalid::field(k, "is required")),
-        Some(_) => Err(Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
     };
     let project = text("project")?;
     let kind = Kind::parse(text("kind")?)

@@ -59,6 +59,10 @@ pub struct Caller {
     pub expires_at: Option<u64>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// When the calling secret stops working, if a reroll replaced it (its
+    /// record says so): refused from then on, whatever the profile says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_until: Option<u64>,
 }
 
 /// A key of a reroll still working until `until` (epoch ms).
@@ -410,11 +414,19 @@ impl AdmitPlan {
     }
 }
 
-/// Whether the calling secret has expired: the key's own expiry (the
-/// object's fresher profile, else the caller's record), or, for a secret a
-/// reroll replaced, the end of its grace.
+/// Whether the calling secret has expired: for a secret a reroll replaced,
+/// the end of its grace (as its own record says, and as the object's
+/// marker says — either suffices, so neither a stale cache nor a record KV
+/// still serves brings it back); else the key's own expiry (the object's
+/// fresher profile, else the caller's record).
 fn expired(state: &GuardState, fresher: Option<&Profile>, req: &AdmitRequest, now_ms: u64) -> bool {
     let caller = req.caller.as_ref();
+    if caller
+        .and_then(|c| c.secret_until)
+        .is_some_and(|at| now_ms >= at)
+    {
+        return true;
+    }
     let expires_at = match fresher {
         Some(p) => p.expires_at,
         None => caller.and_then(|c| c.expires_at),
@@ -1173,8 +1185,8 @@ mod tests {
         let stale = AdmitRequest {
             caller: Some(Caller {
                 version: 3,
-                expires_at: None,
                 key: "newkey01".into(),
+                ..Caller::default()
             }),
             ..req(1, None)
         };
@@ -1210,6 +1222,7 @@ mod tests {
                 version: 5,
                 expires_at: expires,
                 key: key.into(),
+                secret_until: None,
             }),
             ..req(1, None)
         };
@@ -1241,6 +1254,34 @@ mod tests {
             admit(&st, 0, None, &at("newkey01", None), 100).response,
             AdmitResponse::Expired
         );
+    }
+
+    /// Issue 32 #1: a secret rerolled away came back once a second reroll
+    /// had dropped it from the profile, because a fresher profile's expiry
+    /// was the only one read. Its own record's end now binds whatever the
+    /// profile holds.
+    #[test]
+    fn a_replaced_secret_stays_refused_whatever_profile_the_object_holds() {
+        let mut st = state(None);
+        let mut later = profile(9);
+        later.previous.clear();
+        st.profile = Some(later);
+        let old = |now| {
+            let req = AdmitRequest {
+                caller: Some(Caller {
+                    version: 4,
+                    expires_at: None,
+                    key: "gone0001".into(),
+                    secret_until: Some(2_000),
+                }),
+                ..req(1, None)
+            };
+            admit(&st, 0, None, &req, now).response
+        };
+        assert!(matches!(old(1_999), AdmitResponse::Admitted { .. }));
+        for now in [2_000, 65_000, u64::MAX] {
+            assert_eq!(old(now), AdmitResponse::Expired, "at {now}");
+        }
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct KeyRecord {
     /// the version its object compares with a worker's cached record.
     #[serde(default)]
     pub updated_at: u64,
+    /// Set only on the record of a secret a reroll replaced: when that
+    /// secret stops working (epoch ms), whatever the key's own expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_expires_at: Option<u64>,
 }
 
 /// A key in `GET /keys`: its record without metadata and overrides, and
@@ -232,8 +236,90 @@ pub fn rerolled_key(prefix: &str, random: &[u8; 32]) -> String {
     format!("{}{}", &prefix[..keep], &fresh[keep..])
 }
 
+/// A secret a reroll replaced: its SHA-256 and when it stops (stopped)
+/// working (epoch ms). Kept after its end as well: the key's object refuses
+/// it by this marker for good, whatever KV or a cache still holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retired {
+    pub hash: String,
+    pub until: u64,
+}
+
+/// How many replaced secrets a key remembers (the oldest is forgotten
+/// first; its KV record has long expired by then).
+pub const MAX_RETIRED: usize = 16;
+
+/// How long past its end the record of an ended secret stays in KV, so a
+/// client still using it is told `API_KEY_EXPIRED` rather than that the key
+/// is unknown; KV then deletes it.
+pub const ENDED_RECORD_KEPT_MS: u64 = 3_600_000;
+/// KV's shortest expiry (s from now).
+const KV_MIN_EXPIRY_S: u64 = 60;
+
+/// Adds `old` to the key's replaced secrets, newest last, at most
+/// [`MAX_RETIRED`].
+pub fn retire(retired: &mut Vec<Retired>, old: Retired) {
+    retired.retain(|r| r.hash != old.hash);
+    retired.push(old);
+    let over = retired.len().saturating_sub(MAX_RETIRED);
+    retired.drain(..over);
+}
+
+/// The markers the key's object keeps of its replaced secrets.
+pub fn markers(retired: &[Retired]) -> Vec<Previous> {
+    retired
+        .iter()
+        .map(|r| Previous {
+            key: secret_tag(&r.hash),
+            until: r.until,
+        })
+        .collect()
+}
+
+/// What becomes of the KV record of a secret that ends at `ends_at`
+/// (`None`: never): kept without an expiry, kept until an expiry (epoch
+/// s, [`ENDED_RECORD_KEPT_MS`] past its end), or deleted now (that time
+/// has passed: writing it again would bring an ended secret back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretRecord {
+    Keep,
+    KeepUntil { epoch_s: u64 },
+    Delete,
+}
+
+pub fn secret_record(ends_at: Option<u64>, now_ms: u64) -> SecretRecord {
+    let Some(end) = ends_at else {
+        return SecretRecord::Keep;
+    };
+    let drop_at = end.saturating_add(ENDED_RECORD_KEPT_MS);
+    if drop_at <= now_ms {
+        return SecretRecord::Delete;
+    }
+    SecretRecord::KeepUntil {
+        epoch_s: (drop_at / 1000).max(now_ms / 1000 + KV_MIN_EXPIRY_S),
+    }
+}
+
+/// The record stored under a replaced secret: the key's, saying when this
+/// secret ends.
+pub fn retired_record(record: &KeyRecord, r: &Retired) -> KeyRecord {
+    KeyRecord {
+        secret_expires_at: Some(r.until),
+        ..record.clone()
+    }
+}
+
+/// When a secret of the key ends: its own end if a reroll replaced it,
+/// the key's expiry otherwise (whichever is first).
+pub fn secret_end(record: &KeyRecord) -> Option<u64> {
+    match (record.secret_expires_at, record.expires_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// What the key's object holds of it (`guard::Profile`): resolved limits,
-/// expiry, metadata and the secrets of earlier rerolls still in their grace.
+/// expiry, metadata and the markers of its replaced secrets.
 pub fn profile(
     record: &KeyRecord,
     settings: &Settings,
@@ -284,16 +370,8 @@ fn check_name(name: Option<&str>) -> Result<(), Invalid> {
 fn expiry(value: Option<&serde_json::Value>, now_ms: u64) -> Result<Option<u64>, Invalid> {
     let at = match value {
         None | Some(serde_json::Value::Null) => return Ok(None),
-        Some(serde_json::Value::Number(n)) => n.as_u64(),
-        Some(serde_json::Value::String(s)) => crate::audit::parse_time("expires_at", s).ok(),
-        Some(_) => None,
-    }
-    .ok_or_else(|| {
-        Invalid::field(
-            "expires_at",
-            "must be epoch milliseconds or an RFC 3339 timestamp",
-        )
-    })?;
+        Some(v) => crate::audit::time_value("expires_at", v)?,
+    };
     if at <= now_ms {
         return Err(Invalid::field("expires_at", "must be in the future"));
     }
@@ -468,6 +546,85 @@ mod tests {
             "the listing's entry reads back"
         );
         assert_eq!(secret_tag("abcdef0123456789"), "abcdef01");
+    }
+
+    #[test]
+    fn replaced_secrets_are_remembered_for_good_and_their_records_expire() {
+        let mut retired = Vec::new();
+        for i in 0..(MAX_RETIRED as u64 + 3) {
+            retire(
+                &mut retired,
+                Retired {
+                    hash: format!("{i:064x}"),
+                    until: i,
+                },
+            );
+        }
+        assert_eq!(retired.len(), MAX_RETIRED);
+        assert_eq!(
+            retired.last().map(|r| r.until),
+            Some(MAX_RETIRED as u64 + 2)
+        );
+        // An ended secret keeps its marker (the object refuses it by that).
+        assert!(markers(&retired).iter().all(|m| m.key.len() == 8));
+        const NOW: u64 = 1_800_000_000_000;
+        assert_eq!(secret_record(None, NOW), SecretRecord::Keep);
+        // Grace 0: ended now, told API_KEY_EXPIRED for an hour, then gone.
+        assert_eq!(
+            secret_record(Some(NOW), NOW),
+            SecretRecord::KeepUntil {
+                epoch_s: (NOW + ENDED_RECORD_KEPT_MS) / 1000
+            }
+        );
+        assert_eq!(
+            secret_record(Some(NOW - ENDED_RECORD_KEPT_MS), NOW),
+            SecretRecord::Delete
+        );
+        // KV never takes an expiry under a minute away.
+        assert_eq!(
+            secret_record(Some(NOW - ENDED_RECORD_KEPT_MS + 1_000), NOW),
+            SecretRecord::KeepUntil {
+                epoch_s: NOW / 1000 + 60
+            }
+        );
+        let rec = KeyRecord {
+            expires_at: Some(NOW + 5),
+            ..KeyRecord::default()
+        };
+        let theirs = retired_record(
+            &rec,
+            &Retired {
+                hash: "ab".into(),
+                until: NOW + 9,
+            },
+        );
+        assert_eq!(
+            (theirs.expires_at, theirs.secret_expires_at),
+            (Some(NOW + 5), Some(NOW + 9))
+        );
+        assert_eq!(secret_end(&theirs), Some(NOW + 5));
+        assert_eq!(secret_end(&rec), Some(NOW + 5));
+    }
+
+    #[test]
+    fn times_past_9999_are_refused_naming_the_field() {
+        const NOW: u64 = 1_800_000_000_000;
+        for body in [
+            r#"{"project":"a","plan":"trial","expires_at":18446744073709551615}"#,
+            r#"{"project":"a","plan":"trial","expires_at":9007199254740993}"#,
+            r#"{"project":"a","plan":"trial","expires_at":1e300}"#,
+            r#"{"project":"a","plan":"trial","expires_at":-1}"#,
+            r#"{"project":"a","plan":"trial","expires_at":"10000-01-01T00:00:00Z"}"#,
+        ] {
+            let e = parse_create(body.as_bytes(), &Settings::default(), NOW).unwrap_err();
+            assert!(e.0.starts_with("expires_at:"), "{body}: {}", e.0);
+        }
+        assert!(parse_create(
+            br#"{"project":"a","plan":"trial","expires_at":253402300799999}"#,
+            &Settings::default(),
+            NOW
+        )
+        .is_ok());
     }
 
     #[test]

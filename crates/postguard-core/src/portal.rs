@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::ids::is_valid_name;
+use crate::keys::KeyRecord;
 use crate::Invalid;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -227,26 +228,46 @@ pub fn link_claims(project: String, ttl_s: u64, now_ms: u64, nonce: &[u8]) -> Cl
 }
 
 /// A session for a verified link: same project, same expiry, its own nonce,
-/// charged from `plan`'s budget.
-pub fn session_claims(link: &Claims, nonce: &[u8], plan: &str, now_ms: u64) -> Claims {
+/// charged from `terms.plan`'s budget, ending with the link or with the
+/// project's last live key, whichever is first.
+pub fn session_claims(link: &Claims, nonce: &[u8], terms: &SessionTerms, now_ms: u64) -> Claims {
     Claims {
         project: link.project.clone(),
-        exp: link.exp,
+        exp: terms.until.map_or(link.exp, |until| link.exp.min(until)),
         nonce: URL_SAFE_NO_PAD.encode(nonce),
         iat: Some(now_ms),
-        plan: Some(plan.to_string()),
+        plan: Some(terms.plan.clone()),
     }
 }
 
-/// The plan a new session of a project is charged from: that of the
-/// project's newest live API key (`keys` as listed: `(created_at, plan,
-/// revoked)`); `None` when the project has no live key — then it has no
-/// rights to hand a session.
-pub fn session_plan<'a>(keys: impl IntoIterator<Item = (u64, &'a str, bool)>) -> Option<&'a str> {
-    keys.into_iter()
-        .filter(|(_, _, revoked)| !revoked)
-        .max_by_key(|(at, _, _)| *at)
-        .map(|(_, plan, _)| plan)
+/// What a new session of a project gets: the plan of the project's newest
+/// live API key (its budget), and when the last live key ends (`None`: one
+/// never does) — a session has the rights of a key, and no longer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionTerms {
+    pub plan: String,
+    pub until: Option<u64>,
+}
+
+/// [`SessionTerms`] from the project's keys as listed; `None` when no key
+/// is live at `now_ms` (revoked and expired ones give no rights).
+pub fn session_terms<'a>(
+    keys: impl IntoIterator<Item = &'a KeyRecord>,
+    now_ms: u64,
+) -> Option<SessionTerms> {
+    let live: Vec<&KeyRecord> = keys
+        .into_iter()
+        .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now_ms))
+        .collect();
+    let newest = live.iter().max_by_key(|k| k.created_at)?;
+    let until = match live.iter().any(|k| k.expires_at.is_none()) {
+        true => None,
+        false => live.iter().filter_map(|k| k.expires_at).max(),
+    };
+    Some(SessionTerms {
+        plan: newest.plan.clone(),
+        until,
+    })
 }
 
 /// The dashboard URL carrying a link token. The token is in the fragment,
@@ -402,7 +423,11 @@ mod tests {
     fn sessions_expire_with_their_link() {
         let link = claims();
         assert_eq!(link.iat, Some(NOW));
-        let session = session_claims(&link, &[9; 16], "trial", NOW + 5);
+        let terms = SessionTerms {
+            plan: "trial".into(),
+            until: None,
+        };
+        let session = session_claims(&link, &[9; 16], &terms, NOW + 5);
         assert_eq!(session.project, link.project);
         assert_eq!(session.exp, link.exp);
         assert_ne!(session.nonce, link.nonce);
@@ -429,17 +454,48 @@ mod tests {
             assert!(!is_session_id(bad), "{bad}");
         }
         assert!(is_session_id("ses_AbC-_9"));
+    }
+
+    fn key(created_at: u64, plan: &str, revoked: bool, expires_at: Option<u64>) -> KeyRecord {
+        KeyRecord {
+            created_at,
+            plan: plan.into(),
+            revoked_at: revoked.then_some(1),
+            expires_at,
+            ..KeyRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_session_has_the_rights_of_a_live_key_and_ends_with_the_last_one() {
+        let terms = |keys: &[KeyRecord]| session_terms(keys, NOW);
         let keys = [
-            (10, "trial", false),
-            (30, "business", true),
-            (20, "gold", false),
+            key(10, "trial", false, None),
+            key(30, "business", true, None),
+            key(20, "gold", false, None),
         ];
         assert_eq!(
-            session_plan(keys),
-            Some("gold"),
+            terms(&keys),
+            Some(SessionTerms {
+                plan: "gold".into(),
+                until: None
+            }),
             "the newest live key's plan"
         );
-        assert_eq!(session_plan([(1, "trial", true)]), None);
+        assert_eq!(terms(&[key(1, "trial", true, None)]), None);
+        // Issue 32 #10: an expired key gives no rights.
+        assert_eq!(terms(&[key(1, "trial", false, Some(NOW))]), None);
+        let ending = [
+            key(1, "trial", false, Some(NOW + 500)),
+            key(2, "gold", false, Some(NOW + 200)),
+            key(3, "business", false, Some(NOW - 1)),
+        ];
+        let t = terms(&ending).unwrap();
+        assert_eq!((t.plan.as_str(), t.until), ("gold", Some(NOW + 500)));
+        let link = link_claims("p".into(), 3_600, NOW, &[1; 16]);
+        assert_eq!(session_claims(&link, &[2; 16], &t, NOW).exp, NOW + 500);
+        let never = terms(&keys).unwrap();
+        assert_eq!(session_claims(&link, &[2; 16], &never, NOW).exp, link.exp);
     }
 
     #[test]

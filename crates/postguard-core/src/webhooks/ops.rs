@@ -9,7 +9,7 @@ use super::delivery::Attempted;
 use super::events::{self, NewSubscription};
 use super::retry::AttemptResult;
 use super::url_guard::{check_url, UrlPolicy};
-use crate::audit::parse_time;
+use crate::audit::{parse_time, time_value};
 use crate::Invalid;
 
 /// The type of the operational event published when a subscription is disabled.
@@ -241,15 +241,7 @@ pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
 pub fn parse_recover(body: &[u8]) -> Result<Recover, Invalid> {
     let obj = object(body)?;
     let time = |k: &str| -> Result<Option<u64>, Invalid> {
-        match obj.get(k) {
-            None => Ok(None),
-            Some(Value::String(s)) => parse_time(k, s).map(Some),
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
-            Some(_) => Err(Invalid::field(k, "must be RFC 3339 or epoch milliseconds")),
-        }
+        obj.get(k).map(|v| time_value(k, v)).transpose()
     };
     if let Some(k) = obj
         .keys()

@@ -33,7 +33,6 @@ use postguard_core::{ErrorCode, Problem};
 use worker::Env;
 
 use crate::bindings;
-use crate::ip_limit;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
 
@@ -78,10 +77,12 @@ fn refuse<T>(code: ErrorCode, detail: &str) -> Handled<T> {
     Err(Problem::new(code, detail).into())
 }
 
-/// Looks up a well-formed key by hash. `Ok(None)`: unknown. A lookup that
-/// would read KV for an address already over the unauthenticated limit is
-/// refused (429) before the read.
-async fn lookup(env: &Env, rc: &RequestCtx, hash: &str) -> Handled<Option<KeyRecord>> {
+/// Looks up a well-formed key by hash. `Ok(None)`: unknown. Never refused
+/// before the read, whatever the sender's address did: a valid key is
+/// never held by the limit on requests without one (`ip_limit`); an
+/// unknown one is counted after, and an address over that limit is told
+/// 429 without an object call.
+async fn lookup(env: &Env, hash: &str) -> Handled<Option<KeyRecord>> {
     let now = now_ms();
     if let Some(rec) = KEYS.with(|c| {
         c.borrow()
@@ -99,7 +100,6 @@ async fn lookup(env: &Env, rc: &RequestCtx, hash: &str) -> Handled<Option<KeyRec
     if known_unknown {
         return Ok(None);
     }
-    ip_limit::refuse_if_blocked(rc)?;
     let kv = env.kv(bindings::API_KEYS)?;
     let rec: Option<KeyRecord> = kv.get(&hash_entry(hash)).json().await?;
     match &rec {
@@ -117,7 +117,7 @@ pub struct ApiKey {
 
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
-async fn api_key(cred: Credential, env: &Env, rc: &RequestCtx) -> Handled<ApiKey> {
+async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
     let hash = match cred {
         Credential::ApiKey(hash) => hash,
         Credential::Missing => {
@@ -131,7 +131,7 @@ async fn api_key(cred: Credential, env: &Env, rc: &RequestCtx) -> Handled<ApiKey
         }
         _ => return Err(invalid("the API key is malformed").into()),
     };
-    match lookup(env, rc, &hash).await? {
+    match lookup(env, &hash).await? {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
         Some(_) => Err(Problem::revoked_key().into()),
         None => Err(invalid("the API key is not known").into()),
@@ -165,10 +165,11 @@ pub async fn api_caller(
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Caller> {
-    let key = api_key(cred, env, rc).await?;
+    let key = api_key(cred, env).await?;
     rc.note(|f| {
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
+        f.credential = true;
     });
     match key.record.effective_plan(&cfg.settings) {
         Some(plan) => Ok(Caller { plan, key }),
@@ -301,12 +302,16 @@ pub async fn authenticate(
 ) -> Handled<Principal> {
     use Credential as C;
     let cred = credential_of(header, cfg);
+    let shown = |p: Principal| {
+        rc.note(|f| f.credential = true);
+        Ok(p)
+    };
     match (access, cred) {
         (Access::Public, _) => Ok(Principal::Anonymous),
-        (Access::Operator | Access::Reader, C::Operator) => Ok(Principal::Operator),
-        (Access::Origin, C::Origin) => Ok(Principal::Origin),
+        (Access::Operator | Access::Reader, C::Operator) => shown(Principal::Operator),
+        (Access::Origin, C::Origin) => shown(Principal::Origin),
         (Access::Project | Access::Reader, C::Session(t)) => {
-            Ok(Principal::Session(session(&t, cfg, rc)?))
+            shown(Principal::Session(session(&t, cfg, rc)?))
         }
         (
             Access::Project | Access::Reader | Access::Key,
@@ -351,12 +356,15 @@ async fn wrong_secret(
         Credential::Operator => Some("the operator token"),
         Credential::Origin => Some("the origin token"),
         // A revoked key is still a key (it was valid), as before.
-        Credential::ApiKey(t) if lookup(env, rc, &t).await?.is_some() => Some("an API key"),
+        Credential::ApiKey(t) if lookup(env, &t).await?.is_some() => Some("an API key"),
         Credential::Session(t) if verify_session(&t, cfg).is_ok() => Some("a portal session"),
         _ => None,
     };
     match other {
-        Some(what) => refuse(Forbidden, &format!("{needed}; {what} cannot call it")),
+        Some(what) => {
+            rc.note(|f| f.credential = true);
+            refuse(Forbidden, &format!("{needed}; {what} cannot call it"))
+        }
         None => refuse(Unauthorized, &format!("the {send} is wrong")),
     }
 }

@@ -323,3 +323,110 @@ pub async fn read_prefix(resp: &web_sys::Response, max: usize) -> Result<Vec<u8>
     let _ = reader.cancel();
     Ok(out)
 }
+
+/// What the origin answered, as far as it was read.
+pub struct OriginAnswer {
+    pub status: u16,
+    pub headers: HeaderList,
+    pub body: AnswerBody,
+}
+
+pub enum AnswerBody {
+    /// Not read: it streams through (no claim stores it).
+    Through(Option<web_sys::ReadableStream>),
+    /// Read whole: at most the bound.
+    Read(Vec<u8>),
+    /// Over the bound, declared (`len`) or crossed while reading: the whole
+    /// body as a stream, at most the bound plus one chunk read so far.
+    Large {
+        body: Option<web_sys::ReadableStream>,
+        len: Option<u64>,
+    },
+}
+
+impl AnswerBody {
+    /// The body's length when it is known: read, or declared.
+    pub fn known_len(&self) -> Option<u64> {
+        match self {
+            AnswerBody::Read(b) => Some(b.len() as u64),
+            AnswerBody::Large { len, .. } => *len,
+            AnswerBody::Through(_) => None,
+        }
+    }
+}
+
+/// Why the origin gave no answer.
+pub enum NoAnswer {
+    Timeout,
+    Unreachable(worker::Error),
+}
+
+/// The one origin call (the proxy's and an operation's): `origin` sent
+/// within `timeout_ms` (then aborted). With `read_up_to`, the answer's body
+/// is read whole only up to that many bytes (a declared length over it is
+/// not read at all); without, it is left to stream through.
+pub async fn fetch_within(
+    origin: &postguard_core::proxy::OriginRequest,
+    timeout_ms: u64,
+    read_up_to: Option<u64>,
+) -> std::result::Result<OriginAnswer, NoAnswer> {
+    let controller = web_sys::AbortController::new()
+        .map_err(|e| NoAnswer::Unreachable(worker::Error::from(e)))?;
+    let signal = controller.signal();
+    let work = async {
+        let resp = fetch_manual(
+            &origin.url,
+            &origin.method,
+            &origin.headers,
+            &origin.body,
+            &signal,
+        )
+        .await?;
+        let status = resp.status();
+        let headers = raw_header_pairs(&resp.headers());
+        let body = match read_up_to {
+            None => AnswerBody::Through(resp.body()),
+            Some(max) => bounded_body(&resp, &headers, max).await?,
+        };
+        Ok::<_, worker::Error>(OriginAnswer {
+            status,
+            headers,
+            body,
+        })
+    };
+    match crate::runtime::within(timeout_ms, work).await {
+        Some(answer) => answer.map_err(NoAnswer::Unreachable),
+        None => {
+            controller.abort();
+            Err(NoAnswer::Timeout)
+        }
+    }
+}
+
+/// The answer's body read up to `max` bytes, or left whole as a stream.
+async fn bounded_body(
+    resp: &web_sys::Response,
+    headers: &HeaderList,
+    max: u64,
+) -> Result<AnswerBody> {
+    let declared = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok());
+    let Some(stream) = resp.body() else {
+        return Ok(AnswerBody::Read(Vec::new()));
+    };
+    if let Some(len) = declared.filter(|len| *len > max) {
+        return Ok(AnswerBody::Large {
+            body: Some(stream),
+            len: Some(len),
+        });
+    }
+    Ok(match crate::streams::read_up_to(&stream, max).await? {
+        crate::streams::UpTo::Read(bytes) => AnswerBody::Read(bytes),
+        crate::streams::UpTo::Over(whole) => AnswerBody::Large {
+            body: Some(whole),
+            len: None,
+        },
+    })
+}

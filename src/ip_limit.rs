@@ -1,15 +1,18 @@
 //! The limit on requests without a valid credential (docs/limits.md): every
-//! 401, every CORS preflight and every request to an unknown capture URL is
-//! counted per client address (`CF-Connecting-IP`) in that address's own
-//! object (a `KeyGuard` named `ip:<address>`: one exact counter, whatever
-//! isolate or location the requests reach), `limits.unauthenticated_per_minute`
-//! a minute. Over it, 429 with `Retry-After`.
+//! refused credential (401), every anonymous 403/404/405 under
+//! `/_postguard/` and every CORS preflight is counted per client address
+//! (`CF-Connecting-IP`; an IPv6 address by its /64,
+//! `postguard_core::unauthenticated`) in that address's own object (a
+//! `KeyGuard` named `ip:<address>`: one exact counter, whatever isolate or
+//! location the requests reach), `limits.unauthenticated_per_minute` a
+//! minute. Over it, 429 with `Retry-After`. The object is transient: it
+//! deletes itself once its window is over.
 //!
 //! An isolate that saw an address refused remembers it until the window
-//! ends, so a flood from that address then costs neither an object call nor
-//! — for made-up API keys — a KV read (`auth::lookup` asks first). A request
-//! that carries a valid, cached key is never held by this limit: it is
-//! about strangers, not about an office behind one address.
+//! ends, so a flood from that address then costs no object call. A
+//! presented API key is always looked up (one KV read, or this isolate's
+//! cache) before anything is refused: a valid key is never held by this
+//! limit — it is about strangers, not about an office behind one address.
 
 use crate::log;
 use postguard_core::log::Line;
@@ -35,8 +38,9 @@ thread_local! {
     static BLOCKED: RefCell<HashMap<String, Verdict>> = RefCell::new(HashMap::new());
 }
 
-fn address(rc: &RequestCtx) -> &str {
-    rc.client_ip.as_deref().unwrap_or("unknown")
+/// The counter the caller's address is charged to.
+fn address(rc: &RequestCtx) -> String {
+    postguard_core::unauthenticated::bucket(rc.client_ip.as_deref())
 }
 
 /// The 429 of `verdict`, as seen at `now`.
@@ -61,14 +65,15 @@ fn refusal(verdict: &Verdict, now: u64) -> Reject {
 }
 
 /// 429 at once when this isolate knows the caller's address is over.
-pub fn refuse_if_blocked(rc: &RequestCtx) -> Handled<()> {
+fn refuse_if_blocked(rc: &RequestCtx) -> Handled<()> {
     let now = now_ms();
     let known = BLOCKED.with(|b| {
         let mut b = b.borrow_mut();
-        match b.get(address(rc)) {
+        let at = address(rc);
+        match b.get(&at) {
             Some(v) if v.reset_ms > now => Some(*v),
             Some(_) => {
-                b.remove(address(rc));
+                b.remove(&at);
                 None
             }
             None => None,
@@ -96,13 +101,16 @@ pub async fn charge(
         limit: quota.limit,
         window_ms: quota.window_ms,
     };
-    let req = AdmitRequest::charge(
-        1,
-        Limits {
-            policies: vec![policy],
-            concurrency: None,
-        },
-    );
+    let req = AdmitRequest {
+        transient: true,
+        ..AdmitRequest::charge(
+            1,
+            Limits {
+                policies: vec![policy],
+                concurrency: None,
+            },
+        )
+    };
     let name = format!("ip:{}", address(rc));
     match call::<Admit>(env, &name, &req, &[]).await {
         Ok((AdmitResponse::Limited { verdict, .. }, _)) => {
@@ -111,7 +119,7 @@ pub async fn charge(
                 if b.len() >= BLOCKED_MAX {
                     b.clear();
                 }
-                b.insert(address(rc).to_string(), verdict);
+                b.insert(address(rc), verdict);
             });
             Err(refusal(&verdict, now_ms()))
         }
@@ -125,8 +133,14 @@ pub async fn charge(
     }
 }
 
-/// Whether an answer is one this limit counts: a refused credential.
-pub fn counts(outcome: &Handled) -> bool {
-    matches!(outcome, Err(Reject::Client(p, _))
-        if matches!(p.code, ErrorCode::InvalidApiKey | ErrorCode::Unauthorized))
+/// Whether an answer is one this limit counts
+/// (`postguard_core::unauthenticated::counts`): a refused credential, or
+/// an anonymous miss.
+pub fn counts(outcome: &Handled, rc: &RequestCtx) -> bool {
+    match outcome {
+        Err(Reject::Client(p, _)) => {
+            postguard_core::unauthenticated::counts(p.code, rc.facts.borrow().credential)
+        }
+        _ => false,
+    }
 }

@@ -23,6 +23,7 @@ mod replays;
 mod request;
 mod runtime;
 mod seal;
+mod streams;
 mod webhooks;
 
 pub use durable::audit_shard::AuditShard;
@@ -112,7 +113,7 @@ async fn count_refused(
     cfg: &postguard_core::config::Config,
     rc: &runtime::RequestCtx,
 ) -> Handled {
-    if ip_limit::counts(&outcome) {
+    if ip_limit::counts(&outcome, rc) {
         ip_limit::charge(env, cfg, rc).await?;
     }
     outcome

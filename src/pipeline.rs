@@ -19,15 +19,15 @@ use postguard_core::proxy::{
     self, admission, origin_request, preflight, Admission, Answered, Failure, Identity, Incoming,
     Keep, OriginRequest, Preflight, Settlement,
 };
-use worker::{web_sys, Context, Env, Response};
+use worker::{web_sys, Context, Env};
 
 use crate::auth::{self, Caller};
 use crate::durable::client::Guard;
-use crate::http::{self, raw_header_pairs, HeaderList};
+use crate::http::{self, AnswerBody, NoAnswer, OriginAnswer};
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
 use crate::request::{self, Body};
-use crate::runtime::{now_ms, within, RequestCtx};
+use crate::runtime::{now_ms, RequestCtx};
 
 pub async fn proxy(
     req: http::Client,
@@ -187,25 +187,6 @@ fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {
     limits::headers(verdicts)
 }
 
-enum Forwarded {
-    /// Not under an Idempotency-Key: the origin's body streams through.
-    Streaming(web_sys::Response),
-    /// Under a claim: the body is read so it can be stored.
-    Buffered {
-        status: u16,
-        headers: HeaderList,
-        body: Vec<u8>,
-    },
-    /// Under a claim, declared larger than the object keeps: never read
-    /// whole; streamed to the client (and to R2 at once, see `record`).
-    Large {
-        status: u16,
-        headers: HeaderList,
-        body: Option<web_sys::ReadableStream>,
-        len: u64,
-    },
-}
-
 /// A CORS preflight, forwarded to the origin signed but unauthenticated
 /// (nothing is charged, claimed or attributed to a key; the sender's address
 /// was counted before); the gateway's `Idempotency-Key` is added to what the
@@ -215,78 +196,37 @@ pub async fn preflight_to_origin(req: &http::Client, cfg: &Config, rc: &RequestC
     let now_s = now_ms() / 1000;
     let origin =
         proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id, now_s);
-    match forward(origin, cfg).await {
-        Ok(Forwarded::Buffered {
-            status, headers, ..
-        }) => {
-            let mut out = client_response_headers(&headers);
-            postguard_core::cors::merge_forwarded_preflight(&mut out);
-            Ok(http::respond(rc, status, &out, &[], None)?)
-        }
-        Ok(Forwarded::Streaming(resp)) => Ok(Response::from(resp)),
-        Ok(Forwarded::Large { .. }) => {
-            Err(worker::Error::RustError("preflight answer too large".into()).into())
-        }
-        Err(failure) => Err(failure.problem(cfg.settings.origin.timeout_ms).into()),
-    }
+    let answer = forward(origin, cfg)
+        .await
+        .map_err(|failure| Reject::from(failure.problem(cfg.settings.origin.timeout_ms)))?;
+    let mut out = client_response_headers(&answer.headers);
+    postguard_core::cors::merge_forwarded_preflight(&mut out);
+    Ok(http::respond(rc, answer.status, &out, &[], None)?)
 }
 
-/// Sends the request to the origin, within its timeout (then aborted).
-async fn forward(origin: OriginRequest, cfg: &Config) -> Result<Forwarded, Failure> {
-    let timeout_ms = cfg.settings.origin.timeout_ms;
-    let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
-    let unreachable = |e: worker::Error| Failure::Unreachable(e.to_string());
-    let controller = web_sys::AbortController::new().map_err(|e| unreachable(e.into()))?;
-    let signal = controller.signal();
-    let work = async move {
-        let resp = http::fetch_manual(
-            &origin.url,
-            &origin.method,
-            &origin.headers,
-            &origin.body,
-            &signal,
-        )
-        .await?;
-        if !origin.buffer {
-            return Ok(Forwarded::Streaming(resp));
-        }
-        let status = resp.status();
-        let headers = raw_header_pairs(&resp.headers());
-        let declared = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.trim().parse::<u64>().ok());
-        if let Some(len) = declared.filter(|len| *len > max_inline) {
-            let body = resp.body();
-            return Ok(Forwarded::Large {
-                status,
-                headers,
-                body,
-                len,
-            });
-        }
-        let body = http::read_body(&resp).await?;
-        Ok::<_, worker::Error>(Forwarded::Buffered {
-            status,
-            headers,
-            body,
+/// Sends the request to the origin within its timeout. A claimed request's
+/// answer is read whole only up to what the key's object keeps
+/// (`max_stored_body_bytes`): past it, declared or not, it stays a stream.
+async fn forward(origin: OriginRequest, cfg: &Config) -> Result<OriginAnswer, Failure> {
+    let read = origin
+        .buffer
+        .then_some(cfg.settings.idempotency.max_stored_body_bytes);
+    let timeout = u64::from(cfg.settings.origin.timeout_ms);
+    http::fetch_within(&origin, timeout, read)
+        .await
+        .map_err(|e| match e {
+            NoAnswer::Timeout => Failure::Timeout,
+            NoAnswer::Unreachable(e) => Failure::Unreachable(e.to_string()),
         })
-    };
-    match within(u64::from(timeout_ms), work).await {
-        Some(result) => result.map_err(unreachable),
-        None => {
-            controller.abort();
-            Err(Failure::Timeout)
-        }
-    }
 }
 
 /// Completes or releases the claim, before answering: a client that saw
 /// this response gets it again on retry even if this isolate dies now, and a
-/// client retrying right after a 5xx is not told 409. A body larger than the
-/// object keeps goes to R2: one already read is written first; a streamed
-/// one is teed, the client's branch answered now and the record completed
-/// once R2 has the rest (`waitUntil`; until then a retry is told 409 in
+/// client retrying right after a 5xx is not told 409. A body read whole
+/// (within what the object keeps) is stored with the record, and only such
+/// a body yields a response event. A larger one goes to R2 as it streams: it
+/// is teed, the client's branch answered now and the record completed once
+/// R2 has the rest (`waitUntil`; until then a retry is told 409 in
 /// progress). Without R2, or past `max_replay_bytes`, the record says the
 /// body is unavailable: a retry gets 410, never a second execution.
 async fn record(
@@ -296,28 +236,15 @@ async fn record(
     rc: &RequestCtx,
     ctx: &Context,
     (caller, claim, route): (&Caller, &Claim, Option<&respond::Route>),
-    outcome: Result<Forwarded, Failure>,
-) -> Result<Forwarded, Failure> {
-    let answer = match &outcome {
-        Ok(Forwarded::Buffered {
-            status,
-            headers,
-            body,
-        }) => Some((*status, headers, body.len() as u64)),
-        Ok(Forwarded::Large {
-            status,
-            headers,
-            len,
-            ..
-        }) => Some((*status, headers, *len)),
-        _ => None,
-    };
-    let answered = answer.map(|(status, headers, len)| Answered {
-        status,
-        headers,
-        body_len: usize::try_from(len).unwrap_or(usize::MAX),
+    outcome: Result<OriginAnswer, Failure>,
+) -> Result<OriginAnswer, Failure> {
+    let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
+    let answered = outcome.as_ref().ok().map(|a| Answered {
+        status: a.status,
+        headers: &a.headers,
+        // Unknown (crossed while reading): larger than the object keeps.
+        body_len: a.body.known_len().unwrap_or(max_inline.saturating_add(1)),
     });
-    let key_id = caller.key.record.id.clone();
     // The request asked for a concurrency slot when its plan has a quota.
     let slot = caller.plan.limits().concurrency.is_some();
     let mut done = match proxy::settle(&cfg.settings, &caller.plan, claim, slot, answered) {
@@ -328,121 +255,112 @@ async fn record(
             return outcome;
         }
     };
-    // The event the response implies (`events_from_responses`), stored with it.
-    let read = match &outcome {
-        Ok(Forwarded::Buffered { body, .. }) => Some(body.as_slice()),
-        _ => None,
+    let Ok(mut answer) = outcome else {
+        return outcome;
     };
-    respond::attach(cfg, rc, caller, claim, route, &mut done, read);
+    let large = match &mut answer.body {
+        AnswerBody::Read(body) => {
+            // The event the response implies (`events_from_responses`), stored with it.
+            respond::attach(cfg, rc, caller, claim, route, &mut done, Some(body));
+            complete(guard, rc, &done, body).await;
+            return Ok(answer);
+        }
+        AnswerBody::Large { body, len } => (body.take(), *len),
+        AnswerBody::Through(_) => (None, None),
+    };
     let bucket = replays::bucket(env);
-    let object = proxy::replay_object_key(&key_id, &claim.key, &claim.request_id);
-    match (
-        proxy::keep(&cfg.settings, done.response.body_len, bucket.is_some()),
-        outcome,
-        bucket,
-    ) {
-        (
-            Keep::Inline,
-            Ok(Forwarded::Buffered {
-                status,
-                headers,
-                body,
-            }),
-            _,
-        ) => {
-            complete(guard, rc, &done, &body).await;
-            Ok(Forwarded::Buffered {
-                status,
-                headers,
-                body,
-            })
-        }
-        (
-            Keep::Object,
-            Ok(Forwarded::Buffered {
-                status,
-                headers,
-                body,
-            }),
-            Some(b),
-        ) => {
-            match replays::put_bytes(&b, &object, body.clone()).await {
-                Ok(()) => done.response.body_object = Some(object),
-                Err(e) => log::emit(
-                    log::of_request(Line::error("storing the body in R2 failed"), rc).err(e),
-                ),
-            }
-            complete(guard, rc, &done, &[]).await;
-            Ok(Forwarded::Buffered {
-                status,
-                headers,
-                body,
-            })
-        }
-        (
-            Keep::Object,
-            Ok(Forwarded::Large {
-                status,
-                headers,
-                body: Some(stream),
+    let keep = proxy::keep(&cfg.settings, done.response.body_len, bucket.is_some());
+    match (large, bucket, keep) {
+        ((Some(stream), len), Some(b), Keep::Object) => {
+            let max_replay = cfg.settings.idempotency.max_replay_bytes;
+            let at = (&caller.key.record.id[..], claim, max_replay);
+            let client = store_large(guard, rc, ctx, b, at, done, (stream, len));
+            answer.body = AnswerBody::Large {
+                body: Some(client),
                 len,
-            }),
-            Some(b),
-        ) => match replays::tee(&stream) {
-            Ok((client, store)) => {
-                let (guard, rid) = (guard.clone(), rc.request_id.clone());
-                ctx.wait_until(async move {
-                    match replays::put_stream(&b, &object, store, len).await {
-                        Ok(()) => done.response.body_object = Some(object),
-                        Err(e) => log::emit(
-                            Line::error("streaming the body to R2 failed")
-                                .field("request_id", rid.as_str())
-                                .err(e),
-                        ),
-                    }
-                    complete_by(&guard, &rid, &done, &[]).await;
-                });
-                Ok(Forwarded::Large {
-                    status,
-                    headers,
-                    body: Some(client),
-                    len,
-                })
-            }
-            Err(e) => {
-                log::emit(log::of_request(Line::error("tee failed"), rc).err(e));
-                complete(guard, rc, &done, &[]).await;
-                Ok(Forwarded::Large {
-                    status,
-                    headers,
-                    body: Some(stream),
-                    len,
-                })
-            }
-        },
+            };
+        }
         // Kept nowhere: recorded as unavailable (`body_omitted`, no object).
-        (_, outcome, _) => {
+        ((stream, len), _, _) => {
             complete(guard, rc, &done, &[]).await;
-            outcome
+            answer.body = AnswerBody::Large { body: stream, len };
         }
     }
+    Ok(answer)
+}
+
+/// Tees a body larger than the object keeps: the client's branch is
+/// returned, the other stored in R2 (its length declared, or counted as it
+/// comes up to `max_replay_bytes`) and the claim completed once it is there
+/// (`waitUntil`). If the tee fails the client gets the body all the same and
+/// the record says it is unavailable.
+fn store_large(
+    guard: &Guard,
+    rc: &RequestCtx,
+    ctx: &Context,
+    bucket: worker::Bucket,
+    (key_id, claim, max_replay): (&str, &Claim, u64),
+    mut done: CompleteRequest,
+    (stream, len): (web_sys::ReadableStream, Option<u64>),
+) -> web_sys::ReadableStream {
+    let (client, store) = match replays::tee(&stream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            log::emit(log::of_request(Line::error("tee failed"), rc).err(e));
+            let (guard, rid) = (guard.clone(), rc.request_id.clone());
+            ctx.wait_until(async move { complete_by(&guard, &rid, &done, &[]).await });
+            return stream;
+        }
+    };
+    let object = proxy::replay_object_key(key_id, &claim.key, &claim.request_id);
+    let (guard, rid) = (guard.clone(), rc.request_id.clone());
+    ctx.wait_until(async move {
+        let stored = match len {
+            Some(len) => replays::put_stream(&bucket, &object, store, len)
+                .await
+                .map(|()| Some(len)),
+            None => crate::streams::put_unsized(&bucket, &object, &store, max_replay).await,
+        };
+        match stored {
+            Ok(Some(bytes)) => {
+                done.response.body_object = Some(object);
+                done.response.body_len = bytes;
+            }
+            Ok(None) => log::emit(
+                Line::warn("the body grew past max_replay_bytes: not kept")
+                    .field("request_id", rid.as_str()),
+            ),
+            Err(e) => log::emit(
+                Line::error("streaming the body to R2 failed")
+                    .field("request_id", rid.as_str())
+                    .err(e),
+            ),
+        }
+        complete_by(&guard, &rid, &done, &[]).await;
+    });
+    client
 }
 
 async fn complete(guard: &Guard, rc: &RequestCtx, done: &CompleteRequest, body: &[u8]) {
     complete_by(guard, &rc.request_id, done, body).await
 }
 
-/// Stores the response, with one retry: a transient object error must not
-/// leave the claim to expire, after which a retry would run again.
+/// Tries to store the response this many times before giving up on its body.
+const COMPLETE_TRIES: u32 = 3;
+
+/// Stores the response: a transient object error must not leave the claim
+/// to expire, after which a retry would run again. Tried [`COMPLETE_TRIES`]
+/// times; then once more without the body and its event (a record that says
+/// the body is unavailable: a retry is told 410, never runs again).
 async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, body: &[u8]) {
     let payload = if done.response.body_omitted {
         &[]
     } else {
         body
     };
-    for attempt in 1..=2 {
+    for attempt in 1..=COMPLETE_TRIES {
         match guard.call::<Complete>(done, payload).await {
-            Ok(_) => break,
+            Ok(_) => return,
             Err(e) => log::emit(
                 Line::error("storing the response failed")
                     .field("request_id", request_id)
@@ -450,6 +368,14 @@ async fn complete_by(guard: &Guard, request_id: &str, done: &CompleteRequest, bo
                     .err(e),
             ),
         }
+    }
+    let bare = proxy::without_body(done);
+    if let Err(e) = guard.call::<Complete>(&bare, &[]).await {
+        log::emit(
+            Line::error("storing the response without its body failed: the claim will expire")
+                .field("request_id", request_id)
+                .err(e),
+        );
     }
 }
 
@@ -467,10 +393,11 @@ async fn release(guard: &Guard, rel: &ReleaseRequest) {
 fn respond(
     rc: &RequestCtx,
     cfg: &Config,
-    outcome: Result<Forwarded, Failure>,
+    outcome: Result<OriginAnswer, Failure>,
     rl: &Extra,
 ) -> Handled {
-    match outcome {
+    let answer = match outcome {
+        Ok(answer) => answer,
         Err(failure) => {
             if let Failure::Unreachable(reason) = &failure {
                 log::emit(
@@ -479,54 +406,33 @@ fn respond(
                 );
             }
             let p = failure.problem(cfg.settings.origin.timeout_ms);
-            Err(Reject::from(p).with(rl))
+            return Err(Reject::from(p).with(rl));
         }
-        Ok(Forwarded::Streaming(resp)) => {
-            // A new response around the origin's body (the worker crate's
-            // conversion of a fetched response reads its `cf` and `webSocket`).
-            let kept = client_response_headers(&raw_header_pairs(&resp.headers()));
-            let body = match resp.body() {
-                Some(stream) => worker::ResponseBody::Stream(stream),
-                None => worker::ResponseBody::Empty,
-            };
-            let r = http::respond_stream(rc, resp.status(), &kept, rl, body)?;
-            let declared = kept
+    };
+    let headers = client_response_headers(&answer.headers);
+    let (stream, bytes) = match answer.body {
+        AnswerBody::Read(body) => {
+            return Ok(http::respond(rc, answer.status, &headers, rl, Some(body))?)
+        }
+        AnswerBody::Large { body, len } => (body, len),
+        AnswerBody::Through(body) => {
+            let declared = headers
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
                 .and_then(|(_, v)| v.trim().parse().ok());
-            rc.note(|f| f.response_bytes = declared);
-            Ok(r)
+            (body, declared)
         }
-        Ok(Forwarded::Large {
-            status,
-            headers,
-            body,
-            len,
-        }) => {
-            let headers = client_response_headers(&headers);
-            let r = match body {
-                Some(stream) => http::respond_stream(
-                    rc,
-                    status,
-                    &headers,
-                    rl,
-                    worker::ResponseBody::Stream(stream),
-                ),
-                None => http::respond(rc, status, &headers, rl, None),
-            };
-            rc.note(|f| f.response_bytes = Some(len));
-            Ok(r?)
-        }
-        Ok(Forwarded::Buffered {
-            status,
-            headers,
-            body,
-        }) => Ok(http::respond(
+    };
+    rc.note(|f| f.response_bytes = bytes);
+    let r = match stream {
+        Some(s) => http::respond_stream(
             rc,
-            status,
-            &client_response_headers(&headers),
+            answer.status,
+            &headers,
             rl,
-            Some(body),
-        )?),
-    }
+            worker::ResponseBody::Stream(s),
+        ),
+        None => http::respond(rc, answer.status, &headers, rl, None),
+    };
+    Ok(r?)
 }

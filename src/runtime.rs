@@ -75,6 +75,9 @@ pub struct Facts {
     pub origin_ms: Option<u64>,
     /// The gateway route's template (gateway endpoints).
     pub route: Option<&'static str>,
+    /// The request showed a valid credential (of any kind): its misses are
+    /// not counted by the limit on requests without one.
+    pub credential: bool,
 }
 
 /// What every request carries through the shell.

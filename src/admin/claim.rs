@@ -255,7 +255,7 @@ pub async fn record(pass: Pass, cx: &Ctx<'_>, outcome: Handled) -> Handled {
     let answered = Answered {
         status: resp.status_code(),
         headers: &pairs,
-        body_len: body.len(),
+        body_len: body.len() as u64,
     };
     let plan = record_plan(&cx.who);
     match proxy::settle(

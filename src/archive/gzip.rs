@@ -1,12 +1,14 @@
 //! gzip through the runtime's `CompressionStream` and `DecompressionStream`
-//! (no compressor in the wasm), and reading a stream chunk by chunk. Each
-//! call hands over one chunk: nothing here holds a whole object.
+//! (no compressor in the wasm). Each call hands over one chunk: nothing
+//! here holds a whole object.
 
 use wasm_bindgen::prelude::wasm_bindgen;
 use worker::js_sys::{Promise, Uint8Array};
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{web_sys, Result};
+
+use crate::streams::{js_err, Reader};
 
 #[wasm_bindgen(inline_js = r#"
 export function gzipNew() {
@@ -47,15 +49,6 @@ export function gzipAbort(g) {
 export function gunzipReader(stream) {
   return stream.pipeThrough(new DecompressionStream('gzip')).getReader();
 }
-export function plainReader(stream) {
-  return stream.getReader();
-}
-export function readChunk(reader) {
-  return reader.read().then(({ value, done }) => (done ? null : value));
-}
-export function cancelReader(reader) {
-  reader.cancel().catch(() => {});
-}
 "#)]
 extern "C" {
     #[wasm_bindgen(js_name = gzipNew, catch)]
@@ -68,16 +61,6 @@ extern "C" {
     fn gzip_abort(g: &JsValue);
     #[wasm_bindgen(js_name = gunzipReader, catch)]
     fn gunzip_reader(stream: &web_sys::ReadableStream) -> std::result::Result<JsValue, JsValue>;
-    #[wasm_bindgen(js_name = plainReader, catch)]
-    fn plain_reader(stream: &web_sys::ReadableStream) -> std::result::Result<JsValue, JsValue>;
-    #[wasm_bindgen(js_name = readChunk, catch)]
-    fn read_chunk(reader: &JsValue) -> std::result::Result<Promise, JsValue>;
-    #[wasm_bindgen(js_name = cancelReader)]
-    fn cancel_reader(reader: &JsValue);
-}
-
-fn js_err(e: JsValue) -> worker::Error {
-    worker::Error::JsError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
 }
 
 async fn bytes_of(p: Promise) -> Result<Vec<u8>> {
@@ -112,36 +95,7 @@ impl Gzip {
     }
 }
 
-/// A stream read chunk by chunk, decompressed or as stored.
-pub struct Reader(JsValue);
-
-impl Reader {
-    /// The decompressed bytes of a gzip stream.
-    pub fn gunzip(stream: &web_sys::ReadableStream) -> Result<Reader> {
-        gunzip_reader(stream).map(Reader).map_err(js_err)
-    }
-
-    /// The bytes as stored.
-    pub fn plain(stream: &web_sys::ReadableStream) -> Result<Reader> {
-        plain_reader(stream).map(Reader).map_err(js_err)
-    }
-
-    /// The next chunk, `None` at the end.
-    pub async fn next(&self) -> Result<Option<Vec<u8>>> {
-        let v = JsFuture::from(read_chunk(&self.0).map_err(js_err)?)
-            .await
-            .map_err(js_err)?;
-        if v.is_null() {
-            return Ok(None);
-        }
-        let a: Uint8Array = v
-            .dyn_into()
-            .map_err(|_| worker::Error::RustError("a stream chunk is not bytes".into()))?;
-        Ok(Some(a.to_vec()))
-    }
-
-    /// Stops reading (the rest is not needed).
-    pub fn cancel(self) {
-        cancel_reader(&self.0);
-    }
+/// The decompressed bytes of a gzip stream, read chunk by chunk.
+pub fn gunzip(stream: &web_sys::ReadableStream) -> Result<Reader> {
+    gunzip_reader(stream).map(Reader::of).map_err(js_err)
 }

@@ -6,7 +6,8 @@
 use postguard_core::archive::{Hasher, Lines, Manifest, ObjectWriter, Sealed};
 use worker::{Bucket, Data, MultipartUpload, Result, UploadedPart};
 
-use super::gzip::{Gzip, Reader};
+use super::gzip::{self, Gzip};
+use crate::streams::Reader;
 
 fn err(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
@@ -138,7 +139,7 @@ impl LineReader {
             return Ok(None);
         };
         Ok(Some(LineReader {
-            reader: Some(Reader::gunzip(&stream)?),
+            reader: Some(gzip::gunzip(&stream)?),
             lines: Lines::up_to(limit),
         }))
     }

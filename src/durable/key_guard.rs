@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, event TEXT NOT NULL, att
 CREATE INDEX IF NOT EXISTS outbox_next ON outbox(next_at);
 ";
 
+/// The `meta` entry of a transient object: when it forgets everything.
+const FORGET_AT: &str = "forget_at";
 /// Body chunk size: well under SQLite-in-DO's 2 MB row limit.
 const CHUNK: usize = 512 * 1024;
 /// Records deleted per alarm run; more are left to an immediate next run.
@@ -605,7 +607,34 @@ impl KeyGuard {
         };
         self.arm(done.alarm_by).await?;
         self.arm_work(done.work_at).await?;
+        if let Some(at) = done.forget_at {
+            self.directly(|s| s.meta_put(FORGET_AT, &at.to_string()))?;
+            self.alarm_by(at).await.map_err(storage)?;
+        }
         Ok((done.answer, done.payload))
+    }
+
+    /// A transient object past its `forget_at` deletes all it stores (and
+    /// what it holds in memory): nothing is left per client address once
+    /// its window is over. `true` when it did.
+    async fn forget_if_over(&self, now: u64) -> Result<bool> {
+        let at = self
+            .directly(|s| s.meta_get(FORGET_AT))
+            .map_err(err)?
+            .and_then(|v| v.parse::<u64>().ok());
+        match at {
+            Some(at) if at <= now => {
+                self.state.storage().delete_all().await?;
+                *self.limiter.borrow_mut() = None;
+                self.schema_ready.set(false);
+                Ok(true)
+            }
+            Some(at) => {
+                self.alarm_by(at).await?;
+                Ok(false)
+            }
+            None => Ok(false),
+        }
     }
 
     async fn complete(
@@ -831,6 +860,9 @@ impl DurableObject for KeyGuard {
     async fn alarm(&self) -> Result<Response> {
         self.alarm_at.set(0);
         let now = now_ms();
+        if self.forget_if_over(now).await? {
+            return Response::ok("forgotten");
+        }
         let worked = self.work(now).await;
         let swept = self
             .atomically(|s| store::sweep(s, now, SWEEP_BATCH, self.lookup_grace_ms()))

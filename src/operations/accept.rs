@@ -60,11 +60,19 @@ pub async fn accept(
         .ok_or_else(|| worker::Error::RustError(format!("no operation id for key {key_id}")))?;
     let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
     let large = incoming.body.len() as u64 > max_inline && pre.early.is_none();
+    let guard = Guard::of(env, key_id)?;
+    let mut cost = cfg.settings.cost(&incoming.method, &incoming.path);
     // A body larger than the object keeps goes to R2 first: durable before
     // the 202 like the rest of the request (deleted again if no operation
-    // is created).
+    // is created). It is charged first, so a refused request uploads nothing.
     let body_object = match large {
-        true => Some(store_body(env, key_id, &id, &incoming, max_inline).await?),
+        true => {
+            if let Some(refused) = charge_first(&guard, rc, caller, cost).await? {
+                return Err(refused);
+            }
+            cost = 0;
+            Some(store_body(env, key_id, &id, &incoming, max_inline).await?)
+        }
         false => None,
     };
     let new = pre.claim.as_ref().map(|c| NewOperation {
@@ -77,16 +85,12 @@ pub async fn accept(
         claim: pre.claim.clone(),
         caller: Some(caller.view()),
         operation: new.map(Box::new),
-        ..AdmitRequest::charge(
-            cfg.settings.cost(&incoming.method, &incoming.path),
-            caller.plan.limits(),
-        )
+        ..AdmitRequest::charge(cost, caller.plan.limits())
     };
     let payload: &[u8] = match body_object {
         Some(_) => &[],
         None => &incoming.body,
     };
-    let guard = Guard::of(env, key_id)?;
     let answered = guard.call::<Admit>(&req, payload).await;
     let created = matches!(&answered, Ok((a, _)) if created_here(a, &id));
     if let (Some(object), false) = (&body_object, created) {
@@ -121,6 +125,31 @@ pub async fn accept(
         )
         .into()),
     }
+}
+
+/// Charges a request whose body goes to R2 before it is uploaded: the
+/// refusal (429, a revoked or expired key) to answer, if any.
+async fn charge_first(
+    guard: &Guard,
+    rc: &RequestCtx,
+    caller: &Caller,
+    cost: u32,
+) -> Handled<Option<Reject>> {
+    let req = AdmitRequest {
+        caller: Some(caller.view()),
+        ..AdmitRequest::charge(cost, caller.plan.limits())
+    };
+    let (reply, _) = guard.call::<Admit>(&req, &[]).await?;
+    let next =
+        proxy::admission(reply, None).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    Ok(match next {
+        Admission::Revoked => Some(auth::revoked(&caller.key).into()),
+        Admission::Expired => Some(auth::expired(&caller.key).into()),
+        Admission::Refused { problem, verdicts } => {
+            Some(Reject::from(problem).with(&limit_headers(rc, &verdicts)))
+        }
+        _ => None,
+    })
 }
 
 /// Whether the object's answer is the operation this request created.
@@ -161,6 +190,7 @@ fn stored_request(
         idempotency_key: idempotency_key.to_string(),
         body_len: incoming.body.len() as u64,
         body_object,
+        key_expires_at: rec.expires_at,
     }
 }
 

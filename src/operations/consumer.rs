@@ -21,11 +21,11 @@ use postguard_core::log::Line;
 use postguard_core::operations::{self, NoAnswer, Operation, Outcome};
 use postguard_core::proxy::{self, Identity, Incoming, OriginRequest};
 use postguard_core::response_events::{self, PendingEvent, Trace};
-use worker::{web_sys, Env, MessageBatch, MessageExt};
+use worker::{Env, MessageBatch, MessageExt};
 
 use super::queue::Message;
 use crate::durable::client::{CallError, Guard};
-use crate::http::{self, raw_header_pairs};
+use crate::http::{self, AnswerBody, OriginAnswer};
 use crate::log;
 use crate::replays;
 use crate::runtime::{now_ms, within};
@@ -63,7 +63,8 @@ pub async fn handle(batch: MessageBatch<serde_json::Value>, env: &Env, cfg: &Con
     futures_util::future::join_all(runs).await;
 }
 
-/// Starts, runs and settles one attempt of operation `id`.
+/// Starts, runs and settles one attempt of operation `id`: the origin call
+/// and the keeping of its answer both within `async.timeout_ms`.
 async fn run(env: &Env, cfg: &Config, id: &str) -> Result<(), CallError> {
     let Some(key_id) = operations::key_id_of(id) else {
         log::emit(
@@ -75,26 +76,31 @@ async fn run(env: &Env, cfg: &Config, id: &str) -> Result<(), CallError> {
     let start = StartOpRequest {
         id: id.to_string(),
         lease_ms: operations::lease_ms(&cfg.settings),
+        max_attempts: operations::max_attempts(&cfg.settings.webhooks.schedule_s),
     };
     let (reply, body) = guard.call::<StartOp>(&start, &[]).await?;
     let StartOpReply::Started { op } = reply else {
         return Ok(());
     };
     let body = match &op.request.body_object {
-        Some(object) => read_object(env, object).await?,
+        Some(object) => match read_object(env, object).await? {
+            Some(body) => body,
+            None => {
+                let gone = Outcome::NoAnswer(NoAnswer::BodyMissing);
+                return settle(&guard, cfg, &op, gone, None, &[]).await.map(|_| ());
+            }
+        },
         None => body,
     };
+    let timeout_ms = u64::from(cfg.settings.async_ops.timeout_ms);
+    let started = now_ms();
     let origin = origin_request(cfg, &op, body);
-    let outcome = call_origin(origin, cfg).await;
-    let (done, payload, object) = keep(env, cfg, &key_id, &op, outcome).await;
-    let finish = FinishOpRequest {
-        id: op.id.clone(),
-        attempt: op.attempts,
-        event: event_of(cfg, &key_id, &op, &done, &payload),
-        outcome: done,
-        schedule_s: cfg.settings.webhooks.schedule_s.clone(),
-    };
-    let reply = finish_with_retry(&guard, &finish, &payload).await?;
+    let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
+    let answer = http::fetch_within(&origin, timeout_ms, Some(max_inline)).await;
+    let left_ms = timeout_ms.saturating_sub(now_ms().saturating_sub(started));
+    let (done, payload, object) = keep(env, cfg, &key_id, &op, answer, left_ms).await;
+    let event = event_of(cfg, &key_id, &op, &done, &payload);
+    let reply = settle(&guard, cfg, &op, done, event, &payload).await?;
     // An answer the operation does not keep (a retryable one, or a late
     // one) leaves no object behind.
     if let (false, Some(object)) = (reply.kept, object) {
@@ -103,33 +109,61 @@ async fn run(env: &Env, cfg: &Config, id: &str) -> Result<(), CallError> {
     Ok(())
 }
 
-/// Settles the attempt, with one retry: a lost `finish` leaves the
-/// operation running until its lease ends, then the call runs again.
-async fn finish_with_retry(
+/// Tries to record an attempt's outcome this many times before recording
+/// it without its body.
+const FINISH_TRIES: u32 = 3;
+
+/// Settles the attempt. A `finish` that keeps failing (its body or event
+/// too much for the object, or the object failing) is sent once more
+/// without them (`Outcome::without_body`): a final answer is then recorded
+/// as not kept — the operation ran and ends `failed` — instead of the
+/// attempt being cut and run again.
+async fn settle(
     guard: &Guard,
-    finish: &FinishOpRequest,
+    cfg: &Config,
+    op: &Operation,
+    outcome: Outcome,
+    event: Option<PendingEvent>,
     payload: &[u8],
 ) -> Result<FinishOpReply, CallError> {
-    match guard.call::<FinishOp>(finish, payload).await {
-        Ok((reply, _)) => Ok(reply),
-        Err(e) => {
-            log::emit(
-                Line::warn("operations: settling an attempt failed; trying once more")
+    let finish = FinishOpRequest {
+        id: op.id.clone(),
+        attempt: op.attempts,
+        event,
+        outcome,
+        schedule_s: cfg.settings.webhooks.schedule_s.clone(),
+    };
+    for attempt in 1..=FINISH_TRIES {
+        match guard.call::<FinishOp>(&finish, payload).await {
+            Ok((reply, _)) => return Ok(reply),
+            Err(e) => log::emit(
+                Line::warn("operations: settling an attempt failed")
                     .field("operation_id", finish.id.as_str())
+                    .field("attempt", attempt)
                     .err(&e),
-            );
-            Ok(guard.call::<FinishOp>(finish, payload).await?.0)
+            ),
         }
     }
+    let bare = FinishOpRequest {
+        outcome: finish.outcome.without_body(),
+        event: None,
+        ..finish
+    };
+    Ok(guard.call::<FinishOp>(&bare, &[]).await?.0)
 }
 
-async fn read_object(env: &Env, object: &str) -> Result<Vec<u8>, CallError> {
-    let bucket = replays::bucket(env)
-        .ok_or_else(|| worker::Error::RustError("the REPLAYS bucket is gone".into()))?;
-    let gone = || worker::Error::RustError(format!("the request body {object} is gone"));
-    let found = bucket.get(object).execute().await?.ok_or_else(gone)?;
-    let body = found.body().ok_or_else(gone)?;
-    Ok(body.bytes().await?)
+/// The request body an operation keeps in R2; `None` when it is gone.
+async fn read_object(env: &Env, object: &str) -> Result<Option<Vec<u8>>, CallError> {
+    let Some(bucket) = replays::bucket(env) else {
+        return Ok(None);
+    };
+    let Some(found) = bucket.get(object).execute().await? else {
+        return Ok(None);
+    };
+    match found.body() {
+        Some(body) => Ok(Some(body.bytes().await?)),
+        None => Ok(None),
+    }
 }
 
 /// The request to the origin, as the proxy would have sent it (docs/request-path.md), signed now, with the operation's request id and Idempotency-Key.
@@ -170,101 +204,77 @@ fn origin_request(cfg: &Config, op: &Operation, body: Vec<u8>) -> OriginRequest 
     )
 }
 
-/// What the origin said.
-enum Answer {
-    /// The body read whole.
-    Read(u16, Vec<(String, String)>, Vec<u8>),
-    /// Declared larger than the object keeps: streamed to R2, never held.
-    Large(
-        u16,
-        Vec<(String, String)>,
-        Option<web_sys::ReadableStream>,
-        u64,
-    ),
-}
-
-/// Sends the request within `async.timeout_ms` (then aborted).
-async fn call_origin(origin: OriginRequest, cfg: &Config) -> Result<Answer, NoAnswer> {
-    let max_inline = cfg.settings.idempotency.max_stored_body_bytes;
-    let controller = web_sys::AbortController::new().map_err(|_| NoAnswer::Unreachable)?;
-    let signal = controller.signal();
-    let work = async move {
-        let resp = http::fetch_manual(
-            &origin.url,
-            &origin.method,
-            &origin.headers,
-            &origin.body,
-            &signal,
-        )
-        .await?;
-        let status = resp.status();
-        let headers = raw_header_pairs(&resp.headers());
-        let declared = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.trim().parse::<u64>().ok());
-        if let Some(len) = declared.filter(|len| *len > max_inline) {
-            return Ok(Answer::Large(status, headers, resp.body(), len));
-        }
-        let body = http::read_body(&resp).await?;
-        Ok::<_, worker::Error>(Answer::Read(status, headers, body))
-    };
-    match within(u64::from(cfg.settings.async_ops.timeout_ms), work).await {
-        Some(Ok(answer)) => Ok(answer),
-        Some(Err(e)) => {
-            log::emit(Line::warn("operations: the origin could not be reached").err(e));
-            Err(NoAnswer::Unreachable)
-        }
-        None => {
-            controller.abort();
-            Err(NoAnswer::Timeout)
-        }
-    }
-}
-
 /// The attempt's outcome as the object keeps it, the body to send with it
-/// (kept in the object), and the R2 object holding it otherwise. A body R2
-/// could not take is recorded as unavailable: `/result` then answers 410,
-/// as a replay would.
+/// (kept in the object), and the R2 object holding it otherwise. A final
+/// answer too large for the object goes to R2 within `left_ms` (what the
+/// attempt's timeout leaves); one R2 cannot take — no bucket, past
+/// `max_replay_bytes`, a failed or late write — is `NotKept`: the operation
+/// ran, and ends `failed` rather than run again. A large answer the
+/// operation will not keep (a 5xx, retried) is not stored at all.
 async fn keep(
     env: &Env,
     cfg: &Config,
     key_id: &str,
     op: &Operation,
-    outcome: Result<Answer, NoAnswer>,
+    answer: Result<OriginAnswer, http::NoAnswer>,
+    left_ms: u64,
 ) -> (Outcome, Vec<u8>, Option<String>) {
-    let idem = &cfg.settings.idempotency;
-    let stored = |status, headers: &[(String, String)], len: u64| StoredResponse {
-        status,
-        headers: storable_response_headers(headers, idem.store_set_cookie),
-        body_omitted: len > idem.max_stored_body_bytes,
-        body_object: None,
-        body_len: len,
-    };
-    let object = super::object_key(key_id, &op.id, &format!("result-{}", op.attempts));
-    let bucket = replays::bucket(env);
-    match outcome {
-        Err(why) => (Outcome::NoAnswer(why), Vec::new(), None),
-        Ok(Answer::Read(status, headers, body)) => {
-            let mut r = stored(status, &headers, body.len() as u64);
-            if !r.body_omitted {
-                return (Outcome::Answer(r), body, None);
-            }
-            let kept = match (&bucket, body.len() as u64 <= idem.max_replay_bytes) {
-                (Some(b), true) => replays::put_bytes(b, &object, body).await.is_ok(),
-                _ => false,
-            };
-            r.body_object = kept.then(|| object.clone());
-            (Outcome::Answer(r), Vec::new(), kept.then_some(object))
+    let answer = match answer {
+        Ok(a) => a,
+        Err(http::NoAnswer::Timeout) => {
+            return (Outcome::NoAnswer(NoAnswer::Timeout), Vec::new(), None)
         }
-        Ok(Answer::Large(status, headers, stream, len)) => {
-            let mut r = stored(status, &headers, len);
-            let kept = match (&bucket, stream, len <= idem.max_replay_bytes) {
-                (Some(b), Some(s), true) => replays::put_stream(b, &object, s, len).await.is_ok(),
-                _ => false,
-            };
-            r.body_object = kept.then(|| object.clone());
-            (Outcome::Answer(r), Vec::new(), kept.then_some(object))
+        Err(http::NoAnswer::Unreachable(e)) => {
+            log::emit(Line::warn("operations: the origin could not be reached").err(e));
+            return (Outcome::NoAnswer(NoAnswer::Unreachable), Vec::new(), None);
+        }
+    };
+    let idem = &cfg.settings.idempotency;
+    let mut stored = StoredResponse {
+        status: answer.status,
+        headers: storable_response_headers(&answer.headers, idem.store_set_cookie),
+        body_omitted: true,
+        body_object: None,
+        body_len: answer.body.known_len().unwrap_or(0),
+    };
+    let (stream, len) = match answer.body {
+        AnswerBody::Read(body) => {
+            stored.body_omitted = false;
+            return (Outcome::Answer(stored), body, None);
+        }
+        AnswerBody::Large { body, len } => (body, len),
+        AnswerBody::Through(body) => (body, None),
+    };
+    if !postguard_core::idempotency::is_storable_status(stored.status) {
+        return (Outcome::Answer(stored), Vec::new(), None);
+    }
+    let object = super::object_key(key_id, &op.id, &format!("result-{}", op.attempts));
+    let put = async {
+        let (Some(bucket), Some(stream)) = (replays::bucket(env), stream) else {
+            return Ok(None);
+        };
+        match len {
+            Some(len) if len > idem.max_replay_bytes => Ok(None),
+            Some(len) => replays::put_stream(&bucket, &object, stream, len)
+                .await
+                .map(|()| Some(len)),
+            None => {
+                crate::streams::put_unsized(&bucket, &object, &stream, idem.max_replay_bytes).await
+            }
+        }
+    };
+    match within(left_ms, put).await {
+        Some(Ok(Some(bytes))) => {
+            stored.body_object = Some(object.clone());
+            stored.body_len = bytes;
+            (Outcome::Answer(stored), Vec::new(), Some(object))
+        }
+        late_or_not_kept => {
+            if let Some(Err(e)) = late_or_not_kept {
+                log::emit(Line::error("operations: storing a large answer failed").err(e));
+            }
+            let status = stored.status;
+            (Outcome::NotKept { status }, Vec::new(), None)
         }
     }
 }

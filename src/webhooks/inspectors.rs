@@ -22,7 +22,6 @@ use worker::{Env, Result};
 use super::directory::inspectors as rows;
 use super::new_id;
 use crate::handler::{self, Ctx};
-use crate::ip_limit;
 use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, random_bytes};
 
@@ -93,12 +92,12 @@ async fn verify(
 }
 
 /// `POST /_postguard/inspect/<token>`: records the request (bounded), 200.
-/// An unknown or expired token is 404 (and counts against the sender's
-/// address, as a wrong credential does); over the inspector's budget, 429.
+/// An unknown or expired token is 404 (which counts against the sender's
+/// address, as every anonymous miss does: `ip_limit`); over the
+/// inspector's budget, 429.
 pub async fn capture(cx: &Ctx<'_>, token: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let Some(inspector) = rows::by_token(env, token, now_ms()).await? else {
-        ip_limit::charge(env, cfg, rc).await?;
         return Err(Problem::new(
             ErrorCode::NotFound,
             "no inspector at this URL (unknown or expired)",

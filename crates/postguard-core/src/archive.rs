@@ -246,17 +246,64 @@ pub struct Sealed {
     pub sha256: String,
 }
 
+/// Bytes cut into R2 multipart parts of exactly `part_bytes` (R2 wants
+/// every part but the last of one size). Holds at most one part.
+#[derive(Clone, Debug)]
+pub struct Parts {
+    part_bytes: usize,
+    buf: Vec<u8>,
+    bytes: u64,
+    parts: u32,
+}
+
+impl Parts {
+    pub fn new(part_bytes: usize) -> Parts {
+        Parts {
+            part_bytes: part_bytes.max(1),
+            buf: Vec::new(),
+            bytes: 0,
+            parts: 0,
+        }
+    }
+
+    /// Takes bytes; the whole parts they complete, in order.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+        self.bytes += chunk.len() as u64;
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while self.buf.len() >= self.part_bytes {
+            let rest = self.buf.split_off(self.part_bytes);
+            out.push(std::mem::replace(&mut self.buf, rest));
+            self.parts += 1;
+        }
+        out
+    }
+
+    /// Bytes taken so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether a part has been handed out (a multipart upload is needed;
+    /// otherwise [`Parts::finish`]'s bytes are the whole object).
+    pub fn multipart(&self) -> bool {
+        self.parts > 0
+    }
+
+    /// The bytes not yet handed out: the last part, or the whole object.
+    pub fn finish(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
 /// The compressed bytes of one object as they are produced: counted,
 /// hashed, and cut into R2 parts of exactly [`PART_BYTES`] (the last
 /// shorter). Holds at most one part.
 #[derive(Clone)]
 pub struct ObjectWriter {
-    part_bytes: usize,
-    buf: Vec<u8>,
+    parts: Parts,
     sha: Sha256,
-    bytes: u64,
     rows: u64,
-    parts: u32,
 }
 
 impl Default for ObjectWriter {
@@ -269,12 +316,9 @@ impl ObjectWriter {
     /// A writer cutting parts of `part_bytes` (tests use small ones).
     pub fn with_part_bytes(part_bytes: usize) -> ObjectWriter {
         ObjectWriter {
-            part_bytes: part_bytes.max(1),
-            buf: Vec::new(),
+            parts: Parts::new(part_bytes),
             sha: Sha256::new(),
-            bytes: 0,
             rows: 0,
-            parts: 0,
         }
     }
 
@@ -286,21 +330,13 @@ impl ObjectWriter {
     /// Takes compressed bytes; the whole parts they complete, in order.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
         self.sha.update(chunk);
-        self.bytes += chunk.len() as u64;
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        while self.buf.len() >= self.part_bytes {
-            let rest = self.buf.split_off(self.part_bytes);
-            out.push(std::mem::replace(&mut self.buf, rest));
-            self.parts += 1;
-        }
-        out
+        self.parts.push(chunk)
     }
 
     /// Whether a part has been handed out (the object needs a multipart
     /// upload; otherwise [`ObjectWriter::finish`]'s bytes are the object).
     pub fn multipart(&self) -> bool {
-        self.parts > 0
+        self.parts.multipart()
     }
 
     /// The bytes not yet handed out (the last part, or the whole object)
@@ -308,10 +344,10 @@ impl ObjectWriter {
     pub fn finish(self) -> (Vec<u8>, Sealed) {
         let sealed = Sealed {
             rows: self.rows,
-            bytes: self.bytes,
+            bytes: self.parts.bytes(),
             sha256: hex(&self.sha.finalize()),
         };
-        (self.buf, sealed)
+        (self.parts.finish(), sealed)
     }
 }
 

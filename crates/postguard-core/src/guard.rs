@@ -122,6 +122,11 @@ pub struct AdmitRequest {
     /// request body travels as the frame's payload when the object keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Box<NewOperation>>,
+    /// The object exists only for its windows (a client address's counter
+    /// of requests without a credential): it forgets everything once they
+    /// are over (`store::Done::forget_at`), so no object is left behind.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 /// An operation to create if the claim is taken.
@@ -155,6 +160,7 @@ impl AdmitRequest {
             caller: None,
             lookup: None,
             operation: None,
+            transient: false,
         }
     }
 
@@ -798,14 +804,24 @@ pub struct StartOpRequest {
     pub id: String,
     /// How long the attempt holds the operation (`operations::lease_ms`).
     pub lease_ms: u64,
+    /// The attempts the retry schedule allows (`operations::max_attempts`);
+    /// absent (a worker of an earlier build): unbounded, as it was.
+    #[serde(default = "unbounded")]
+    pub max_attempts: u32,
+}
+
+fn unbounded() -> u32 {
+    u32::MAX
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StartOpReply {
-    /// Run this attempt (`op.attempts`); the request body is the payload.
+    /// Run this attempt (`op.attempts`), as the key is now (its plan and
+    /// metadata from the object's profile); the request body is the payload.
     Started { op: Box<operations::Operation> },
-    /// Not now: no such operation, or not startable (`state`).
+    /// Not now: no such operation, or not startable (`state`) — or it has
+    /// just ended (`failed`: its attempts spent, its key revoked or expired).
     NotStarted { state: Option<operations::State> },
 }
 
@@ -925,6 +941,7 @@ mod tests {
             caller: None,
             lookup: None,
             operation: None,
+            transient: false,
         }
     }
 

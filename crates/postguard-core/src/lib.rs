@@ -33,6 +33,7 @@ pub mod rate_limit;
 pub mod response_events;
 pub mod routes;
 pub mod store;
+pub mod unauthenticated;
 pub mod webhooks;
 
 pub use problem::{ErrorCode, Invalid, Problem};

@@ -166,6 +166,10 @@ pub struct StoredRequest {
     /// The R2 object of a body larger than `idempotency.max_stored_body_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_object: Option<String>,
+    /// The key's expiry when the operation was accepted (the object's
+    /// profile, when the operator set one since, wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_expires_at: Option<u64>,
 }
 
 impl StoredRequest {
@@ -176,12 +180,40 @@ impl StoredRequest {
     }
 }
 
-/// Why an attempt got no answer.
+/// Why an operation has no answer to keep: its last attempt got none
+/// (`timeout`, `unreachable`), or it ended without one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoAnswer {
     Timeout,
     Unreachable,
+    /// The origin's final answer could not be kept (larger than
+    /// `max_replay_bytes`, no R2, or its storage failed): the operation ran
+    /// and is not run again.
+    NotKept,
+    /// Every attempt the schedule allows was started and none recorded an
+    /// outcome (each was cut by a crash or a failed write).
+    AttemptsSpent,
+    /// The request body kept in R2 was gone: nothing was sent.
+    BodyMissing,
+    /// The key was revoked before the next attempt: nothing more is sent.
+    KeyRevoked,
+    /// The key expired before the next attempt: nothing more is sent.
+    KeyExpired,
+}
+
+impl NoAnswer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoAnswer::Timeout => "timeout",
+            NoAnswer::Unreachable => "unreachable",
+            NoAnswer::NotKept => "not_kept",
+            NoAnswer::AttemptsSpent => "attempts_spent",
+            NoAnswer::BodyMissing => "body_missing",
+            NoAnswer::KeyRevoked => "key_revoked",
+            NoAnswer::KeyExpired => "key_expired",
+        }
+    }
 }
 
 /// One operation, as its key's object stores it.
@@ -210,7 +242,7 @@ pub struct Operation {
     /// The last answer's status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// The last attempt had no answer.
+    /// Why there is no answer to keep (the last attempt's, or the end's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<NoAnswer>,
     /// The kept answer, once done (its body beside it or in R2).
@@ -233,6 +265,9 @@ pub struct View {
     pub method: String,
     pub path: String,
     pub attempts: u32,
+    /// Why a failed operation has no answer (`key_revoked`, `not_kept`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<NoAnswer>,
 }
 
 impl Operation {
@@ -276,6 +311,7 @@ impl Operation {
             method: self.request.method.clone(),
             path: self.request.path().to_string(),
             attempts: self.attempts,
+            reason: self.failure.filter(|_| self.state == State::Failed),
         }
     }
 
@@ -284,27 +320,80 @@ impl Operation {
     }
 }
 
+/// What [`start`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Run attempt `op.attempts` (now `running` under a lease).
+    Run(Operation),
+    /// The operation ends here, `failed`: the schedule's attempts are all
+    /// spent (each was cut), or the key can no longer send.
+    End(Operation),
+    /// Not now (a duplicate message, an early one, a done operation).
+    Not,
+}
+
 /// `start`: the consumer's claim on the next attempt. A queued operation
 /// whose delay has passed, or a running one whose lease ran out (its
-/// consumer died), starts attempt `attempts + 1`; anything else is not
-/// started (a duplicate message, an early one, a done operation).
-pub fn start(op: &Operation, now_ms: u64, lease_ms: u64) -> Option<Operation> {
+/// consumer died), starts attempt `attempts + 1` — unless `max_attempts`
+/// were started already (then it fails: nothing runs forever), or `gone`
+/// says the key was revoked or has expired (then it fails before its next
+/// origin call).
+pub fn start(
+    op: &Operation,
+    now_ms: u64,
+    lease_ms: u64,
+    max_attempts: u32,
+    gone: Option<NoAnswer>,
+) -> Start {
     let startable = match op.state {
         State::Queued => now_ms >= op.not_before,
         State::Running => op.lease_until.is_none_or(|until| now_ms >= until),
         State::Succeeded | State::Failed => false,
     };
     if !startable {
-        return None;
+        return Start::Not;
+    }
+    if let Some(why) = gone {
+        return Start::End(ended(op, why, now_ms));
+    }
+    if op.attempts >= max_attempts {
+        let why = op.failure.unwrap_or(NoAnswer::AttemptsSpent);
+        let why = match op.state {
+            State::Running => NoAnswer::AttemptsSpent,
+            _ => why,
+        };
+        return Start::End(ended(op, why, now_ms));
     }
     let until = now_ms.saturating_add(lease_ms);
-    Some(Operation {
+    Start::Run(Operation {
         state: State::Running,
         attempts: op.attempts.saturating_add(1),
         lease_until: Some(until),
         due_at: Some(until),
         ..op.clone()
     })
+}
+
+/// `op` ended `failed` at `now_ms` for `why`, keeping its last status.
+fn ended(op: &Operation, why: NoAnswer, now_ms: u64) -> Operation {
+    Operation {
+        state: State::Failed,
+        failure: Some(why),
+        lease_until: None,
+        due_at: None,
+        completed_at: Some(now_ms),
+        expires_at: now_ms.saturating_add(op.ttl_ms),
+        response: None,
+        ..op.clone()
+    }
+}
+
+/// The attempts an operation may start: one, and one more per delay of
+/// the retry schedule.
+pub fn max_attempts(schedule_s: &[u32]) -> u32 {
+    u32::try_from(schedule_s.len())
+        .unwrap_or(u32::MAX)
+        .saturating_add(1)
 }
 
 /// What one attempt came back with.
@@ -314,6 +403,36 @@ pub enum Outcome {
     /// The origin answered (its body travels beside).
     Answer(StoredResponse),
     NoAnswer(NoAnswer),
+    /// The origin gave a final answer that could not be kept (too large,
+    /// or its storage failed): the operation ran; it ends `failed` with
+    /// this status and is never run again.
+    NotKept {
+        status: u16,
+    },
+}
+
+impl Outcome {
+    /// An outcome that ends the operation `failed` at once: an answer not
+    /// kept (it ran), or a reason it can never be sent.
+    pub fn is_final_failure(&self) -> bool {
+        match self {
+            Outcome::NotKept { .. } => true,
+            Outcome::NoAnswer(why) => !matches!(why, NoAnswer::Timeout | NoAnswer::Unreachable),
+            Outcome::Answer(_) => false,
+        }
+    }
+
+    /// What is recorded when this outcome, with its body, could not be:
+    /// a final answer as not kept (the origin ran it: it must never run
+    /// again), anything else as it is.
+    pub fn without_body(&self) -> Outcome {
+        match self {
+            Outcome::Answer(r) if crate::idempotency::is_storable_status(r.status) => {
+                Outcome::NotKept { status: r.status }
+            }
+            other => other.clone(),
+        }
+    }
 }
 
 /// A transition [`settle`] decided.
@@ -345,6 +464,7 @@ pub fn settle(
     let (status, failure) = match outcome {
         Outcome::Answer(r) => (Some(r.status), None),
         Outcome::NoAnswer(why) => (None, Some(*why)),
+        Outcome::NotKept { status } => (Some(*status), Some(NoAnswer::NotKept)),
     };
     let done = |state: State| {
         let mut next = Operation {
@@ -366,6 +486,11 @@ pub fn settle(
             done: true,
         })
     };
+    // The origin ran it (whichever attempt says so), or it cannot be sent:
+    // never run again.
+    if outcome.is_final_failure() {
+        return done(State::Failed);
+    }
     if status.is_some_and(crate::idempotency::is_storable_status) {
         return done(State::Succeeded);
     }
@@ -466,6 +591,16 @@ pub fn result(op: &Operation, now_ms: u64, timeout_ms: u32) -> ResultAnswer {
     }
     match (&op.response, op.failure) {
         (Some(r), _) => ResultAnswer::Stored(r.clone()),
+        (
+            None,
+            Some(
+                why @ (NoAnswer::NotKept
+                | NoAnswer::AttemptsSpent
+                | NoAnswer::BodyMissing
+                | NoAnswer::KeyRevoked
+                | NoAnswer::KeyExpired),
+            ),
+        ) => ResultAnswer::Problem(abandoned(op, why)),
         (None, Some(NoAnswer::Timeout)) => ResultAnswer::Problem(Problem::new(
             ErrorCode::OriginUnreachable,
             format!(
@@ -477,6 +612,36 @@ pub fn result(op: &Operation, now_ms: u64, timeout_ms: u32) -> ResultAnswer {
             "the origin could not be reached on the operation's last attempt",
         )),
     }
+}
+
+/// 410 `OPERATION_ABANDONED`: the operation ended without an answer it
+/// keeps, and says why.
+fn abandoned(op: &Operation, why: NoAnswer) -> Problem {
+    let detail = match why {
+        NoAnswer::NotKept => format!(
+            "operation {} ran, and the origin's answer (status {}) was too large to keep or could not be stored; it is not run again",
+            op.id,
+            op.status.map_or_else(|| "unknown".to_string(), |s| s.to_string())
+        ),
+        NoAnswer::AttemptsSpent => format!(
+            "every attempt of operation {} was cut before its outcome was recorded ({} attempts)",
+            op.id, op.attempts
+        ),
+        NoAnswer::BodyMissing => format!(
+            "operation {}'s stored request body is gone: it was not sent",
+            op.id
+        ),
+        NoAnswer::KeyRevoked => format!(
+            "operation {}'s API key was revoked before its next attempt: nothing more was sent",
+            op.id
+        ),
+        NoAnswer::KeyExpired => format!(
+            "operation {}'s API key expired before its next attempt: nothing more was sent",
+            op.id
+        ),
+        NoAnswer::Timeout | NoAnswer::Unreachable => format!("operation {} failed", op.id),
+    };
+    Problem::new(ErrorCode::OperationAbandoned, detail)
 }
 
 /// A page of a project's operations, newest first: those created before

@@ -42,11 +42,12 @@ pub enum ErrorCode {
     ApiKeyExpired,
     ConcurrencyLimitExceeded,
     OperationNotDone,
+    OperationAbandoned,
 }
 
 impl ErrorCode {
     /// Every code, in the order docs/errors.md lists them.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::InvalidApiKey,
         ErrorCode::RateLimitExceeded,
         ErrorCode::IdempotencyKeyRequired,
@@ -73,6 +74,7 @@ impl ErrorCode {
         ErrorCode::ApiKeyExpired,
         ErrorCode::ConcurrencyLimitExceeded,
         ErrorCode::OperationNotDone,
+        ErrorCode::OperationAbandoned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +105,7 @@ impl ErrorCode {
             ErrorCode::ApiKeyExpired => "API_KEY_EXPIRED",
             ErrorCode::ConcurrencyLimitExceeded => "CONCURRENCY_LIMIT_EXCEEDED",
             ErrorCode::OperationNotDone => "OPERATION_NOT_DONE",
+            ErrorCode::OperationAbandoned => "OPERATION_ABANDONED",
         }
     }
 
@@ -123,7 +126,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyInProgress => 409,
             ErrorCode::IdempotencyKeyReuseConflict => 422,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::ReplayUnavailable => 410,
+            ErrorCode::ReplayUnavailable | ErrorCode::OperationAbandoned => 410,
             ErrorCode::OriginUnreachable => 502,
             ErrorCode::OriginTimeout => 504,
             ErrorCode::NotFound => 404,
@@ -163,6 +166,7 @@ impl ErrorCode {
             ErrorCode::ApiKeyExpired => "API key expired",
             ErrorCode::ConcurrencyLimitExceeded => "Too many requests in flight",
             ErrorCode::OperationNotDone => "Operation not done",
+            ErrorCode::OperationAbandoned => "Operation ended without an answer",
         }
     }
 

@@ -461,6 +461,22 @@ pub fn keep(settings: &Settings, body_len: u64, bucket: bool) -> Keep {
     }
 }
 
+/// The completion stored when the full one could not be (its body or event
+/// too much for the object, or the object failing): the answer without its
+/// body and event, so a retry is told the body is unavailable (410) —
+/// never left to let the claim expire into a second execution. A body
+/// already in R2 stays referenced.
+pub fn without_body(done: &CompleteRequest) -> CompleteRequest {
+    CompleteRequest {
+        response: StoredResponse {
+            body_omitted: true,
+            ..done.response.clone()
+        },
+        event: None,
+        ..done.clone()
+    }
+}
+
 /// The R2 object key of a stored body: per API key id, per Idempotency-Key
 /// (hashed: a key may be any visible ASCII, and is the client's data), per
 /// request (a later claim of an expired key never collides with it).
@@ -507,7 +523,7 @@ pub enum Settlement {
 pub struct Answered<'a> {
     pub status: u16,
     pub headers: &'a [(String, String)],
-    pub body_len: usize,
+    pub body_len: u64,
 }
 
 /// The settlement of `claim` once the origin answered (`None`: it did not).
@@ -544,9 +560,9 @@ pub fn settle(
         response: StoredResponse {
             status,
             headers: storable_response_headers(headers, idem.store_set_cookie),
-            body_omitted: body_len as u64 > idem.max_stored_body_bytes,
+            body_omitted: body_len > idem.max_stored_body_bytes,
             body_object: None,
-            body_len: body_len as u64,
+            body_len,
         },
         slot,
         event: None,
@@ -786,7 +802,7 @@ mod tests {
         assert_eq!(get("idempotency-key"), Vec::<&str>::new());
     }
 
-    fn answered(status: u16, body_len: usize) -> Answered<'static> {
+    fn answered(status: u16, body_len: u64) -> Answered<'static> {
         Answered {
             status,
             headers: &[],
@@ -812,7 +828,7 @@ mod tests {
             settle(&c.settings, plan, &claim, false, Some(answered(503, 0))),
             Settlement::Release(_)
         ));
-        let big = c.settings.idempotency.max_stored_body_bytes as usize + 1;
+        let big = c.settings.idempotency.max_stored_body_bytes + 1;
         let Settlement::Complete(done) =
             settle(&c.settings, plan, &claim, false, Some(answered(201, big)))
         else {

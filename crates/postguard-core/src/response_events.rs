@@ -103,7 +103,15 @@ pub enum Skipped {
     NotAnObject(&'static str),
     #[error("the response body was kept in R2, not read")]
     NotRead,
+    #[error("the event data is {0} bytes of JSON, over the {MAX_DATA_BYTES} an event from a response carries")]
+    TooLarge(usize),
 }
+
+/// The most JSON an event from a response carries as its `data` (1 MiB):
+/// the event rides in the call that stores the response and waits in the
+/// key's object (a row of at most 2 MB), so a larger one would fail the
+/// store itself. Over it the response is stored and no event is published.
+pub const MAX_DATA_BYTES: usize = 1 << 20;
 
 /// The event's `data` from a response body: the body, or the value its
 /// pointer names; it must be a JSON object, as a published event's is.
@@ -181,6 +189,10 @@ pub fn for_response(
         return Ok(None);
     };
     let data = data_of(rule, body.ok_or(Skipped::NotRead)?)?;
+    let len = serde_json::to_vec(&data).map_or(usize::MAX, |v| v.len());
+    if len > MAX_DATA_BYTES {
+        return Err(Skipped::TooLarge(len));
+    }
     Ok(Some(PendingEvent {
         id: event_id(trace.key_id, trace.idempotency_key),
         project: trace.project.to_string(),
@@ -308,6 +320,24 @@ mod tests {
         assert!(for_response(&rules[..2], &get, 201, Some(body))
             .unwrap()
             .is_none());
+    }
+
+    /// Issue 32 #2: an event's data rides in the store of its response;
+    /// one over 1 MiB publishes nothing, and the response is stored.
+    #[test]
+    fn data_over_a_mebibyte_publishes_nothing() {
+        let rules = vec![rule("POST", "/orders", "2xx", "body")];
+        let fill = |n: usize| format!(r#"{{"pad":"{}"}}"#, "x".repeat(n));
+        let fits = fill(MAX_DATA_BYTES - 10);
+        assert_eq!(fits.len(), MAX_DATA_BYTES);
+        assert!(for_response(&rules, &TRACE, 201, Some(fits.as_bytes()))
+            .unwrap()
+            .is_some());
+        let over = fill(MAX_DATA_BYTES - 9);
+        assert_eq!(
+            for_response(&rules, &TRACE, 201, Some(over.as_bytes())),
+            Err(Skipped::TooLarge(MAX_DATA_BYTES + 1))
+        );
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub struct Done<T> {
     /// When something it wrote is due for the alarm's work (an operation to
     /// hand to the queue, an event to publish), with no grace added.
     pub work_at: Option<u64>,
+    /// A transient object's windows end then: it forgets everything at that
+    /// time (`AdmitRequest::transient`).
+    pub forget_at: Option<u64>,
 }
 
 impl<T> Done<T> {
@@ -125,6 +128,7 @@ impl<T> Done<T> {
             payload: Vec::new(),
             alarm_by: None,
             work_at: None,
+            forget_at: None,
         }
     }
 }
@@ -194,9 +198,24 @@ pub fn admit<S: GuardStore>(
     Ok(Done {
         alarm_by: claim_expiry.into_iter().chain(slot_expiry).min(),
         work_at: plan.operation.as_ref().and_then(|op| op.due_at),
+        forget_at: forget_at(req, plan.windows.is_some(), &plan.response),
         answer: plan.response,
         payload,
     })
+}
+
+/// When a transient object whose windows were just written forgets them:
+/// at the end of its longest window.
+fn forget_at(req: &AdmitRequest, wrote: bool, answer: &AdmitResponse) -> Option<u64> {
+    if !(req.transient && wrote) {
+        return None;
+    }
+    answer
+        .verdicts()?
+        .said
+        .iter()
+        .map(|s| s.verdict.reset_ms)
+        .max()
 }
 
 /// A request told an operation again (`accepted`) is told how it stands.
@@ -272,12 +291,11 @@ pub fn complete<S: GuardStore>(
         }
     }
     Ok(Done {
-        answer: Ack {
-            applied: stored.is_some(),
-        },
-        payload: Vec::new(),
         alarm_by: stored.as_ref().map(Record::expires_at_ms),
         work_at,
+        ..Done::answer(Ack {
+            applied: stored.is_some(),
+        })
     })
 }
 
@@ -296,19 +314,26 @@ pub fn release<S: GuardStore>(store: &mut S, req: &ReleaseRequest) -> Result<Ack
 }
 
 /// `start`: the consumer's claim on operation `id`'s next attempt, with the
-/// request body (kept in the object) to send.
+/// request body (kept in the object) to send. An operation whose key was
+/// revoked or has expired, or whose attempts are spent, ends `failed` here
+/// instead (its completion event written with it): nothing more is sent.
 pub fn start_operation<S: GuardStore>(
     store: &mut S,
     req: &StartOpRequest,
     now_ms: u64,
 ) -> Result<Done<StartOpReply>, S::Error> {
-    let current = store.operation(&req.id)?;
-    let started = current
-        .as_ref()
-        .and_then(|op| operations::start(op, now_ms, req.lease_ms));
-    let Some(op) = started else {
-        let state = current.map(|op| op.state);
-        return Ok(Done::answer(StartOpReply::NotStarted { state }));
+    let Some(current) = store.operation(&req.id)? else {
+        return Ok(Done::answer(StartOpReply::NotStarted { state: None }));
+    };
+    let state = store.state()?;
+    let gone = key_gone(&state, &current, now_ms);
+    let op = match operations::start(&current, now_ms, req.lease_ms, req.max_attempts, gone) {
+        operations::Start::Run(op) => op,
+        operations::Start::End(op) => return end_operation(store, &op, now_ms),
+        operations::Start::Not => {
+            let state = Some(current.state);
+            return Ok(Done::answer(StartOpReply::NotStarted { state }));
+        }
     };
     store.put_operation(&op)?;
     let payload = match op.request.body_object {
@@ -317,9 +342,53 @@ pub fn start_operation<S: GuardStore>(
     };
     Ok(Done {
         work_at: op.due_at,
-        answer: StartOpReply::Started { op: Box::new(op) },
         payload,
-        alarm_by: None,
+        ..Done::answer(StartOpReply::Started {
+            op: Box::new(as_key_is(op, state.profile.as_ref())),
+        })
+    })
+}
+
+/// Whether the operation's key can no longer send: revoked (the object's
+/// flag), or expired (the profile the operator set, else the expiry the key
+/// had when the operation was accepted).
+fn key_gone(state: &GuardState, op: &Operation, now_ms: u64) -> Option<operations::NoAnswer> {
+    if state.revoked {
+        return Some(operations::NoAnswer::KeyRevoked);
+    }
+    let expires_at = match &state.profile {
+        Some(p) => p.expires_at,
+        None => op.request.key_expires_at,
+    };
+    expires_at
+        .filter(|at| now_ms >= *at)
+        .map(|_| operations::NoAnswer::KeyExpired)
+}
+
+/// The attempt runs as the key is now: the plan and metadata the operator
+/// last set, not those cached when the operation was accepted.
+fn as_key_is(mut op: Operation, profile: Option<&Profile>) -> Operation {
+    if let Some(p) = profile {
+        op.request.plan.clone_from(&p.plan);
+        op.request.meta.clone_from(&p.meta);
+    }
+    op
+}
+
+/// Writes an operation that just ended `failed` at its start (no attempt
+/// ran, nothing to keep): `NotStarted` with its state.
+fn end_operation<S: GuardStore>(
+    store: &mut S,
+    op: &Operation,
+    now_ms: u64,
+) -> Result<Done<StartOpReply>, S::Error> {
+    conclude(store, op, now_ms)?;
+    Ok(Done {
+        alarm_by: Some(op.expires_at),
+        work_at: Some(now_ms),
+        ..Done::answer(StartOpReply::NotStarted {
+            state: Some(op.state),
+        })
     })
 }
 
@@ -342,8 +411,8 @@ pub fn finish_operation<S: GuardStore>(
             kept: false,
         }));
     };
-    store.put_operation(&s.op)?;
     if !s.done {
+        store.put_operation(&s.op)?;
         return Ok(Done {
             work_at: s.op.due_at,
             ..Done::answer(FinishOpReply {
@@ -357,8 +426,7 @@ pub fn finish_operation<S: GuardStore>(
             store.put_op_body(&s.op.id, Part::Result, body)?;
         }
     }
-    close_record(store, &s.op)?;
-    store.put_pending(&operations::completed_event(&s.op), now_ms)?;
+    conclude(store, &s.op, now_ms)?;
     if let (Some(ev), operations::State::Succeeded) = (&req.event, s.op.state) {
         store.put_pending(ev, now_ms)?;
     }
@@ -370,6 +438,14 @@ pub fn finish_operation<S: GuardStore>(
             kept: true,
         })
     })
+}
+
+/// A done operation: written, its key's record closed, its completion
+/// event written to publish.
+fn conclude<S: GuardStore>(store: &mut S, op: &Operation, now_ms: u64) -> Result<(), S::Error> {
+    store.put_operation(op)?;
+    close_record(store, op)?;
+    store.put_pending(&operations::completed_event(op), now_ms)
 }
 
 /// The key's record of a done operation: completed, expiring with it.
@@ -1034,6 +1110,7 @@ mod tests {
                 idempotency_key: "k".into(),
                 body_len: 4,
                 body_object: None,
+                key_expires_at: None,
             }
         }
 
@@ -1129,6 +1206,7 @@ mod tests {
             let start = StartOpRequest {
                 id: id.clone(),
                 lease_ms: 1_000,
+                max_attempts: 5,
             };
             let started = ok(start_operation(&mut s, &start, 10));
             assert!(matches!(&started.answer, StartOpReply::Started { op } if op.attempts == 1));
@@ -1203,6 +1281,7 @@ mod tests {
             let start = StartOpRequest {
                 id: id.clone(),
                 lease_ms: 1_000,
+                max_attempts: 5,
             };
             ok(start_operation(&mut s, &start, 0));
             let retry = ok(finish_operation(

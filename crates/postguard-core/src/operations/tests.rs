@@ -18,6 +18,15 @@ fn request() -> StoredRequest {
         idempotency_key: "k1".into(),
         body_len: 2,
         body_object: None,
+        key_expires_at: None,
+    }
+}
+
+/// `start` with the schedule's attempts, the key alive: the attempt to run.
+fn run(o: &Operation, now: u64) -> Option<Operation> {
+    match start(o, now, LEASE, max_attempts(&SCHEDULE), None) {
+        Start::Run(next) => Some(next),
+        _ => None,
     }
 }
 
@@ -109,34 +118,112 @@ fn async_routes_are_mutating_requests_on_a_listed_path() {
 #[test]
 fn a_queued_operation_starts_once_its_delay_passed_and_a_lost_attempt_once_its_lease_ran_out() {
     let o = op();
-    let started = start(&o, 1_000, LEASE).unwrap();
+    let started = run(&o, 1_000).unwrap();
     assert_eq!((started.state, started.attempts), (State::Running, 1));
     assert_eq!(
         started.due_at,
         Some(11_000),
         "the alarm looks at a lost attempt"
     );
-    assert_eq!(start(&started, 10_999, LEASE), None, "a duplicate message");
-    let again = start(&started, 11_000, LEASE).unwrap();
+    assert_eq!(run(&started, 10_999), None, "a duplicate message");
+    let again = run(&started, 11_000).unwrap();
     assert_eq!(again.attempts, 2, "the cut attempt counts");
     let delayed = Operation {
         not_before: 5_000,
         ..o.clone()
     };
-    assert_eq!(start(&delayed, 4_999, LEASE), None, "an early message");
-    assert!(start(&delayed, 5_000, LEASE).is_some());
+    assert_eq!(run(&delayed, 4_999), None, "an early message");
+    assert!(run(&delayed, 5_000).is_some());
+}
+
+/// Issue 32 #3: attempts cut one after another (a result that cannot be
+/// stored, a consumer dying) never run past the schedule: the next start
+/// ends the operation instead, once.
+#[test]
+fn cut_attempts_never_run_past_the_schedule() {
+    let max = max_attempts(&SCHEDULE);
+    assert_eq!(max, 3);
+    let mut o = op();
+    let mut now = 1_000;
+    for n in 1..=max {
+        o = run(&o, now).unwrap();
+        assert_eq!(o.attempts, n);
+        now += LEASE;
+    }
+    let Start::End(ended) = start(&o, now, LEASE, max, None) else {
+        panic!("a fourth attempt started")
+    };
+    assert_eq!(
+        (ended.state, ended.failure, ended.attempts),
+        (State::Failed, Some(NoAnswer::AttemptsSpent), max)
+    );
+    assert_eq!(ended.view().reason, Some(NoAnswer::AttemptsSpent));
+    assert_eq!(start(&ended, now + LEASE, LEASE, max, None), Start::Not);
+    match result(&ended, now, 1_000) {
+        ResultAnswer::Problem(p) => assert_eq!(p.code, ErrorCode::OperationAbandoned),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 32 #4: a revoked or expired key's operation ends before its next
+/// origin call.
+#[test]
+fn a_gone_key_ends_its_operation_before_the_next_attempt() {
+    let o = run(&op(), 1_000).unwrap();
+    let s = settle(&o, 1, &answer(503), &SCHEDULE, 2_000).unwrap();
+    for why in [NoAnswer::KeyRevoked, NoAnswer::KeyExpired] {
+        assert_eq!(
+            start(&s.op, 2_500, LEASE, 3, Some(why)),
+            Start::Not,
+            "not due yet"
+        );
+        let Start::End(ended) = start(&s.op, 3_000, LEASE, 3, Some(why)) else {
+            panic!("{why:?}: an attempt started")
+        };
+        assert_eq!((ended.state, ended.failure), (State::Failed, Some(why)));
+        assert_eq!(ended.status, Some(503), "the last answer's status stays");
+    }
+}
+
+/// Issue 32 #3: a final answer that cannot be kept fails the operation at
+/// once, whichever attempt brings it: it ran, so it never runs again.
+#[test]
+fn an_answer_not_kept_fails_the_operation_once() {
+    let first = run(&op(), 1_000).unwrap();
+    let second = run(&first, 11_000).unwrap();
+    let s = settle(
+        &second,
+        1,
+        &Outcome::NotKept { status: 201 },
+        &SCHEDULE,
+        12_000,
+    )
+    .unwrap();
+    assert!(s.done);
+    assert_eq!(
+        (s.op.state, s.op.status, s.op.failure),
+        (State::Failed, Some(201), Some(NoAnswer::NotKept))
+    );
+    assert_eq!(settle(&s.op, 2, &answer(201), &SCHEDULE, 13_000), None);
+    match result(&s.op, 13_000, 1_000) {
+        ResultAnswer::Problem(p) => {
+            assert_eq!((p.code, p.status()), (ErrorCode::OperationAbandoned, 410));
+            assert!(p.detail.contains("status 201"), "{}", p.detail);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
 fn failures_follow_the_schedule_then_fail_with_the_last_answer() {
-    let o = start(&op(), 1_000, LEASE).unwrap();
+    let o = run(&op(), 1_000).unwrap();
     let s = settle(&o, 1, &answer(503), &SCHEDULE, 2_000).unwrap();
     assert!(!s.done);
     assert_eq!(
         (s.op.state, s.op.not_before, s.op.due_at),
         (State::Queued, 3_000, Some(3_000))
     );
-    let o = start(&s.op, 3_000, LEASE).unwrap();
+    let o = run(&s.op, 3_000).unwrap();
     let s = settle(
         &o,
         2,
@@ -146,7 +233,7 @@ fn failures_follow_the_schedule_then_fail_with_the_last_answer() {
     )
     .unwrap();
     assert_eq!((s.op.state, s.op.not_before), (State::Queued, 9_000));
-    let o = start(&s.op, 9_000, LEASE).unwrap();
+    let o = run(&s.op, 9_000).unwrap();
     let s = settle(&o, 3, &answer(502), &SCHEDULE, 9_500).unwrap();
     assert!(s.done);
     assert_eq!((s.op.state, s.op.status), (State::Failed, Some(502)));
@@ -162,8 +249,8 @@ fn failures_follow_the_schedule_then_fail_with_the_last_answer() {
 
 #[test]
 fn a_final_answer_wins_from_any_attempt_and_a_late_failure_changes_nothing() {
-    let first = start(&op(), 1_000, LEASE).unwrap();
-    let second = start(&first, 11_000, LEASE).unwrap();
+    let first = run(&op(), 1_000).unwrap();
+    let second = run(&first, 11_000).unwrap();
     assert_eq!(
         settle(&second, 1, &answer(500), &SCHEDULE, 12_000),
         None,
@@ -199,7 +286,7 @@ fn the_result_is_not_there_before_the_end_and_a_failure_without_an_answer_is_502
         }
         other => panic!("{other:?}"),
     }
-    let running = start(&o, 1_000, LEASE).unwrap();
+    let running = run(&o, 1_000).unwrap();
     let failed = settle(
         &Operation {
             attempts: 3,
@@ -223,7 +310,7 @@ fn the_result_is_not_there_before_the_end_and_a_failure_without_an_answer_is_502
 #[test]
 fn the_completion_event_is_named_by_the_operation() {
     let done = settle(
-        &start(&op(), 1_000, LEASE).unwrap(),
+        &run(&op(), 1_000).unwrap(),
         1,
         &answer(201),
         &SCHEDULE,
@@ -268,6 +355,7 @@ fn pages_merge_newest_first() {
         method: "POST".into(),
         path: "/".into(),
         attempts: 0,
+        reason: None,
     };
     let (page, more) = merge(vec![v(1, "a"), v(3, "c"), v(2, "b"), v(3, "d")], 3);
     let ids: Vec<&str> = page.iter().map(|v| v.id.as_str()).collect();
@@ -322,7 +410,7 @@ proptest! {
             let before = o.clone();
             match s {
                 Step::Start => {
-                    if let Some(next) = start(&o, now, LEASE) {
+                    if let Some(next) = run(&o, now) {
                         started.push(next.attempts);
                         o = next;
                     }

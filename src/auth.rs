@@ -109,6 +109,19 @@ async fn lookup(env: &Env, hash: &str) -> Handled<Option<KeyRecord>> {
     Ok(rec)
 }
 
+/// The project of API key `key_id` (its KV entry `k:<id>`); `None` for an
+/// id no one issued. One KV read: what a handler asks before it calls a
+/// key's object by an id the caller named, so a made-up id creates none.
+pub async fn key_project(env: &Env, key_id: &str) -> Handled<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        record: KeyRecord,
+    }
+    let kv = env.kv(bindings::API_KEYS)?;
+    let entry: Option<Entry> = kv.get(&format!("k:{key_id}")).json().await?;
+    Ok(entry.map(|e| e.record.project))
+}
+
 /// An authenticated API key: its record and its hash (the cache key).
 pub struct ApiKey {
     pub record: KeyRecord,

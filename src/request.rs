@@ -8,6 +8,7 @@ use worker::wasm_bindgen_futures::JsFuture;
 use worker::{web_sys, Request};
 
 use crate::reject::Handled;
+use crate::streams;
 
 /// Every query parameter, in order.
 pub fn query_pairs(req: &Request) -> Handled<Vec<(String, String)>> {
@@ -38,14 +39,21 @@ pub enum Body {
 /// is refused without reading; a declared length within it is read in one
 /// `arrayBuffer()` call (the runtime enforces the framing); a chunked body is
 /// read chunk by chunk and dropped at the first chunk that crosses `max`, so
-/// at most `max` plus one chunk is ever held.
+/// at most `max` plus one chunk is ever held. What is left of a refused
+/// body is read and dropped before the 413 is answered (`streams::linger`,
+/// bounded), so a client still uploading reads it.
 pub async fn read_bounded(
     req: &web_sys::Request,
     declared: Option<u64>,
     max: u64,
 ) -> Handled<Body> {
     match body::declared(declared, max) {
-        Declared::TooLarge => return Ok(Body::TooLarge),
+        Declared::TooLarge => {
+            if let Some(stream) = req.body() {
+                let _ = JsFuture::from(streams::linger(&stream)).await;
+            }
+            return Ok(Body::TooLarge);
+        }
         Declared::Fits => {
             let buf = JsFuture::from(req.array_buffer()?).await?;
             return Ok(Body::Read(Uint8Array::new(&buf).to_vec()));
@@ -71,8 +79,7 @@ pub async fn read_bounded(
         }
         let bytes = Uint8Array::new(&Reflect::get(&chunk, &JsValue::from_str("value"))?);
         if budget.take(bytes.length() as usize).is_err() {
-            // The promise settles once the body is released; nothing waits on it.
-            let _ = reader.cancel();
+            let _ = JsFuture::from(streams::linger(&reader)).await;
             return Ok(Body::TooLarge);
         }
         out.extend_from_slice(&bytes.to_vec());

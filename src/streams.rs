@@ -20,6 +20,23 @@ export function readChunk(reader) {
 export function cancelReader(reader) {
   reader.cancel().catch(() => {});
 }
+// Reads and drops what is left of a request body (a stream, or the reader
+// already reading it), at most `maxBytes` and `maxMs`, then cancels it.
+export function linger(source, maxBytes, maxMs) {
+  const reader = typeof source.getReader === 'function' ? source.getReader() : source;
+  const stop = Date.now() + maxMs;
+  return (async () => {
+    let n = 0;
+    try {
+      while (n <= maxBytes && Date.now() <= stop) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        n += value.byteLength;
+      }
+    } catch (_) {}
+    reader.cancel().catch(() => {});
+  })();
+}
 // The body whole as bytes when it ends within `max`; otherwise the whole body
 // as a stream again: the chunks read so far, then the rest as it comes.
 export async function readUpTo(stream, max) {
@@ -56,6 +73,8 @@ extern "C" {
     fn read_chunk(reader: &JsValue) -> std::result::Result<Promise, JsValue>;
     #[wasm_bindgen(js_name = cancelReader)]
     fn cancel_reader(reader: &JsValue);
+    #[wasm_bindgen(js_name = linger)]
+    fn linger_js(source: &JsValue, max_bytes: f64, max_ms: f64) -> Promise;
     #[wasm_bindgen(js_name = readUpTo, catch)]
     fn read_up_to_js(
         stream: &web_sys::ReadableStream,
@@ -99,6 +118,21 @@ impl Reader {
     pub fn cancel(self) {
         cancel_reader(&self.0);
     }
+}
+
+/// How long, and how much, a refused request body is still read (and
+/// dropped) after its 413 is answered.
+const LINGER_MS: f64 = 10_000.0;
+const LINGER_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Reads and drops the rest of a request body refused as too large (a
+/// stream, or the reader already reading it), before the refusal is
+/// answered: the runtime drops a connection whose request body is left
+/// unread, and a client still uploading would find it reset instead of
+/// reading its 413 (a drain after the answer does not help: the body is
+/// gone with the answer). Bounded by [`LINGER_MS`] and [`LINGER_BYTES`].
+pub fn linger(source: &JsValue) -> Promise {
+    linger_js(source, LINGER_BYTES, LINGER_MS)
 }
 
 /// A body read up to a bound.

@@ -117,6 +117,7 @@ pub async fn accept(
         } => {
             if !again {
                 hand_on(env, rc, &operation.id).await;
+                index(env, cfg, ctx, &caller.key.record);
             }
             answer(rc, &operation, again, true, &limit_headers(rc, &verdicts))
         }
@@ -220,6 +221,55 @@ async fn store_body(
 fn forget_body(env: &Env, ctx: &Context, object: String) {
     let env = env.clone();
     ctx.wait_until(async move { replays::delete(&env, vec![object]).await });
+}
+
+thread_local! {
+    /// Keys whose index entry this isolate wrote, and when.
+    static INDEXED: std::cell::RefCell<std::collections::HashMap<String, u64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// How often an isolate writes a key's index entry again (its expiry moves
+/// on each write); KV takes one write a second per entry.
+const INDEX_EVERY_MS: u64 = 3_600_000;
+const INDEXED_MAX: usize = 10_000;
+
+/// Notes that the key holds operations (`operations::index_entry`), which
+/// `GET /operations` visits — after the answer, at most hourly per isolate;
+/// a failed write is logged and written again by the key's next operation.
+fn index(env: &Env, cfg: &Config, ctx: &Context, key: &postguard_core::keys::KeyRecord) {
+    let now = crate::runtime::now_ms();
+    let fresh = INDEXED.with(|m| {
+        m.borrow()
+            .get(&key.id)
+            .is_some_and(|at| now.saturating_sub(*at) < INDEX_EVERY_MS)
+    });
+    if fresh {
+        return;
+    }
+    let (env, id) = (env.clone(), key.id.clone());
+    let entry = operations::index_entry(&key.project, &key.id);
+    let ttl_s = operations::index_ttl_s(&cfg.settings);
+    ctx.wait_until(async move {
+        let put = async {
+            env.kv(crate::bindings::API_KEYS)?
+                .put(&entry, "")?
+                .expiration_ttl(ttl_s)
+                .execute()
+                .await?;
+            Ok::<_, worker::Error>(())
+        };
+        match put.await {
+            Ok(()) => INDEXED.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.len() >= INDEXED_MAX {
+                    m.clear();
+                }
+                m.insert(id, now);
+            }),
+            Err(e) => log::emit(Line::warn("indexing the key's operations failed").err(e)),
+        }
+    });
 }
 
 /// Hands a new operation to the queue. If that fails the operation is

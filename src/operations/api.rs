@@ -1,20 +1,23 @@
 //! `GET /_postguard/v1/operations/{id}`, `…/{id}/result` and
 //! `GET /_postguard/v1/operations` (an API key or a portal session of the
 //! operation's project; docs/async-operations.md). The id names the key whose object
-//! holds the operation; an operation of another project is not found.
+//! holds the operation; an operation of another project, or of a key no
+//! one issued, is not found — without calling (or creating) any object.
 //!
-//! The list visits the object of every key of the project (the KV index
-//! `i:<project>:`), each answering its newest operations before the cursor,
-//! and merges them: one object call per key and page, no shared store on
-//! the path that creates operations (ADR 0037).
+//! The list visits the objects of the project's keys that hold operations
+//! (each writes its KV index entry `o:<project>:<key id>` when it creates
+//! one), each answering its newest operations before the cursor, and
+//! merges them: at most `operations::MAX_LISTED_KEYS` objects a page (a
+//! project with more is listed a key at a time, `key=`), and no shared
+//! store on the path that creates operations (ADR 0037).
 
 use futures_util::future::join_all;
 use postguard_core::guard::{GetOp, GetOpRequest, ListOps};
 use postguard_core::operations::{self, Operation, ResultAnswer, State};
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::{Invalid, Problem};
-use serde::Deserialize;
 
+use crate::auth;
 use crate::durable::client::Guard;
 use crate::handler::{json, Ctx};
 use crate::reject::{Handled, Reject};
@@ -26,9 +29,13 @@ use crate::{bindings, http, replays};
 async fn find(cx: &Ctx<'_>, id: &str, body: bool) -> Handled<(Box<Operation>, Vec<u8>)> {
     let not_found = || Reject::from(Problem::not_found("operation", id));
     let key_id = operations::key_id_of(id).ok_or_else(not_found)?;
+    let project = cx.project()?.to_string();
+    if auth::key_project(cx.env, &key_id).await?.as_deref() != Some(project.as_str()) {
+        return Err(not_found());
+    }
     let req = GetOpRequest {
         id: id.to_string(),
-        project: cx.project()?.to_string(),
+        project,
         body,
     };
     let (found, payload) = Guard::of(cx.env, &key_id)?.call::<GetOp>(&req, &[]).await?;
@@ -81,18 +88,8 @@ pub async fn result(cx: &Ctx<'_>, id: &str) -> Handled {
     }
 }
 
-/// Keys listed per KV page, and the most the list visits: a project's
-/// operations live in its keys' objects.
-const KEYS_PER_PAGE: u64 = 1000;
-const MAX_KEYS: usize = 5000;
-
-#[derive(Deserialize)]
-struct Listed {
-    id: String,
-}
-
-/// `GET /_postguard/v1/operations?state=&limit=&cursor=`: the project's
-/// operations, newest first.
+/// `GET /_postguard/v1/operations?state=&key=&limit=&cursor=`: the
+/// project's operations, newest first.
 pub async fn list(cx: &Ctx<'_>) -> Handled {
     let project = cx.project()?.to_string();
     let mut page = operations::Page {
@@ -101,10 +98,12 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         limit: postguard_core::page::DEFAULT_LIMIT,
         state: None,
     };
+    let mut key = None;
     for (k, v) in crate::request::query_pairs(&cx.req)? {
         match k.as_str() {
             "limit" => page.limit = parse_limit(Some(&v))?,
             "cursor" => page.before = Some(decode_cursor(&v)?),
+            "key" => key = Some(v),
             "state" => {
                 page.state = Some(State::parse(&v).ok_or_else(|| {
                     Invalid::field("state", "must be one of queued, running, succeeded, failed")
@@ -113,7 +112,10 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
             other => return Err(Invalid::unknown_parameter(other).into()),
         }
     }
-    let keys = project_keys(cx, &project).await?;
+    let keys = match key {
+        Some(id) => one_key(cx, &project, id).await?,
+        None => indexed_keys(cx, &project).await?,
+    };
     // One more than shown from each object, to know whether a page follows.
     let ask = operations::Page {
         limit: page.limit + 1,
@@ -138,37 +140,38 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     json(cx.rc, 200, &Page { data, next_cursor }, &[])
 }
 
-/// The ids of the project's keys (revoked ones too: their operations stay
-/// readable until they expire).
-async fn project_keys(cx: &Ctx<'_>, project: &str) -> Handled<Vec<String>> {
-    let kv = cx.env.kv(bindings::API_KEYS)?;
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut q = kv
-            .list()
-            .prefix(format!("i:{project}:"))
-            .limit(KEYS_PER_PAGE);
-        if let Some(c) = cursor.take() {
-            q = q.cursor(c);
-        }
-        let listed = q.execute().await?;
-        for k in listed.keys {
-            // `i:<project>:<reverse time>:<id>`; the metadata says it too.
-            let id = k
-                .metadata
-                .and_then(|m| serde_json::from_value::<Listed>(m).ok())
-                .map(|l| l.id)
-                .or_else(|| k.name.rsplit(':').next().map(str::to_string));
-            out.extend(id);
-        }
-        if listed.list_complete || out.len() >= MAX_KEYS {
-            break;
-        }
-        cursor = listed.cursor.filter(|c| !c.is_empty());
-        if cursor.is_none() {
-            break;
-        }
+/// `key=`: that key, if it is one of the project's (none otherwise).
+async fn one_key(cx: &Ctx<'_>, project: &str, id: String) -> Handled<Vec<String>> {
+    if !operations::is_key_id(&id) {
+        return Err(Invalid::field("key", "must be an API key's id (key_…)").into());
     }
-    Ok(out)
+    let mine = auth::key_project(cx.env, &id).await?.as_deref() == Some(project);
+    Ok(if mine { vec![id] } else { Vec::new() })
+}
+
+/// The keys of the project that hold operations (their index entries), at
+/// most `MAX_LISTED_KEYS`: more → 400 naming `key`.
+async fn indexed_keys(cx: &Ctx<'_>, project: &str) -> Handled<Vec<String>> {
+    let max = operations::MAX_LISTED_KEYS;
+    let listed = cx
+        .env
+        .kv(bindings::API_KEYS)?
+        .list()
+        .prefix(operations::index_prefix(project))
+        .limit(max as u64 + 1)
+        .execute()
+        .await?;
+    let keys: Vec<String> = listed
+        .keys
+        .iter()
+        .filter_map(|k| operations::indexed_key(&k.name, project))
+        .collect();
+    if keys.len() > max {
+        return Err(Invalid::field(
+            "key",
+            &format!("this project's operations live in more than {max} keys' objects (at most {max} are read at once): list them a key at a time with key=<key id>"),
+        )
+        .into());
+    }
+    Ok(keys)
 }

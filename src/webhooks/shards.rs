@@ -123,7 +123,9 @@ pub async fn adopt(
 }
 
 /// The delivery `id` of `project` as stored, and its shard: looked up in the
-/// shards its id names, then in D1's legacy rows (moved into its shard).
+/// shards its id names that the directory lists (an id no one issued calls,
+/// and so creates, no shard), then in D1's legacy rows (moved into its
+/// shard).
 pub async fn find(
     env: &Env,
     cfg: &Config,
@@ -134,6 +136,9 @@ pub async fn find(
     use postguard_core::webhooks::records::Detail;
     for round in 0..2 {
         for key in candidates(cfg, project, id) {
+            if directory::span(env, &key).await?.is_none() {
+                continue;
+            }
             let req = webhook_shard::DetailReq {
                 delivery_id: id.to_string(),
             };

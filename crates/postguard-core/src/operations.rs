@@ -656,6 +656,54 @@ pub struct Page {
     pub state: Option<State>,
 }
 
+/// The most keys' objects one page of `GET /operations` reads: a project
+/// whose operations live in more keys is listed one key at a time
+/// (`key=`), as the audit log bounds its fan-out.
+pub const MAX_LISTED_KEYS: usize = 32;
+
+/// The KV entry that says `key_id` of `project` holds operations (written
+/// when it creates one, at most hourly per isolate; it expires after
+/// [`index_ttl_s`]): what `GET /operations` visits, rather than every key
+/// of the project.
+pub fn index_entry(project: &str, key_id: &str) -> String {
+    format!("o:{project}:{key_id}")
+}
+
+/// The prefix of a project's [`index_entry`]s.
+pub fn index_prefix(project: &str) -> String {
+    format!("o:{project}:")
+}
+
+/// How long an index entry outlives the last operation its key created:
+/// the longest an operation lives (its retries, then the longest TTL a
+/// plan keeps it), and a day.
+pub fn index_ttl_s(settings: &Settings) -> u64 {
+    let retries: u64 = settings
+        .webhooks
+        .schedule_s
+        .iter()
+        .map(|s| u64::from(*s))
+        .sum();
+    let ttl = settings
+        .plans
+        .values()
+        .map(|p| u64::from(p.ttl_s()))
+        .max()
+        .unwrap_or(0);
+    retries + ttl + 86_400
+}
+
+/// The key id an index entry names.
+pub fn indexed_key(entry: &str, project: &str) -> Option<String> {
+    let id = entry.strip_prefix(&index_prefix(project))?;
+    is_key_id(id).then(|| id.to_string())
+}
+
+/// Whether `id` is an API key's id (`key_` + a ULID).
+pub fn is_key_id(id: &str) -> bool {
+    id.strip_prefix("key_").is_some_and(is_ulid)
+}
+
 /// Merges the pages of several objects (each newest first) into one.
 pub fn merge(mut pages: Vec<View>, limit: usize) -> (Vec<View>, bool) {
     pages.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));

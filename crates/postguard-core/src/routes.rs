@@ -259,7 +259,7 @@ impl Route {
                 "cursor",
             ],
             Stats => &["days", "key_prefix", "project"],
-            OperationsList => &["state", "limit", "cursor"],
+            OperationsList => &["state", "key", "limit", "cursor"],
             ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
             _ => &[],

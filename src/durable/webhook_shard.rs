@@ -38,7 +38,7 @@ CREATE INDEX IF NOT EXISTS events_created ON events (created_at, id);
 CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, event_id TEXT NOT NULL, event_type TEXT NOT NULL,
   subscription_id TEXT NOT NULL, url TEXT NOT NULL, status TEXT NOT NULL, attempts_made INTEGER NOT NULL,
   next_attempt_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, queued_at INTEGER,
-  manual INTEGER NOT NULL DEFAULT 0);
+  manual INTEGER NOT NULL DEFAULT 0, claimed_until INTEGER);
 CREATE INDEX IF NOT EXISTS deliveries_created ON deliveries (created_at, id);
 CREATE INDEX IF NOT EXISTS deliveries_event ON deliveries (event_id);
 CREATE INDEX IF NOT EXISTS deliveries_sub ON deliveries (subscription_id, status, created_at, id);
@@ -53,7 +53,11 @@ CREATE TABLE IF NOT EXISTS usage (day INTEGER PRIMARY KEY, events INTEGER NOT NU
 
 const DELIVERY_COLUMNS: &str =
     "id, event_id, event_type, subscription_id, url, status, attempts_made, \
-next_attempt_at, created_at, updated_at, queued_at, manual";
+next_attempt_at, created_at, updated_at, queued_at, manual, claimed_until";
+
+/// Columns added after a shard's tables were first made: `(table, column,
+/// type)`, added on the shard's first call when missing.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("deliveries", "claimed_until", "INTEGER")];
 
 /// A delivery with its event's `request_id` (the log's trace).
 const LIST_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, \
@@ -119,6 +123,10 @@ pub struct BeforeReq {
 pub struct ClaimReq {
     pub jobs: Vec<ClaimJob>,
     pub now: u64,
+    /// How long a claimed scheduled attempt is in flight (a worker of an
+    /// earlier build sends none: then no attempt is marked in flight).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -296,7 +304,7 @@ impl WebhookStore for Sql<'_> {
 
     fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<()> {
         self.run(
-            &format!("INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            &format!("INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             vec![
                 text(&d.id),
                 text(&d.event_id),
@@ -310,6 +318,7 @@ impl WebhookStore for Sql<'_> {
                 int(d.updated_at),
                 opt_int(d.queued_at),
                 int(u64::from(d.manual)),
+                opt_int(d.claimed_until),
             ],
         )
     }
@@ -574,8 +583,8 @@ impl WebhookStore for Sql<'_> {
             &format!(
                 "INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) SELECT value->>'id', value->>'event_id', \
                  value->>'event_type', value->>'subscription_id', value->>'url', value->>'status', value->>'attempts_made', \
-                 value->>'next_attempt_at', value->>'created_at', value->>'updated_at', value->>'queued_at', value->>'manual' \
-                 FROM json_each(?)"
+                 value->>'next_attempt_at', value->>'created_at', value->>'updated_at', value->>'queued_at', value->>'manual', \
+                 value->>'claimed_until' FROM json_each(?)"
             ),
             vec![json_text(ds)?],
         )
@@ -592,6 +601,27 @@ impl WebhookStore for Sql<'_> {
     }
 }
 
+/// Adds the [`ADDED_COLUMNS`] a shard made by an earlier build lacks.
+fn add_missing_columns(sql: &SqlStorage) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct N {
+        n: u64,
+    }
+    for (table, column, kind) in ADDED_COLUMNS {
+        let q = "SELECT COUNT(*) AS n FROM pragma_table_info(?) WHERE name = ?";
+        let found: Vec<N> = sql
+            .exec(q, Some(vec![text(table), text(column)]))?
+            .to_array()?;
+        if found.first().is_none_or(|f| f.n == 0) {
+            sql.exec(
+                &format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"),
+                None,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// `v` as one JSON text value to bind.
 fn json_text<T: Serialize + ?Sized>(v: &T) -> Result<SqlStorageValue> {
     Ok(SqlStorageValue::String(
@@ -603,6 +633,7 @@ impl WebhookShard {
     fn store(&self) -> Result<Sql<'_>> {
         if !self.schema_ready.get() {
             self.sql.exec(SCHEMA, None)?;
+            add_missing_columns(&self.sql)?;
             self.schema_ready.set(true);
         }
         Ok(Sql(&self.sql))
@@ -658,7 +689,7 @@ impl WebhookShard {
             }
             op::CLAIM => {
                 let r: ClaimReq = parse(body)?;
-                json(&self.atomically(|s| records::claim(s, &r.jobs, r.now))?)
+                json(&self.atomically(|s| records::claim(s, &r.jobs, r.now, r.lease_ms))?)
             }
             op::SETTLE => {
                 let r: SettleReq = parse(body)?;

@@ -212,12 +212,13 @@ async fn claim_all<'a>(
     }
     let mut runs = Vec::new();
     let mut held: Vec<(ShardKey, String)> = Vec::new();
+    let lease_ms = delivery::attempt_lease_ms(cfg.settings.webhooks.timeout_ms);
     for round in 0..2 {
         if pending.is_empty() {
             break;
         }
         let mut missing = Vec::new();
-        for (p, shard, answer) in claim_round(env, pending, round).await {
+        for (p, shard, answer) in claim_round(env, pending, round, lease_ms).await {
             match answer {
                 Err(e) => retry_all("claiming", [p.m], &e),
                 Ok(Claimed::Send {
@@ -259,6 +260,7 @@ async fn claim_round<'a>(
     env: &Env,
     pending: Vec<Pending<'a>>,
     round: usize,
+    lease_ms: u64,
 ) -> Vec<(Pending<'a>, ShardKey, Result<Claimed>)> {
     let now = now_ms();
     let mut by_shard: Vec<(ShardKey, Vec<Pending<'a>>)> = Vec::new();
@@ -277,6 +279,7 @@ async fn claim_round<'a>(
         let req = ClaimReq {
             jobs: ps.iter().map(|p| p.req.clone()).collect(),
             now,
+            lease_ms,
         };
         let got: Result<Vec<Claimed>> = shards::call(env, &key, op::CLAIM, &req).await;
         (key, ps, got)

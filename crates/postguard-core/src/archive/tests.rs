@@ -41,6 +41,7 @@ fn archived(url: &str) -> Archived {
             queued_at: Some(NOV30 * DAY_MS + 6),
             manual: 0,
             request_id: Some("req_pub".into()),
+            claimed_until: None,
         },
         attempts: vec![AttemptRecord {
             delivery_id: "dlv_1".into(),

@@ -105,6 +105,9 @@ pub struct Delivery {
     pub subscribed: bool,
     /// The subscription is paused or disabled: scheduled attempts are held.
     pub held: bool,
+    /// A scheduled attempt claimed and not settled yet is in flight until
+    /// then (its lease): another copy of its job waits rather than sends.
+    pub in_flight_until: Option<u64>,
 }
 
 /// What a queue message asks for.
@@ -175,11 +178,14 @@ impl Expect {
 }
 
 /// Claim attempt `attempt.number`: `attempts_made = number` where the
-/// delivery is still `expect`. Whoever loses sends nothing.
+/// delivery is still `expect`. Whoever loses sends nothing. A scheduled
+/// attempt also marks the delivery in flight until its lease ends
+/// (`in_flight_until`), so no other copy of its job sends meanwhile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claim {
     pub expect: Expect,
     pub attempt: Attempt,
+    pub in_flight_until: Option<u64>,
 }
 
 impl Claim {
@@ -187,6 +193,7 @@ impl Claim {
     pub fn claimed(&self, d: &Delivery) -> Delivery {
         Delivery {
             attempts_made: self.attempt.number,
+            in_flight_until: self.in_flight_until.or(d.in_flight_until),
             ..*d
         }
     }
@@ -256,12 +263,25 @@ pub enum Plan {
     Drop(Dropped),
 }
 
+/// How long a claimed scheduled attempt is in flight: the receiver's
+/// timeout (`webhooks.timeout_ms`) and 30 s for the consumer to record
+/// what it got. Past it the attempt counts as lost with its consumer, and
+/// another copy of its job claims the next attempt.
+pub fn attempt_lease_ms(timeout_ms: u32) -> u64 {
+    u64::from(timeout_ms).saturating_add(30_000)
+}
+
 /// The delay after which a job that lost its claim (or met another job of
 /// its delivery in the same batch) runs again, on a fresh snapshot.
 pub const CONTENDED_DELAY_S: u64 = 1;
 
-/// What `job` does to `d` at `now` (epoch ms).
-pub fn plan(job: Job, d: &Delivery, now: u64) -> Plan {
+/// What `job` does to `d` at `now` (epoch ms). A scheduled attempt it
+/// claims is in flight for `lease_ms` (the attempt's timeout and a margin):
+/// until then another copy of the job — a duplicate message, a batch
+/// redelivered, a second consumer — waits for the lease instead of sending
+/// the next attempt, and then finds the schedule moved on (or, if the
+/// attempt was lost with its consumer, claims the next one).
+pub fn plan(job: Job, d: &Delivery, now: u64, lease_ms: u64) -> Plan {
     let claim = |mode| Claim {
         expect: Expect::of(d),
         attempt: Attempt {
@@ -269,8 +289,14 @@ pub fn plan(job: Job, d: &Delivery, now: u64) -> Plan {
             mode,
             planned_next: d.next_attempt_at,
         },
+        in_flight_until: None,
+    };
+    let scheduled = || Claim {
+        in_flight_until: Some(now.saturating_add(lease_ms)),
+        ..claim(Mode::Schedule)
     };
     let mine = |at| d.status.in_progress() && d.next_attempt_at == Some(at);
+    let in_flight = d.in_flight_until.filter(|until| *until > now);
     match job {
         Job::Redirect if !d.subscribed => Plan::Drop(Dropped::NoSubscription),
         Job::Redirect => Plan::Send(claim(Mode::Redirect)),
@@ -283,11 +309,18 @@ pub fn plan(job: Job, d: &Delivery, now: u64) -> Plan {
         Job::Scheduled { at } if at > now.saturating_add(1_000) => Plan::Wait {
             delay_s: retry::next_hop((at - now).div_ceil(1_000)),
         },
+        // Another copy of a job whose attempt is in flight: it waits for the
+        // attempt's lease, sends nothing and claims nothing.
+        Job::Scheduled { .. } if in_flight.is_some() => Plan::Wait {
+            delay_s: in_flight.map_or(CONTENDED_DELAY_S, |until| {
+                until.saturating_sub(now).div_ceil(1_000).max(1)
+            }),
+        },
         Job::Scheduled { .. } if !d.subscribed => {
             Plan::GiveUp(claim(Mode::Schedule), GiveUp::SubscriptionDeleted)
         }
         Job::Scheduled { .. } if d.held => Plan::Hold(hold(d)),
-        Job::Scheduled { .. } => Plan::Send(claim(Mode::Schedule)),
+        Job::Scheduled { .. } => Plan::Send(scheduled()),
         Job::DeadLetterQueue { .. } if d.status.is_final() => Plan::Drop(Dropped::Finished),
         Job::DeadLetterQueue { .. } if d.status == Status::Paused => Plan::Drop(Dropped::Held),
         Job::DeadLetterQueue {

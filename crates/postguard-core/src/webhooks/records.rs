@@ -53,6 +53,10 @@ pub struct DeliveryRecord {
     /// not a column of the delivery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// A scheduled attempt claimed and not settled is in flight until then
+    /// (`delivery::Claim::in_flight_until`); never shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_until: Option<u64>,
 }
 
 impl DeliveryRecord {
@@ -64,15 +68,18 @@ impl DeliveryRecord {
             next_attempt_at: self.next_attempt_at,
             subscribed: sub.subscribed,
             held: sub.held,
+            in_flight_until: self.claimed_until,
         }
     }
 
+    /// A status write (settle, hold, release): no attempt is in flight after it.
     fn apply(&mut self, w: &delivery::Write, now: u64) -> bool {
         if self.status != w.expect.status || self.attempts_made != w.expect.attempts_made {
             return false;
         }
         self.status = w.status;
         self.next_attempt_at = w.next_attempt_at;
+        self.claimed_until = None;
         self.updated_at = now;
         true
     }
@@ -502,6 +509,7 @@ pub fn publish<S: WebhookStore>(
                 queued_at: None,
                 manual: 0,
                 request_id: None,
+                claimed_until: None,
             };
             if let Some(at) = next {
                 jobs.push(FirstJob::of(&record, at));
@@ -663,17 +671,21 @@ pub enum Claimed {
 
 /// Plans each job ([`delivery::plan`]) and applies the claim or the hold at
 /// once: the shard runs one call at a time, so no other attempt can move
-/// the delivery between the plan and its write.
+/// the delivery between the plan and its write — a compare-and-set on
+/// (delivery, attempt number). A scheduled attempt claimed is in flight
+/// for `lease_ms`: another copy of its job meanwhile waits and sends
+/// nothing.
 pub fn claim<S: WebhookStore>(
     s: &mut S,
     jobs: &[ClaimJob],
     now: u64,
+    lease_ms: u64,
 ) -> Result<Vec<Claimed>, S::Error> {
     let ids: Vec<&str> = jobs.iter().map(|j| j.delivery_id.as_str()).collect();
     let mut loaded = Loaded::of(s, &ids)?;
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
-        out.push(claim_one(&mut loaded, j, now));
+        out.push(claim_one(&mut loaded, j, now, lease_ms));
     }
     loaded.write(s)?;
     // The payloads the claimed attempts send, in one read.
@@ -704,11 +716,11 @@ pub fn claim<S: WebhookStore>(
 
 /// One job against the deliveries as this call has left them; the claim
 /// (or hold) is written to `loaded`, the payload filled in by [`claim`].
-fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64) -> Claimed {
+fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64, lease_ms: u64) -> Claimed {
     let Some(mut d) = loaded.get(&j.delivery_id) else {
         return Claimed::Missing;
     };
-    let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now) {
+    let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now, lease_ms) {
         Plan::Send(c) => (c, None),
         Plan::GiveUp(c, why) => (c, Some(why)),
         Plan::Wait { delay_s } => return Claimed::Wait { delay_s },
@@ -722,7 +734,9 @@ fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64) -> Claimed {
         }
         Plan::Drop(_) => return Claimed::Dropped,
     };
-    d.attempts_made = claim.attempt.number;
+    let claimed = claim.claimed(&d.snapshot(j.sub));
+    d.attempts_made = claimed.attempts_made;
+    d.claimed_until = claimed.in_flight_until;
     d.updated_at = now;
     loaded.put(d.clone());
     Claimed::Send {
@@ -1312,6 +1326,8 @@ impl From<ClaimWire> for Claim {
                 },
                 planned_next: c.planned_next,
             },
+            // Settling needs no lease: the attempt's write ends it.
+            in_flight_until: None,
         }
     }
 }

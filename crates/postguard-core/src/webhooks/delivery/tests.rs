@@ -12,8 +12,12 @@ fn fresh() -> Delivery {
         next_attempt_at: Some(T0),
         subscribed: true,
         held: false,
+        in_flight_until: None,
     }
 }
+
+/// How long a claimed scheduled attempt is in flight in these tests.
+const LEASE: u64 = 40_000;
 
 fn status(code: u16) -> Attempted {
     Attempted::Sent(AttemptResult::Status {
@@ -52,7 +56,7 @@ fn a_held_subscription_holds_scheduled_attempts_and_resume_releases_them() {
         held: true,
         ..fresh()
     };
-    let Plan::Hold(w) = plan(Job::Scheduled { at: T0 }, &d, T0) else {
+    let Plan::Hold(w) = plan(Job::Scheduled { at: T0 }, &d, T0, LEASE) else {
         panic!("expected a hold");
     };
     assert_eq!((w.status, w.next_attempt_at), (Status::Paused, None));
@@ -63,15 +67,20 @@ fn a_held_subscription_holds_scheduled_attempts_and_resume_releases_them() {
     };
     // Its old scheduled job and a dead-letter-queue job do nothing.
     assert_eq!(
-        plan(Job::Scheduled { at: T0 }, &paused, T0),
+        plan(Job::Scheduled { at: T0 }, &paused, T0, LEASE),
         Plan::Drop(Dropped::Superseded)
     );
     assert_eq!(
-        plan(Job::DeadLetterQueue { scheduled_at: None }, &paused, T0),
+        plan(
+            Job::DeadLetterQueue { scheduled_at: None },
+            &paused,
+            T0,
+            LEASE
+        ),
         Plan::Drop(Dropped::Held)
     );
     // A failed manual attempt keeps the hold; a success delivers.
-    let c = claim_of(plan(Job::ManualRetry, &paused, T0));
+    let c = claim_of(plan(Job::ManualRetry, &paused, T0, LEASE));
     assert_eq!(c.attempt.mode, Mode::Final);
     let seen = c.claimed(&paused);
     assert_eq!(
@@ -119,7 +128,7 @@ fn jobs_from_messages() {
 #[test]
 fn a_scheduled_job_runs_only_as_the_next_attempt() {
     let d = fresh();
-    let c = claim_of(plan(Job::Scheduled { at: T0 }, &d, T0));
+    let c = claim_of(plan(Job::Scheduled { at: T0 }, &d, T0, LEASE));
     assert_eq!(
         c.expect,
         Expect {
@@ -130,7 +139,7 @@ fn a_scheduled_job_runs_only_as_the_next_attempt() {
     assert_eq!(c.attempt.number, 1);
     assert_eq!(c.attempt.mode, Mode::Schedule);
     assert_eq!(
-        plan(Job::Scheduled { at: T0 + 1 }, &d, T0),
+        plan(Job::Scheduled { at: T0 + 1 }, &d, T0, LEASE),
         Plan::Drop(Dropped::Superseded)
     );
     // A long delay arrives early: another hop, at most the queue's maximum.
@@ -140,15 +149,15 @@ fn a_scheduled_job_runs_only_as_the_next_attempt() {
         ..d
     };
     assert_eq!(
-        plan(Job::Scheduled { at: far }, &d2, T0),
+        plan(Job::Scheduled { at: far }, &d2, T0, LEASE),
         Plan::Wait { delay_s: 43_200 }
     );
     assert_eq!(
-        plan(Job::Scheduled { at: far }, &d2, far - 1_500),
+        plan(Job::Scheduled { at: far }, &d2, far - 1_500, LEASE),
         Plan::Wait { delay_s: 2 }
     );
     assert!(matches!(
-        plan(Job::Scheduled { at: far }, &d2, far - 1_000),
+        plan(Job::Scheduled { at: far }, &d2, far - 1_000, LEASE),
         Plan::Send(_)
     ));
     let gone = Delivery {
@@ -156,7 +165,7 @@ fn a_scheduled_job_runs_only_as_the_next_attempt() {
         ..d
     };
     assert!(matches!(
-        plan(Job::Scheduled { at: T0 }, &gone, T0),
+        plan(Job::Scheduled { at: T0 }, &gone, T0, LEASE),
         Plan::GiveUp(_, GiveUp::SubscriptionDeleted)
     ));
 }
@@ -169,20 +178,21 @@ fn delivered_is_never_sent_again_but_by_a_redirect() {
         next_attempt_at: None,
         subscribed: true,
         held: false,
+        in_flight_until: None,
     };
     assert_eq!(
-        plan(Job::ManualRetry, &d, T0),
+        plan(Job::ManualRetry, &d, T0, LEASE),
         Plan::Drop(Dropped::AlreadyDelivered)
     );
     assert_eq!(
-        plan(Job::Scheduled { at: T0 }, &d, T0),
+        plan(Job::Scheduled { at: T0 }, &d, T0, LEASE),
         Plan::Drop(Dropped::Superseded)
     );
     assert_eq!(
-        plan(Job::DeadLetterQueue { scheduled_at: None }, &d, T0),
+        plan(Job::DeadLetterQueue { scheduled_at: None }, &d, T0, LEASE),
         Plan::Drop(Dropped::Finished)
     );
-    let c = claim_of(plan(Job::Redirect, &d, T0));
+    let c = claim_of(plan(Job::Redirect, &d, T0, LEASE));
     assert_eq!((c.attempt.number, c.attempt.mode), (3, Mode::Redirect));
     let t = settle(&c.claimed(&d), &c.attempt, &status(500), SCHEDULE, T0);
     assert_eq!(
@@ -198,9 +208,9 @@ fn delivered_is_never_sent_again_but_by_a_redirect() {
 fn a_late_failure_never_overwrites_delivered() {
     // A slow scheduled attempt (1) and a manual retry (2) run at once.
     let d = fresh();
-    let slow = claim_of(plan(Job::Scheduled { at: T0 }, &d, T0));
+    let slow = claim_of(plan(Job::Scheduled { at: T0 }, &d, T0, LEASE));
     let d1 = slow.claimed(&d);
-    let fast = claim_of(plan(Job::ManualRetry, &d1, T0));
+    let fast = claim_of(plan(Job::ManualRetry, &d1, T0, LEASE));
     assert_eq!(fast.attempt.number, 2);
     let d2 = fast.claimed(&d1);
     let ok = settle(&d2, &fast.attempt, &status(200), SCHEDULE, T0 + 10);
@@ -228,9 +238,9 @@ fn a_late_failure_never_overwrites_delivered() {
 #[test]
 fn an_earlier_success_wins_over_a_later_failure() {
     let d = fresh();
-    let fast = claim_of(plan(Job::ManualRetry, &d, T0));
+    let fast = claim_of(plan(Job::ManualRetry, &d, T0, LEASE));
     let d1 = fast.claimed(&d);
-    let slow = claim_of(plan(Job::Scheduled { at: T0 }, &d1, T0));
+    let slow = claim_of(plan(Job::Scheduled { at: T0 }, &d1, T0, LEASE));
     let d2 = slow.claimed(&d1);
     // The later one fails first and moves the schedule…
     let t = settle(&d2, &slow.attempt, &status(503), SCHEDULE, T0 + 5);
@@ -258,8 +268,9 @@ fn manual_retry_of_a_dead_letter() {
         next_attempt_at: None,
         subscribed: true,
         held: false,
+        in_flight_until: None,
     };
-    let c = claim_of(plan(Job::ManualRetry, &d, T0));
+    let c = claim_of(plan(Job::ManualRetry, &d, T0, LEASE));
     assert_eq!((c.attempt.number, c.attempt.mode), (6, Mode::Final));
     let d1 = c.claimed(&d);
     assert_eq!(
@@ -331,15 +342,19 @@ fn any_step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// An attempt under way: the claim, what to report, the row as the
+/// consumer saw it right after claiming, whether a scheduled job claimed it,
+/// and its lease.
+type Flying = (Attempt, Option<GiveUp>, Delivery, bool, Option<u64>);
+
 struct Model {
     row: Delivery,
     now: u64,
     queue: Vec<Job>,
     /// Jobs taken by a consumer, with the row as it loaded it.
     loaded: Vec<(Job, Delivery)>,
-    /// Attempts under way: the claim, what to report, and the row as the
-    /// consumer saw it right after claiming.
-    flying: Vec<(Attempt, Option<GiveUp>, Delivery)>,
+    /// Attempts under way.
+    flying: Vec<Flying>,
     claimed: BTreeSet<u32>,
 }
 
@@ -365,6 +380,7 @@ impl Model {
         }
         self.row.status = w.status;
         self.row.next_attempt_at = w.next_attempt_at;
+        self.row.in_flight_until = None;
         true
     }
 
@@ -380,12 +396,21 @@ impl Model {
             return Ok(());
         }
         let (job, seen) = self.loaded.remove(i % self.loaded.len());
-        match plan(job, &seen, self.now) {
+        match plan(job, &seen, self.now, LEASE) {
             Plan::Send(c) | Plan::GiveUp(c, _) if Expect::of(&self.row) != c.expect => {
                 self.queue.push(job); // lost the claim: runs again later
             }
             p @ (Plan::Send(c) | Plan::GiveUp(c, _)) => {
                 prop_assert_eq!(c.attempt.number, self.row.attempts_made + 1);
+                // One send per scheduled attempt: while one is in flight
+                // (its lease not over), no other copy of a scheduled job sends.
+                if matches!(job, Job::Scheduled { .. }) {
+                    let now = self.now;
+                    prop_assert!(
+                        self.flying.iter().all(|(_, _, _, sched, until)| !sched || until.is_none_or(|u| u <= now)),
+                        "a second scheduled send while one is in flight"
+                    );
+                }
                 prop_assert!(
                     self.claimed.insert(c.attempt.number),
                     "number {} reused",
@@ -405,7 +430,9 @@ impl Model {
                     Plan::GiveUp(_, g) => Some(g),
                     _ => None,
                 };
-                self.flying.push((c.attempt, gave_up, self.row));
+                let scheduled = matches!(job, Job::Scheduled { .. });
+                self.flying
+                    .push((c.attempt, gave_up, self.row, scheduled, c.in_flight_until));
             }
             Plan::Wait { delay_s } => {
                 prop_assert!((1..=retry::MAX_QUEUE_DELAY_S).contains(&delay_s));
@@ -426,7 +453,7 @@ impl Model {
         if self.flying.is_empty() {
             return Ok(());
         }
-        let (attempt, gave_up, seen) = self.flying.remove(i % self.flying.len());
+        let (attempt, gave_up, seen, _, _) = self.flying.remove(i % self.flying.len());
         let result = gave_up.map_or(Attempted::Sent(r), Attempted::GaveUp);
         // The first settle uses the row as the consumer saw it after its
         // claim (stale if another attempt wrote since); a lost write re-reads
@@ -565,7 +592,7 @@ proptest! {
         let mut job = Job::Scheduled { at: T0 };
         for (i, r) in results.iter().enumerate() {
             let n = u32::try_from(i).unwrap() + 1;
-            let c = claim_of(plan(job, &d, now));
+            let c = claim_of(plan(job, &d, now, LEASE));
             prop_assert_eq!(c.attempt.number, n);
             d = c.claimed(&d);
             now += 10;
@@ -604,7 +631,7 @@ proptest! {
             let f = t.follow_up.unwrap();
             job = Job::Scheduled { at: f.at };
             // Chained hops until due.
-            while let Plan::Wait { delay_s } = plan(job, &d, now) {
+            while let Plan::Wait { delay_s } = plan(job, &d, now, LEASE) {
                 now += delay_s * 1_000;
             }
             now = now.max(f.at);

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 const SCHEDULE: &[u32] = &[1, 2, 4];
+const LEASE: u64 = 40_000;
 const T0: u64 = 1_700_000_000_000;
 const LIMITS: Limits = Limits {
     events_per_day: 1_000_000,
@@ -118,6 +119,74 @@ fn a_full_shard_or_a_spent_quota_refuses_and_stores_nothing() {
     ));
 }
 
+/// Issue 32 #8: a second copy of a scheduled job (a duplicate message, a
+/// redelivered batch, a second consumer) reaching the shard while the first
+/// attempt is in flight sends nothing and cannot own the schedule; after
+/// the attempt settles it is superseded; if the attempt was lost with its
+/// consumer, the copy claims the next attempt once the lease is over.
+#[test]
+fn a_duplicate_job_sends_nothing_while_its_attempt_is_in_flight() {
+    let mut s = MemoryStore::default();
+    publish(&mut s, &[event("evt_1", &[("a", false)], T0)], &LIMITS, T0).unwrap();
+    let sub = SubView {
+        subscribed: true,
+        held: false,
+    };
+    let job = |at| ClaimJob {
+        delivery_id: "dlv_evt_1_a".into(),
+        job: JobKind::Scheduled { at },
+        sub,
+    };
+    let sent = |c: &Claimed| match c {
+        Claimed::Send {
+            claim,
+            gave_up: None,
+            ..
+        } => Some(*claim),
+        _ => None,
+    };
+    // Two copies at once in one batch, and one more a moment later.
+    let both = claim(&mut s, &[job(T0), job(T0)], T0, LEASE).unwrap();
+    let first = sent(&both[0]).expect("the first copy claims attempt 1");
+    assert_eq!(first.number, 1);
+    assert!(
+        matches!(both[1], Claimed::Wait { delay_s: 40 }),
+        "{:?}",
+        both[1]
+    );
+    let later = claim(&mut s, &[job(T0)], T0 + 5_000, LEASE).unwrap();
+    assert!(
+        matches!(later[0], Claimed::Wait { delay_s: 35 }),
+        "{later:?}"
+    );
+    // The attempt fails: its settle owns the schedule (the next attempt at +1 s).
+    let st = Settle {
+        claim: first,
+        result: Attempted::Sent(AttemptResult::Status {
+            code: 500,
+            retry_after: None,
+        })
+        .into(),
+        row: row("dlv_evt_1_a", 1, T0 + 6_000),
+        sub,
+    };
+    let follow = settle(&mut s, &[st], SCHEDULE, T0 + 6_000).unwrap();
+    let next_at = follow[0].expect("a retry").at;
+    assert_eq!(next_at, T0 + 6_001 + 1_000);
+    // The waiting copies come back after the lease: superseded, nothing sent.
+    let back = claim(&mut s, &[job(T0), job(T0)], T0 + 40_000, LEASE).unwrap();
+    assert_eq!(back, vec![Claimed::Dropped, Claimed::Dropped]);
+    // The retry runs as attempt 2, once.
+    let retry = claim(&mut s, &[job(next_at), job(next_at)], T0 + 40_000, LEASE).unwrap();
+    let second = sent(&retry[0]).expect("attempt 2");
+    assert_eq!(second.number, 2);
+    assert!(matches!(retry[1], Claimed::Wait { .. }));
+    // Its consumer dies: no settle. After the lease, a copy claims attempt 3.
+    let lost = claim(&mut s, &[job(next_at)], T0 + 80_000, LEASE).unwrap();
+    assert_eq!(sent(&lost[0]).map(|c| c.number), Some(3));
+    assert_eq!(s.deliveries["dlv_evt_1_a"].attempts_made, 3);
+}
+
 #[test]
 fn hold_then_release_in_creation_order() {
     let mut s = MemoryStore::default();
@@ -135,7 +204,10 @@ fn hold_then_release_in_creation_order() {
             job: JobKind::Scheduled { at: T0 + i },
             sub: held,
         };
-        assert_eq!(claim(&mut s, &[j], T0 + 10).unwrap(), vec![Claimed::Held]);
+        assert_eq!(
+            claim(&mut s, &[j], T0 + 10, LEASE).unwrap(),
+            vec![Claimed::Held]
+        );
     }
     let ids: Vec<String> = release(&mut s, "a", 100, T0 + 20)
         .unwrap()
@@ -230,7 +302,7 @@ proptest! {
                     let d = s.deliveries[&id].clone();
                     let at = match (d.next_attempt_at, stale) { (Some(a), false) => a, (Some(a), true) => a.saturating_sub(1), (None, _) => now };
                     let j = ClaimJob { delivery_id: id.clone(), job: JobKind::Scheduled { at }, sub };
-                    if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now.max(at)).unwrap()[0] {
+                    if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now.max(at), LEASE).unwrap()[0] {
                         outstanding.push((*claim, id));
                     }
                 }
@@ -239,7 +311,7 @@ proptest! {
                     let kind = if matches!(op, Op::Redirect(_)) { JobKind::Redirect } else { JobKind::ManualRetry };
                     if let Manual::Queued { .. } = manual(&mut s, &id, 3, now).unwrap() {
                         let j = ClaimJob { delivery_id: id.clone(), job: kind, sub };
-                        if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now).unwrap()[0] {
+                        if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now, LEASE).unwrap()[0] {
                             outstanding.push((*claim, id.clone()));
                         }
                     }

@@ -75,6 +75,7 @@ pub mod op {
     pub const CLAIM: &str = "/claim";
     pub const SETTLE: &str = "/settle";
     pub const RELEASE: &str = "/release";
+    pub const UNCLAIM: &str = "/unclaim";
     pub const MANUAL: &str = "/manual";
     pub const RECOVER: &str = "/recover";
     pub const COUNT_RECOVERABLE: &str = "/count-recoverable";
@@ -166,6 +167,14 @@ pub struct CountReq {
 #[derive(Serialize, Deserialize)]
 pub struct DetailReq {
     pub delivery_id: String,
+}
+
+/// `/unclaim`: attempt `attempt` of the delivery was claimed, not sent.
+#[derive(Serialize, Deserialize)]
+pub struct UnclaimReq {
+    pub delivery_id: String,
+    pub attempt: u32,
+    pub now: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -705,6 +714,10 @@ impl WebhookShard {
                 json(&self.atomically(|s| {
                     records::release(s, &r.subscription_id, r.limit as usize, r.now)
                 })?)
+            }
+            op::UNCLAIM => {
+                let r: UnclaimReq = parse(body)?;
+                json(&self.atomically(|s| records::unclaim(s, &r.delivery_id, r.attempt, r.now))?)
             }
             op::MANUAL => {
                 let r: ManualReq = parse(body)?;

@@ -33,7 +33,7 @@ use super::sender::{self, Outgoing, Secrets};
 use super::shards::{self, ops as op};
 use super::{write, Job, Msg};
 use crate::bindings;
-use crate::durable::webhook_shard::{ClaimReq, SettleReq};
+use crate::durable::webhook_shard::{ClaimReq, SettleReq, UnclaimReq};
 use crate::runtime::{new_ulid_parts, now_ms};
 
 /// A job the shard claimed, with what its attempt needs.
@@ -447,7 +447,11 @@ async fn run_all(env: &Env, cfg: &Config, runs: &[Run<'_>]) {
     for (r, outcome) in outcomes {
         match outcome {
             Ok(rec) => done.push((r, rec)),
-            Err(e) => retry_all("an attempt", [r.m], &e),
+            Err(Failed::NotSent(e)) => {
+                unclaim(env, r).await;
+                retry_all("an attempt", [r.m], &e);
+            }
+            Err(Failed::AfterSend(e)) => retry_all("an attempt", [r.m], &e),
         }
     }
     let settled = settle_all(env, cfg, &done).await;
@@ -536,6 +540,21 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
 }
 
 /// Hands messages back to the queue after a failure of `what`.
+/// Gives back the claim of an attempt that was not sent (`records::unclaim`):
+/// its job, handed over again by the queue, claims the next attempt at once
+/// instead of waiting for the lease. A failure is logged: the job then waits.
+async fn unclaim(env: &Env, r: &Run<'_>) {
+    let req = UnclaimReq {
+        delivery_id: r.delivery.id.clone(),
+        attempt: r.claim.attempt.number,
+        now: now_ms(),
+    };
+    let got: Result<bool> = shards::call(env, &r.shard, op::UNCLAIM, &req).await;
+    if let Err(e) = got {
+        log::emit(Line::warn("giving back an unsent attempt's claim failed").err(e));
+    }
+}
+
 fn retry_all<'a>(what: &str, messages: impl IntoIterator<Item = &'a Msg>, e: &worker::Error) {
     let mut n = 0;
     for m in messages {
@@ -588,7 +607,16 @@ fn ids_now() -> String {
 /// One claimed attempt: sent (or given up), its follow-up computed on the
 /// delivery as claimed and enqueued before the attempt is recorded (a crash
 /// in between repeats an attempt rather than losing the delivery).
-async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
+/// Why an attempt ended in the gateway rather than at the receiver.
+enum Failed {
+    /// Before anything was sent (the request could not be signed): its
+    /// claim is given back before the queue hands the job over again.
+    NotSent(worker::Error),
+    /// After the receiver's answer (recording or scheduling it failed).
+    AfterSend(worker::Error),
+}
+
+async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> std::result::Result<Recorded, Failed> {
     let started = now_ms();
     let request_id = ids_now();
     // The subscription's URL as it is now (PATCH may have changed it).
@@ -619,8 +647,9 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
                     previous_until: t.previous_secret_until,
                 },
             };
-            let sent =
-                sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms()).await?;
+            let sent = sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms())
+                .await
+                .map_err(Failed::NotSent)?;
             (Attempted::Sent(sent.0), sent.1, sent.2)
         }
     };
@@ -641,7 +670,9 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
                 at: f.at,
             },
         );
-        send_later(env, job, f.delay_s).await?;
+        send_later(env, job, f.delay_s)
+            .await
+            .map_err(Failed::AfterSend)?;
     }
     let status_code = match &result {
         Attempted::Sent(AttemptResult::Status { code, .. }) => Some(*code),

@@ -12,6 +12,7 @@
 //   x-demo-delay-ms: N     wait N ms before answering
 //   x-demo-status: N       answer with status N
 //   x-demo-body-bytes: N   answer with a text/plain body of N bytes ('a' repeated)
+//   x-demo-chunked-json-bytes: N   answer with a JSON object of N bytes, chunked (no Content-Length)
 //   x-demo-hang: 1         never answer
 // Control API:
 //   POST /__demo/script {key, statuses: [500, 200]}  successive executions for that key answer these
@@ -252,6 +253,24 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
     };
     record.answered = true;
     record.status = status;
+    if (req.headers['x-demo-chunked-json-bytes'] !== undefined) {
+      // A JSON object of exactly n bytes, sent chunked (no Content-Length), 1 MiB a write.
+      const n = Number(req.headers['x-demo-chunked-json-bytes']);
+      res.writeHead(status, { ...headers, 'content-type': 'application/json' });
+      const head = Buffer.from('{"pad":"');
+      const tail = Buffer.from('"}');
+      let left = n - head.length - tail.length;
+      res.write(head);
+      const chunk = Buffer.alloc(1 << 20, 'a');
+      while (left > 0) {
+        const take = Math.min(left, chunk.length);
+        if (!res.write(take === chunk.length ? chunk : chunk.subarray(0, take))) {
+          await new Promise((r) => res.once('drain', r));
+        }
+        left -= take;
+      }
+      return res.end(tail);
+    }
     if (req.headers['x-demo-body-bytes'] !== undefined) {
       const n = Number(req.headers['x-demo-body-bytes']);
       const out = Buffer.alloc(n, 'a');

@@ -747,6 +747,29 @@ fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64, lease_ms: u64) -> Clai
     }
 }
 
+/// Attempt `number` of the delivery was claimed but not sent (the consumer
+/// failed before sending, and the queue will hand its job over again): it
+/// is no longer in flight, so that job claims the next attempt at once
+/// rather than wait for the lease. `false`: a later attempt was claimed
+/// meanwhile, or none is in flight (nothing changes).
+pub fn unclaim<S: WebhookStore>(
+    s: &mut S,
+    delivery_id: &str,
+    number: u32,
+    now: u64,
+) -> Result<bool, S::Error> {
+    let Some(mut d) = s.delivery(delivery_id)? else {
+        return Ok(false);
+    };
+    if d.attempts_made != number || d.claimed_until.is_none() {
+        return Ok(false);
+    }
+    d.claimed_until = None;
+    d.updated_at = now;
+    s.put_delivery(&d)?;
+    Ok(true)
+}
+
 /// An attempt's outcome to record and settle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settle {

@@ -185,6 +185,15 @@ fn a_duplicate_job_sends_nothing_while_its_attempt_is_in_flight() {
     let lost = claim(&mut s, &[job(next_at)], T0 + 80_000, LEASE).unwrap();
     assert_eq!(sent(&lost[0]).map(|c| c.number), Some(3));
     assert_eq!(s.deliveries["dlv_evt_1_a"].attempts_made, 3);
+    // A consumer that fails before sending gives its claim back: the job,
+    // handed over again, claims the next attempt at once.
+    assert!(
+        !unclaim(&mut s, "dlv_evt_1_a", 2, T0 + 80_001).unwrap(),
+        "not the last claim"
+    );
+    assert!(unclaim(&mut s, "dlv_evt_1_a", 3, T0 + 80_001).unwrap());
+    let again = claim(&mut s, &[job(next_at)], T0 + 80_002, LEASE).unwrap();
+    assert_eq!(sent(&again[0]).map(|c| c.number), Some(4));
 }
 
 #[test]

@@ -52,6 +52,10 @@ pub struct OperationInfo {
     pub method: String,
     pub path: String,
     pub attempts: u32,
+    /// Why a `failed` operation has no answer it keeps (`key_revoked`, `not_kept`…);
+    /// `None` otherwise.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// How [`Operation::wait`] polls.

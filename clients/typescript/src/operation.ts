@@ -18,6 +18,8 @@ export interface OperationInfo {
   method: string;
   path: string;
   attempts: number;
+  /** Why a `failed` operation has no answer it keeps; absent otherwise. */
+  reason?: 'timeout' | 'unreachable' | 'not_kept' | 'attempts_spent' | 'body_missing' | 'key_revoked' | 'key_expired';
 }
 
 /** What an operation handle needs of its client (a `PostguardClient`). */

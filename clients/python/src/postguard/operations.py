@@ -40,6 +40,10 @@ class OperationInfo(TypedDict, total=False):
     method: str
     path: str
     attempts: int
+    #: Why a ``failed`` operation has no answer it keeps (``key_revoked``, ``not_kept``…).
+    reason: Literal[
+        "timeout", "unreachable", "not_kept", "attempts_spent", "body_missing", "key_revoked", "key_expired"
+    ]
 
 
 class OperationFailed(errors.ApiError):

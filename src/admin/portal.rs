@@ -125,7 +125,13 @@ async fn project_terms(
         .into_iter()
         .filter_map(|k| k.metadata.and_then(|m| serde_json::from_value(m).ok()))
         .collect();
-    Ok(portal::session_terms(&records, now))
+    let listed = records.iter().map(|r| portal::ListedKey {
+        created_at: r.created_at,
+        plan: &r.plan,
+        revoked: r.revoked_at.is_some(),
+        expires_at: r.expires_at,
+    });
+    Ok(portal::session_terms(listed, now))
 }
 
 /// Enters the session in the registry unless the operator ended the

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::ids::is_valid_name;
-use crate::keys::KeyRecord;
 use crate::Invalid;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -249,15 +248,24 @@ pub struct SessionTerms {
     pub until: Option<u64>,
 }
 
+/// A project's key as its listing shows it, for [`session_terms`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedKey<'a> {
+    pub created_at: u64,
+    pub plan: &'a str,
+    pub revoked: bool,
+    pub expires_at: Option<u64>,
+}
+
 /// [`SessionTerms`] from the project's keys as listed; `None` when no key
 /// is live at `now_ms` (revoked and expired ones give no rights).
 pub fn session_terms<'a>(
-    keys: impl IntoIterator<Item = &'a KeyRecord>,
+    keys: impl IntoIterator<Item = ListedKey<'a>>,
     now_ms: u64,
 ) -> Option<SessionTerms> {
-    let live: Vec<&KeyRecord> = keys
+    let live: Vec<ListedKey> = keys
         .into_iter()
-        .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now_ms))
+        .filter(|k| !k.revoked && k.expires_at.is_none_or(|at| at > now_ms))
         .collect();
     let newest = live.iter().max_by_key(|k| k.created_at)?;
     let until = match live.iter().any(|k| k.expires_at.is_none()) {
@@ -265,7 +273,7 @@ pub fn session_terms<'a>(
         false => live.iter().filter_map(|k| k.expires_at).max(),
     };
     Some(SessionTerms {
-        plan: newest.plan.clone(),
+        plan: newest.plan.to_string(),
         until,
     })
 }
@@ -456,19 +464,18 @@ mod tests {
         assert!(is_session_id("ses_AbC-_9"));
     }
 
-    fn key(created_at: u64, plan: &str, revoked: bool, expires_at: Option<u64>) -> KeyRecord {
-        KeyRecord {
+    fn key(created_at: u64, plan: &str, revoked: bool, expires_at: Option<u64>) -> ListedKey<'_> {
+        ListedKey {
             created_at,
-            plan: plan.into(),
-            revoked_at: revoked.then_some(1),
+            plan,
+            revoked,
             expires_at,
-            ..KeyRecord::default()
         }
     }
 
     #[test]
     fn a_session_has_the_rights_of_a_live_key_and_ends_with_the_last_one() {
-        let terms = |keys: &[KeyRecord]| session_terms(keys, NOW);
+        let terms = |keys: &[ListedKey]| session_terms(keys.iter().copied(), NOW);
         let keys = [
             key(10, "trial", false, None),
             key(30, "business", true, None),

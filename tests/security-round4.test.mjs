@@ -225,7 +225,11 @@ describe('3. operations end; they never loop', () => {
   before(async () => {
     bigOrigin = await startOrigin();
     // The documented maximum of max_stored_body_bytes: answers up to 16 MiB kept in the object.
-    const c = { ...CONFIG, idempotency: { ...CONFIG.idempotency, max_stored_body_bytes: 16 * MiB } };
+    const c = {
+      ...CONFIG,
+      idempotency: { ...CONFIG.idempotency, max_stored_body_bytes: 16 * MiB },
+      async: { ...CONFIG.async, routes: [...CONFIG.async.routes, { method: 'POST', path: '/big/*' }] },
+    };
     big = await startGateway({ originUrl: bigOrigin.url, vars: { POSTGUARD_CONFIG: cfg(c) } });
   });
   after(async () => {
@@ -233,10 +237,11 @@ describe('3. operations end; they never loop', () => {
     await bigOrigin?.kill();
   });
 
-  it('a 16 MiB answer with max_stored_body_bytes at 16 MiB: the operation ends once, one execution', async () => {
+  for (const [label, route] of [['', '/reports/q3'], [' on an event route', '/big/q3']]) {
+  it(`a 16 MiB answer${label} with max_stored_body_bytes at 16 MiB: the operation ends once, one execution`, async () => {
     const k = await big.createKey({ project: uniq('op16'), plan: 'big' });
     const idem = uniq('op16');
-    const res = await asyncPost(big, k.key, '/reports/q3', idem, { 'x-demo-chunked-json-bytes': String(16 * MiB) });
+    const res = await asyncPost(big, k.key, route, idem, { 'x-demo-chunked-json-bytes': String(16 * MiB) });
     assert.equal(res.status, 202, res.text);
     const id = res.json.id;
     const get = async () => (await big.fetch(`/_postguard/v1/operations/${id}`, { headers: bearer(k.key) })).json;
@@ -257,7 +262,11 @@ describe('3. operations end; they never loop', () => {
     } else {
       problem(result, { status: 410, code: 'OPERATION_ABANDONED' });
     }
+    // An event from a 16 MiB answer would carry 16 MiB of data: none is published.
+    const feed = await big.fetch('/_postguard/v1/events', { headers: bearer(k.key) });
+    assert.deepEqual(feed.json.data.filter((e) => e.type === 'big.made'), []);
   });
+  }
 
   it('a request body gone from R2 ends the operation failed (body_missing), with nothing sent again', async () => {
     const k = await project('op-missing');

@@ -1,0 +1,523 @@
+use super::*;
+use crate::guard::{Claim, Slot};
+use crate::idempotency::StoredResponse;
+use crate::limits::Limits;
+use crate::rate_limit::Quota;
+
+const Q: Quota = Quota {
+    limit: 100,
+    window_ms: 60_000,
+};
+
+fn ok<T>(r: Result<T, std::convert::Infallible>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => match e {},
+    }
+}
+
+fn single(quota: Quota) -> Limits {
+    Limits {
+        policies: vec![crate::limits::Policy::single(quota)],
+        concurrency: None,
+    }
+}
+
+fn admit_req(fp: &str, rid: &str) -> AdmitRequest {
+    AdmitRequest {
+        claim: Some(Claim {
+            key: "k".into(),
+            fingerprint: fp.into(),
+            request_id: rid.into(),
+            lease_ms: 1_000,
+        }),
+        ..AdmitRequest::charge(1, single(Q))
+    }
+}
+
+fn complete_req(rid: &str, omitted: bool) -> CompleteRequest {
+    CompleteRequest {
+        key: "k".into(),
+        request_id: rid.into(),
+        ttl_ms: 10_000,
+        response: StoredResponse {
+            status: 201,
+            headers: vec![],
+            body_omitted: omitted,
+            body_object: None,
+            body_len: 4,
+        },
+        slot: false,
+        event: None,
+    }
+}
+
+fn decision(d: &Done<AdmitResponse>) -> Option<Decision> {
+    match &d.answer {
+        AdmitResponse::Admitted { idempotency, .. } => idempotency.clone(),
+        _ => None,
+    }
+}
+
+#[test]
+fn in_memory_admission_answers_as_admit_does_and_only_when_nothing_is_written() {
+    let tiny = Quota {
+        limit: 1,
+        window_ms: 60_000,
+    };
+    let charge = |cost| AdmitRequest::charge(cost, single(tiny));
+    let mut s = MemoryStore::default();
+    assert_eq!(
+        admit_in_memory(&s.state, &charge(1), 0),
+        None,
+        "a charge writes"
+    );
+    ok(admit(&mut s, &charge(1), &[], 0));
+    for (req, now) in [(charge(1), 10), (charge(0), 20), (charge(1), 59_999)] {
+        let before = s.clone();
+        let fast = admit_in_memory(&s.state.clone(), &req, now);
+        let full = ok(admit(&mut s, &req, &[], now));
+        assert_eq!(s, before, "nothing was written");
+        assert_eq!(
+            (fast, full.alarm_by, full.payload.len()),
+            (Some(full.answer), None, 0)
+        );
+    }
+    assert_eq!(
+        admit_in_memory(&s.state, &charge(1), 60_000),
+        None,
+        "a new window"
+    );
+    assert_eq!(admit_in_memory(&s.state, &admit_req("f", "r"), 10), None);
+    s.state.revoked = true;
+    assert_eq!(
+        admit_in_memory(&s.state, &charge(1), 10),
+        Some(AdmitResponse::Revoked)
+    );
+}
+
+#[test]
+fn slots_are_held_until_finished_completed_or_leased_out() {
+    let limits = Limits {
+        concurrency: Some(1),
+        ..single(Q)
+    };
+    let slotted = |id: &str| AdmitRequest {
+        slot: Some(Slot {
+            id: id.into(),
+            lease_ms: 1_000,
+        }),
+        ..AdmitRequest::charge(0, limits.clone())
+    };
+    let mut s = MemoryStore::default();
+    let first = ok(admit(&mut s, &slotted("r1"), &[], 0));
+    assert!(matches!(first.answer, AdmitResponse::Admitted { .. }));
+    assert_eq!(
+        first.alarm_by,
+        Some(1_000),
+        "a crashed request's slot is swept"
+    );
+    let second = ok(admit(&mut s, &slotted("r2"), &[], 10));
+    assert!(matches!(second.answer, AdmitResponse::Limited { .. }));
+    ok(finish(&mut s, "r1"));
+    assert!(matches!(
+        ok(admit(&mut s, &slotted("r2"), &[], 20)).answer,
+        AdmitResponse::Admitted { .. }
+    ));
+    // r2 never finishes: its lease frees the slot.
+    assert!(matches!(
+        ok(admit(&mut s, &slotted("r3"), &[], 500)).answer,
+        AdmitResponse::Limited { .. }
+    ));
+    assert!(matches!(
+        ok(admit(&mut s, &slotted("r3"), &[], 1_020)).answer,
+        AdmitResponse::Admitted { .. }
+    ));
+    ok(sweep(&mut s, 5_000, 10, 0));
+    assert!(s.slots.is_empty());
+}
+
+#[test]
+fn an_update_keeps_the_latest_version() {
+    let mut s = MemoryStore::default();
+    let p = |v| crate::guard::Profile {
+        version: v,
+        ..crate::guard::Profile::default()
+    };
+    assert!(ok(update(&mut s, &p(5))).applied);
+    assert!(
+        !ok(update(&mut s, &p(3))).applied,
+        "an older write racing a newer one"
+    );
+    assert_eq!(s.state.profile.map(|p| p.version), Some(5));
+}
+
+#[test]
+fn claim_complete_then_replay_loads_the_body() {
+    let mut s = MemoryStore::default();
+    let first = ok(admit(&mut s, &admit_req("f", "r1"), &[], 0));
+    assert_eq!(decision(&first), Some(Decision::Execute));
+    assert_eq!(first.alarm_by, Some(1_000), "the lease expiry is swept");
+    assert!(!s.state.windows.is_empty(), "the window was charged");
+    let done = ok(complete(&mut s, &complete_req("r1", false), b"body", 10));
+    assert_eq!((done.answer.applied, done.alarm_by), (true, Some(10_010)));
+    let replay = ok(admit(&mut s, &admit_req("f", "r2"), &[], 20));
+    assert_eq!(decision(&replay), Some(Decision::Replay));
+    assert_eq!(replay.payload, b"body");
+    assert_eq!(replay.alarm_by, None, "a replay writes no record");
+}
+
+#[test]
+fn an_omitted_body_is_neither_stored_nor_loaded() {
+    let mut s = MemoryStore::default();
+    ok(admit(&mut s, &admit_req("f", "r1"), &[], 0));
+    ok(complete(&mut s, &complete_req("r1", true), b"body", 10));
+    assert!(s.bodies.is_empty());
+    let replay = ok(admit(&mut s, &admit_req("f", "r2"), &[], 20));
+    assert_eq!(decision(&replay), Some(Decision::Replay));
+    assert!(replay.payload.is_empty());
+}
+
+#[test]
+fn a_claim_replacing_an_expired_record_drops_its_old_body() {
+    let mut s = MemoryStore::default();
+    ok(admit(&mut s, &admit_req("f", "r1"), &[], 0));
+    ok(complete(&mut s, &complete_req("r1", false), b"old!", 10));
+    // After the TTL the same key starts a new operation, without the old body.
+    let again = ok(admit(&mut s, &admit_req("g", "r2"), &[], 20_000));
+    assert_eq!(decision(&again), Some(Decision::Execute));
+    assert!(!s.bodies.contains_key("k"));
+    assert!(
+        matches!(s.records.get("k"), Some(Record::InFlight { request_id, .. }) if request_id == "r2")
+    );
+}
+
+#[test]
+fn only_the_holder_completes_or_releases() {
+    let mut s = MemoryStore::default();
+    ok(admit(&mut s, &admit_req("f", "r1"), &[], 0));
+    let late = ok(complete(&mut s, &complete_req("r2", false), b"x", 5));
+    assert!(!late.answer.applied);
+    assert!(s.bodies.is_empty());
+    let rel = |rid: &str| ReleaseRequest {
+        key: "k".into(),
+        request_id: rid.into(),
+        slot: false,
+    };
+    assert!(!ok(release(&mut s, &rel("r2"))).applied);
+    assert!(ok(release(&mut s, &rel("r1"))).applied);
+    assert!(s.records.is_empty());
+}
+
+#[test]
+fn revoked_keys_are_refused_and_claim_nothing() {
+    let mut s = MemoryStore::default();
+    ok(revoke(&mut s, 0));
+    let d = ok(admit(&mut s, &admit_req("f", "r1"), &[], 1));
+    assert_eq!(d.answer, AdmitResponse::Revoked);
+    assert!(s.records.is_empty());
+}
+
+#[test]
+fn sweep_deletes_expired_records_in_batches_and_plans_the_next() {
+    let mut s = MemoryStore::default();
+    for (i, at) in [(0, 100), (1, 200), (2, 300), (3, 5_000)] {
+        let key = format!("k{i}");
+        let rec = Record::InFlight {
+            fingerprint: "f".into(),
+            request_id: "r".into(),
+            claimed_at_ms: 0,
+            lease_until_ms: at,
+        };
+        ok(s.put_record(&key, &rec));
+        ok(s.put_body(&key, b"b"));
+    }
+    let g = 3_600_000;
+    // Expired but within the lookup grace: kept, swept at expiry + grace.
+    assert_eq!(ok(sweep(&mut s, 1_000, 2, g)).next, Some(100 + g));
+    assert_eq!(s.records.len(), 4);
+    // A full batch: run again at once.
+    assert_eq!(ok(sweep(&mut s, 1_000 + g, 2, g)).next, Some(1_000 + g));
+    assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k2", "k3"]);
+    // The rest of the expired ones, then the next expiry.
+    assert_eq!(ok(sweep(&mut s, 1_000 + g, 2, g)).next, Some(5_000 + g));
+    assert_eq!(s.records.keys().collect::<Vec<_>>(), ["k3"]);
+    assert_eq!(s.bodies.keys().collect::<Vec<_>>(), ["k3"]);
+    assert_eq!(ok(sweep(&mut s, 6_000 + g, 2, g)).next, None);
+    assert!(s.bodies.is_empty());
+}
+
+mod operations {
+    use super::*;
+    use crate::guard::{FinishOpRequest, GetOpRequest, NewOperation, StartOpReply, StartOpRequest};
+    use crate::operations::{Outcome, State, StoredRequest};
+    use crate::response_events::PendingEvent;
+
+    const KEY: &str = "key_01HZX5M3Q7R8S9T0V1W2X3Y4Z5";
+
+    fn request() -> StoredRequest {
+        StoredRequest {
+            method: "POST".into(),
+            path_and_query: "/reports".into(),
+            headers: vec![],
+            client_ip: None,
+            project: "acme".into(),
+            key_prefix: "pgk_abcdefgh".into(),
+            plan: "trial".into(),
+            meta: None,
+            idempotency_key: "k".into(),
+            body_len: 4,
+            body_object: None,
+            key_expires_at: None,
+        }
+    }
+
+    fn asynchronous(fp: &str, rid: &str, n: u128) -> AdmitRequest {
+        AdmitRequest {
+            operation: Some(Box::new(NewOperation {
+                id: crate::operations::operation_id(KEY, 0, n).unwrap_or_default(),
+                request: request(),
+                ttl_ms: 10_000,
+                requeue_ms: 500,
+            })),
+            ..admit_req(fp, rid)
+        }
+    }
+
+    fn view(d: &Done<AdmitResponse>) -> Option<crate::operations::View> {
+        match &d.answer {
+            AdmitResponse::Admitted { operation, .. } => operation.as_deref().cloned(),
+            _ => None,
+        }
+    }
+
+    fn finish(
+        id: &str,
+        attempt: u32,
+        status: u16,
+        event: Option<PendingEvent>,
+    ) -> FinishOpRequest {
+        FinishOpRequest {
+            id: id.into(),
+            attempt,
+            outcome: Outcome::Answer(StoredResponse {
+                status,
+                headers: vec![],
+                body_omitted: false,
+                body_object: None,
+                body_len: 3,
+            }),
+            schedule_s: vec![1],
+            event,
+        }
+    }
+
+    fn event(id: &str) -> PendingEvent {
+        PendingEvent {
+            id: id.into(),
+            project: "acme".into(),
+            event_type: "report.ready".into(),
+            data: serde_json::json!({}),
+            request_id: "r1".into(),
+        }
+    }
+
+    #[test]
+    fn an_operation_is_written_with_its_claim_and_every_retry_is_told_it() {
+        let mut s = MemoryStore::default();
+        let first = ok(admit(&mut s, &asynchronous("f", "r1", 1), b"body", 0));
+        assert_eq!(decision(&first), Some(Decision::Execute));
+        let v = view(&first).unwrap();
+        assert_eq!((v.state, v.request_id.as_str()), (State::Queued, "r1"));
+        assert_eq!(
+            first.work_at,
+            Some(500),
+            "handed to the queue again if not started"
+        );
+        assert_eq!(
+            first.alarm_by, None,
+            "an operation's record expires once it is done"
+        );
+        assert_eq!(
+            s.op_bodies
+                .get(&(v.id.clone(), Part::Request))
+                .map(Vec::as_slice),
+            Some(&b"body"[..])
+        );
+        // A retry (with or without the preference) is told the same operation.
+        for (req, n) in [(asynchronous("f", "r2", 2), 2), (admit_req("f", "r3"), 3)] {
+            let again = ok(admit(&mut s, &req, b"body", 10 * n));
+            assert_eq!(decision(&again), Some(Decision::Accepted));
+            assert_eq!(view(&again).map(|o| o.id), Some(v.id.clone()));
+        }
+        assert_eq!(s.operations.len(), 1, "never a second operation");
+        let other = ok(admit(&mut s, &asynchronous("g", "r4", 4), b"other", 50));
+        assert_eq!(decision(&other), Some(Decision::Conflict));
+    }
+
+    #[test]
+    fn a_done_operation_keeps_its_answer_closes_its_record_and_publishes_once() {
+        let mut s = MemoryStore::default();
+        let id = view(&ok(admit(&mut s, &asynchronous("f", "r1", 1), b"body", 0)))
+            .unwrap()
+            .id;
+        let start = StartOpRequest {
+            id: id.clone(),
+            lease_ms: 1_000,
+            max_attempts: 5,
+        };
+        let started = ok(start_operation(&mut s, &start, 10));
+        assert!(matches!(&started.answer, StartOpReply::Started { op } if op.attempts == 1));
+        assert_eq!(started.payload, b"body");
+        assert!(matches!(
+            ok(start_operation(&mut s, &start, 20)).answer,
+            StartOpReply::NotStarted {
+                state: Some(State::Running)
+            }
+        ));
+        let done = ok(finish_operation(
+            &mut s,
+            &finish(&id, 1, 201, Some(event("evt_r"))),
+            b"out",
+            30,
+        ));
+        assert_eq!((done.answer.applied, done.answer.kept), (true, true));
+        assert_eq!((done.work_at, done.alarm_by), (Some(30), Some(10_030)));
+        let events: Vec<&String> = s.pending.keys().collect();
+        assert_eq!(events, [&format!("evt_{id}"), &"evt_r".to_string()]);
+        let late = ok(finish_operation(
+            &mut s,
+            &finish(&id, 1, 200, Some(event("evt_x"))),
+            b"no",
+            40,
+        ));
+        assert!(!late.answer.applied);
+        assert_eq!(s.pending.len(), 2, "published once");
+        match s.records.get("k") {
+            Some(Record::Accepted {
+                completed_at_ms,
+                status,
+                expires_at_ms,
+                ..
+            }) => {
+                assert_eq!(
+                    (*completed_at_ms, *status, *expires_at_ms),
+                    (Some(30), Some(201), 10_030)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let get = GetOpRequest {
+            id: id.clone(),
+            project: "acme".into(),
+            body: true,
+        };
+        let got = ok(get_operation(&mut s, &get, 50));
+        assert_eq!(
+            (got.answer.map(|o| o.state), got.payload),
+            (Some(State::Succeeded), b"out".to_vec())
+        );
+        let foreign = GetOpRequest {
+            project: "other".into(),
+            ..get
+        };
+        assert!(
+            ok(get_operation(&mut s, &foreign, 50)).answer.is_none(),
+            "scoped to the project"
+        );
+        // The TTL over (and the grace): the operation, its bodies and record go.
+        ok(sweep(&mut s, 10_030, 10, 0));
+        assert!(s.operations.is_empty() && s.op_bodies.is_empty() && s.records.is_empty());
+    }
+
+    #[test]
+    fn a_failed_attempt_is_queued_again_and_only_a_success_publishes_the_response_event() {
+        let mut s = MemoryStore::default();
+        let id = view(&ok(admit(&mut s, &asynchronous("f", "r1", 1), b"", 0)))
+            .unwrap()
+            .id;
+        let start = StartOpRequest {
+            id: id.clone(),
+            lease_ms: 1_000,
+            max_attempts: 5,
+        };
+        ok(start_operation(&mut s, &start, 0));
+        let retry = ok(finish_operation(
+            &mut s,
+            &finish(&id, 1, 503, Some(event("evt_r"))),
+            b"x",
+            10,
+        ));
+        assert_eq!((retry.answer.kept, retry.work_at), (false, Some(1_010)));
+        assert!(s.pending.is_empty() && s.op_bodies.is_empty());
+        assert!(
+            matches!(
+                ok(start_operation(&mut s, &start, 500)).answer,
+                StartOpReply::NotStarted { .. }
+            ),
+            "not before its delay"
+        );
+        ok(start_operation(&mut s, &start, 1_010));
+        let failed = ok(finish_operation(
+            &mut s,
+            &finish(&id, 2, 502, Some(event("evt_r"))),
+            b"bad",
+            1_020,
+        ));
+        assert!(failed.answer.kept);
+        assert_eq!(s.operations[&id].state, State::Failed);
+        assert_eq!(
+            s.pending.keys().collect::<Vec<_>>(),
+            [&format!("evt_{id}")],
+            "no response event for a failure"
+        );
+    }
+
+    #[test]
+    fn the_alarm_hands_due_operations_on_and_retries_or_drops_events() {
+        let mut s = MemoryStore::default();
+        let id = view(&ok(admit(&mut s, &asynchronous("f", "r1", 1), b"", 0)))
+            .unwrap()
+            .id;
+        assert_eq!(ok(s.next_work()), Some(500));
+        let w = ok(work(&mut s, 500, 10));
+        assert_eq!(w.sends, vec![(id.clone(), 500)]);
+        ok(requeued(&mut s, &w.sends, 500, 500));
+        assert_eq!(s.operations[&id].due_at, Some(1_000));
+        ok(s.put_pending(&event("e1"), 0));
+        let p = ok(work(&mut s, 0, 10)).publishes;
+        assert_eq!(p.len(), 1);
+        assert!(!ok(published(&mut s, &p[0], false, 0)));
+        assert_eq!(s.pending["e1"].1, 2_000, "tried again later");
+        let p = ok(work(&mut s, 2_000, 10)).publishes;
+        assert!(
+            ok(published(
+                &mut s,
+                &p[0],
+                false,
+                crate::response_events::GIVE_UP_AFTER_MS
+            )),
+            "dropped after a day"
+        );
+        assert!(s.pending.is_empty());
+        ok(s.put_pending(&event("e2"), 0));
+        ok(s.put_pending(&event("e2"), 5));
+        assert_eq!(s.pending["e2"].0.first_at, 0, "an id is written once");
+    }
+
+    #[test]
+    fn a_stored_response_writes_its_event_only_when_it_is_stored() {
+        let mut s = MemoryStore::default();
+        ok(admit(&mut s, &admit_req("f", "r1"), &[], 0));
+        let with = |rid: &str| CompleteRequest {
+            event: Some(event("evt_k")),
+            ..complete_req(rid, false)
+        };
+        let late = ok(complete(&mut s, &with("r2"), b"x", 5));
+        assert_eq!((late.answer.applied, late.work_at), (false, None));
+        assert!(s.pending.is_empty());
+        let done = ok(complete(&mut s, &with("r1"), b"x", 5));
+        assert_eq!((done.answer.applied, done.work_at), (true, Some(5)));
+        assert_eq!(s.pending.len(), 1);
+    }
+}

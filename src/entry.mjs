@@ -88,8 +88,14 @@ export class KeyGuard extends DurableObject {
     return invoke(this.#rust(), RawKeyGuard.prototype.fetch, request);
   }
 
-  alarm(info) {
-    return invoke(this.#rust(), RawKeyGuard.prototype.alarm, info);
+  /**
+   * The alarm is the shell's outbox (src/operations/outbox.rs): it calls back into this
+   * object's `run` for each step, so the object itself never publishes or queues.
+   */
+  alarm() {
+    this.#rust();
+    // worker-build puts the crate's exported functions on the entrypoint's prototype.
+    return invoke(null, handlers.keyGuardAlarm, this, this.env);
   }
 }
 

@@ -97,6 +97,13 @@ impl Guard {
         stub(env, key_id).map(Guard)
     }
 
+    /// The object itself, as its own alarm holds it (the JS class's `this`,
+    /// whose `run` is the same method a stub calls): the shell's outbox runs
+    /// the object's operations this way, in the object.
+    pub fn itself(object: JsValue) -> Guard {
+        Guard(object.unchecked_into())
+    }
+
     /// Runs operation `O`: its answer and the payload that came with it.
     pub async fn call<O: Operation>(
         &self,

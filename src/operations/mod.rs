@@ -17,6 +17,7 @@
 pub mod accept;
 pub mod api;
 pub mod consumer;
+pub mod outbox;
 pub mod publish;
 pub mod queue;
 pub mod respond;

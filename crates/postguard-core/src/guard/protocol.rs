@@ -525,6 +525,80 @@ operation!(StartOp, "/op/start", StartOpRequest => StartOpReply);
 operation!(FinishOp, "/op/finish", FinishOpRequest => FinishOpReply);
 operation!(GetOp, "/op/get", GetOpRequest => Option<Box<operations::Operation>>);
 operation!(ListOps, "/op/list", operations::Page => Vec<operations::View>);
+operation!(DueWork, "/outbox/due", DueWorkRequest => Work);
+operation!(Published, "/outbox/published", PublishedRequest => bool);
+operation!(Requeued, "/outbox/requeued", RequeuedRequest => Ack);
+operation!(Sweep, "/outbox/sweep", SweepRequest => SweepReply);
+
+/// The alarm's outbox (ADR 0037), driven by the shell (`src/operations/outbox.rs`),
+/// never by the object itself: what is due, what was done of it, then the
+/// sweep, which also sets the object's next alarm.
+pub struct DueWork;
+/// After the shell tried to publish one event: forget it, or try later.
+pub struct Published;
+/// After the shell handed operations to the queue.
+pub struct Requeued;
+/// Delete what expired and set the next alarm.
+pub struct Sweep;
+
+/// `due`: at most `batch` operations and events due now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DueWorkRequest {
+    pub batch: u32,
+}
+
+/// An event the object still has to publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub event: PendingEvent,
+    /// Failed tries so far.
+    pub attempts: u32,
+    /// When it was written (epoch ms).
+    pub first_at: u64,
+}
+
+/// What is due: operations to hand to the queue (with the due time seen)
+/// and events to publish.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Work {
+    pub sends: Vec<(String, u64)>,
+    pub publishes: Vec<Pending>,
+}
+
+/// `published`: the shell's try of `pending`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedRequest {
+    pub pending: Pending,
+    pub ok: bool,
+}
+
+/// `requeued`: `sends` went to the queue (or did not: `requeue_ms` says
+/// when to look again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeuedRequest {
+    pub sends: Vec<(String, u64)>,
+    pub requeue_ms: u64,
+}
+
+/// `sweep`: records expire `grace_ms` past their TTL (`idempotency.lookup_grace_s`);
+/// `worked` says whether the shell could do the work (its configuration read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepRequest {
+    pub grace_ms: u64,
+    pub batch: u32,
+    pub worked: bool,
+}
+
+/// The R2 objects of what expired, for the shell to delete, and the
+/// object's next alarm (`None`: nothing left to do; `forgotten`: a transient
+/// object deleted everything).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReply {
+    pub objects: Vec<String>,
+    pub next_alarm: Option<u64>,
+    #[serde(default)]
+    pub forgotten: bool,
+}
 
 /// Why the object could not run an operation, as it crosses back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -439,6 +439,10 @@ fn replies_cross_as_typed_values() {
         FinishOp::PATH,
         GetOp::PATH,
         ListOps::PATH,
+        DueWork::PATH,
+        Published::PATH,
+        Requeued::PATH,
+        Sweep::PATH,
     ];
     assert_eq!(
         paths.len(),
@@ -505,9 +509,7 @@ mod layouts {
                 super::AdmitResponse::Revoked | super::AdmitResponse::Expired => {
                     AdmitResponse::Revoked
                 }
-                super::AdmitResponse::Limited { verdict, .. } => {
-                    AdmitResponse::Limited { verdict }
-                }
+                super::AdmitResponse::Limited { verdict, .. } => AdmitResponse::Limited { verdict },
                 super::AdmitResponse::Admitted {
                     verdict,
                     idempotency,
@@ -730,9 +732,8 @@ mod layouts {
     }
 
     fn with_v(v: &str) -> Vec<u8> {
-        let text = format!(
-            r#"{{"cost":1,"quota":{{"limit":2,"window_ms":60000}},"claim":null,"v":{v}}}"#
-        );
+        let text =
+            format!(r#"{{"cost":1,"quota":{{"limit":2,"window_ms":60000}},"claim":null,"v":{v}}}"#);
         let mut out = (text.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(text.as_bytes());
         out

@@ -8,9 +8,9 @@
 //! over its SQLite storage (`src/durable/key_guard.rs`); [`MemoryStore`]
 //! implements it for the host tests below.
 
+pub use crate::guard::Pending;
 use crate::guard::{
-    self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, GuardState, Profile,
-    ReleaseRequest,
+    self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, GuardState, Profile, ReleaseRequest,
 };
 use crate::idempotency::{Decision, Record};
 use crate::limits::Windows;
@@ -22,16 +22,6 @@ use crate::response_events::PendingEvent;
 pub enum Part {
     Request = 0,
     Result = 1,
-}
-
-/// An event the object still has to publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    pub event: PendingEvent,
-    /// Failed tries so far.
-    pub attempts: u32,
-    /// When it was written (epoch ms).
-    pub first_at: u64,
 }
 
 /// What a key's object stores.
@@ -70,7 +60,8 @@ pub trait GuardStore {
     fn op_body(&mut self, id: &str, part: Part) -> Result<Vec<u8>, Self::Error>;
     fn put_op_body(&mut self, id: &str, part: Part, body: &[u8]) -> Result<(), Self::Error>;
     /// A page of the project's operations, newest first (`created_at`, then id).
-    fn operations(&mut self, page: &crate::operations::Page) -> Result<Vec<Operation>, Self::Error>;
+    fn operations(&mut self, page: &crate::operations::Page)
+        -> Result<Vec<Operation>, Self::Error>;
     /// Up to `limit` operations due at `now_ms`, earliest first.
     fn due_operations(&mut self, now_ms: u64, limit: usize) -> Result<Vec<Operation>, Self::Error>;
     /// Up to `limit` operations that expired at `now_ms`, earliest first.

@@ -4,8 +4,7 @@
 
 use super::{Done, GuardStore, Part};
 use crate::guard::{
-    FinishOpReply, FinishOpRequest, GetOpRequest, GuardState, Profile, StartOpReply,
-    StartOpRequest,
+    FinishOpReply, FinishOpRequest, GetOpRequest, GuardState, Profile, StartOpReply, StartOpRequest,
 };
 use crate::idempotency::Record;
 use crate::operations::{self, Operation, Outcome};

@@ -3,19 +3,14 @@
 //! and deleting what expired.
 
 use super::{sweep_at, GuardStore, Pending};
+pub use crate::guard::Work;
 use crate::idempotency::Record;
 use crate::operations;
 use crate::response_events;
 
-/// The alarm's work at `now_ms`: operations to hand to the queue (with the
-/// due time seen, for [`requeued`]) and events to publish. Read only: the
-/// alarm does the I/O, then records what it did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Work {
-    pub sends: Vec<(String, u64)>,
-    pub publishes: Vec<Pending>,
-}
-
+/// The alarm's work at `now_ms` ([`Work`]): operations to hand to the
+/// queue (with the due time seen, for [`requeued`]) and events to publish.
+/// Read only: the shell does the I/O, then records what it did.
 pub fn work<S: GuardStore>(store: &mut S, now_ms: u64, batch: usize) -> Result<Work, S::Error> {
     let sends = store
         .due_operations(now_ms, batch)?
@@ -113,4 +108,34 @@ pub fn sweep<S: GuardStore>(
 pub struct Swept {
     pub next: Option<u64>,
     pub objects: Vec<String>,
+}
+
+/// How long the alarm waits before looking at work it left (a full batch,
+/// or what failed) when the configuration could be read, and when it could
+/// not (then nothing was done: the worker refuses every request meanwhile).
+pub const WORK_AGAIN_MS: u64 = 1_000;
+pub const WORK_BLOCKED_MS: u64 = 60_000;
+
+/// When the alarm should fire next (quinn's `poll_timeout`): the sweep's
+/// next time, or work still due (`next_work`, the earliest due operation or
+/// event) — but work due already waits [`WORK_AGAIN_MS`] (or
+/// [`WORK_BLOCKED_MS`] when the alarm could not work), so a failing publish
+/// does not spin the alarm. Never before `now_ms`.
+pub fn next_alarm(
+    sweep_next: Option<u64>,
+    next_work: Option<u64>,
+    worked: bool,
+    now_ms: u64,
+) -> Option<u64> {
+    let pause = if worked {
+        WORK_AGAIN_MS
+    } else {
+        WORK_BLOCKED_MS
+    };
+    let work = next_work.map(|at| at.max(now_ms.saturating_add(pause)));
+    sweep_next
+        .into_iter()
+        .chain(work)
+        .min()
+        .map(|at| at.max(now_ms))
 }

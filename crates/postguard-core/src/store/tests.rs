@@ -291,12 +291,7 @@ mod operations {
         }
     }
 
-    fn finish(
-        id: &str,
-        attempt: u32,
-        status: u16,
-        event: Option<PendingEvent>,
-    ) -> FinishOpRequest {
+    fn finish(id: &str, attempt: u32, status: u16, event: Option<PendingEvent>) -> FinishOpRequest {
         FinishOpRequest {
             id: id.into(),
             attempt,
@@ -520,4 +515,36 @@ mod operations {
         assert_eq!((done.answer.applied, done.work_at), (true, Some(5)));
         assert_eq!(s.pending.len(), 1);
     }
+}
+
+/// The alarm's pacing is decided here, not in the object: a sweep due
+/// wins; work already due waits a second (a minute when the shell could
+/// not work), never in the past.
+#[test]
+fn the_next_alarm_is_the_sweep_or_the_work_paced() {
+    const NOW: u64 = 1_000_000;
+    assert_eq!(next_alarm(None, None, true, NOW), None);
+    assert_eq!(next_alarm(Some(NOW + 5), None, true, NOW), Some(NOW + 5));
+    assert_eq!(
+        next_alarm(Some(NOW - 5), None, true, NOW),
+        Some(NOW),
+        "never before now"
+    );
+    assert_eq!(
+        next_alarm(None, Some(NOW - 100), true, NOW),
+        Some(NOW + WORK_AGAIN_MS)
+    );
+    assert_eq!(
+        next_alarm(None, Some(NOW - 100), false, NOW),
+        Some(NOW + WORK_BLOCKED_MS)
+    );
+    assert_eq!(
+        next_alarm(None, Some(NOW + 90_000), false, NOW),
+        Some(NOW + 90_000),
+        "later work keeps its time"
+    );
+    assert_eq!(
+        next_alarm(Some(NOW + 10), Some(NOW), true, NOW),
+        Some(NOW + 10)
+    );
 }

@@ -56,7 +56,8 @@ describe('a data point per request', () => {
     const auth = bearer(key.key);
     const post = (path, idem, headers = {}) => gw.fetch(path, { method: 'POST', headers: { ...auth, 'idempotency-key': idem, ...headers }, body: 'x' });
     const sent = [];
-    sent.push(['admitted', await post('/orders/1', 'm-1')]);
+    // The origin takes at least 50 ms: the point's origin time must say so.
+    sent.push(['admitted', await post('/orders/1', 'm-1', { 'x-demo-delay-ms': '50' })]);
     sent.push(['replay', await post('/orders/1', 'm-1')]);
     sent.push(['conflict', await gw.fetch('/orders/1', { method: 'POST', headers: { ...auth, 'idempotency-key': 'm-1' }, body: 'other' })]);
     sent.push(['origin_5xx', await gw.fetch('/plain', { headers: { ...auth, 'x-demo-status': '503' } })]);
@@ -90,7 +91,7 @@ describe('a data point per request', () => {
       [admitted.index, admitted.kind, admitted.project, admitted.key_prefix, admitted.method, admitted.status, admitted.code, admitted.forwarded],
       ['metrics', 'proxied', 'metrics', key.prefix, 'POST', 201, '', 1],
     );
-    assert.ok(admitted.origin_ms >= 0 && admitted.origin_ms <= admitted.latency_ms, `origin ${admitted.origin_ms} ms within latency ${admitted.latency_ms} ms`);
+    assert.ok(admitted.origin_ms >= 50 && admitted.origin_ms <= admitted.latency_ms, `origin ${admitted.origin_ms} ms: the origin's 50 ms at least, within latency ${admitted.latency_ms} ms`);
 
     const replay = find((p) => p.route === '/orders/*' && p.outcome === 'replay', 'the replay');
     assert.deepEqual([replay.status, replay.forwarded], [201, 0], 'a replay never reaches the origin');
@@ -112,7 +113,9 @@ describe('a data point per request', () => {
 
 describe('a data point per delivery attempt', () => {
   it('a failed attempt then a delivered one: outcome, status, attempt number, lag and latency', async () => {
-    const rcv = await startReceiver({ behaviour: (req, n) => (n === 1 ? { status: 503 } : { status: 204 }) });
+    // Each answer takes at least 40 ms: the attempt's latency must say so.
+    const slow = (status) => new Promise((r) => setTimeout(() => r({ status }), 40));
+    const rcv = await startReceiver({ behaviour: (req, n) => slow(n === 1 ? 503 : 204) });
     try {
       const owner = await gw.createKey({ project: 'metrics-hooks', plan: 'roomy' });
       const sub = await gw.fetch('/_postguard/v1/webhooks', {
@@ -121,6 +124,7 @@ describe('a data point per delivery attempt', () => {
         body: JSON.stringify({ url: `${rcv.url}/hook`, events: ['order.*'] }),
       });
       assert.equal(sub.status, 201, sub.text);
+      const publishedAt = Date.now();
       const evt = await gw.admin('POST', '/_postguard/v1/events', { project: 'metrics-hooks', type: 'order.paid', data: { id: 1 } }, { token: ORIGIN_TOKEN });
       assert.equal(evt.status, 202, evt.text);
       const attempts = await poll(async () => {
@@ -134,9 +138,11 @@ describe('a data point per delivery attempt', () => {
         { index: 'metrics-hooks', outcome: 'failed', project: 'metrics-hooks', type: 'order.paid', status: 503, attempt: 1 },
         { index: 'metrics-hooks', outcome: 'delivered', project: 'metrics-hooks', type: 'order.paid', status: 204, attempt: 2 },
       ]);
-      for (const p of attempts) {
-        assert.ok(p.doubles[1] >= 0, `latency ${p.doubles[1]}`);
-        assert.ok(p.doubles[3] >= 0 && p.doubles[3] < 60000, `lag ${p.doubles[3]} ms`);
+      for (const [i, p] of attempts.entries()) {
+        assert.ok(p.doubles[1] >= 40, `latency ${p.doubles[1]}: the receiver's 40 ms at least`);
+        // Due no earlier than the publish, sent before the receiver got it.
+        const bound = rcv.requests[i].at - publishedAt;
+        assert.ok(p.doubles[3] >= 0 && p.doubles[3] <= bound, `lag ${p.doubles[3]} ms within ${bound} ms`);
       }
       const [first, second] = attempts.map((p, i) => rcv.requests[i]?.at);
       assert.ok(second - first >= 900, 'the retry came on the 1 s schedule');

@@ -17,7 +17,7 @@ import { verifyBoth, receiverPool } from './support/receiver.mjs';
 import {
   startGateway, problem, poll, cfg, bearer, rawRequest, ADMIN_TOKEN, ORIGIN_TOKEN,
 } from './support/gateway.mjs';
-import { uniq } from './support/util.mjs';
+import { uniq, stays } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: {
@@ -190,9 +190,8 @@ describe('1. the gateway’s own API honours Idempotency-Key', () => {
       return d.json.attempts.length >= 3 ? d : null;
     }, { message: 'the retry and the redirect', timeout: 20000 });
     // Quiet for the queue: no fourth attempt follows.
-    await new Promise((r) => setTimeout(r, 1500));
-    const d = await api('GET', `/_postguard/v1/deliveries/${delivery.id}`, p.key);
-    assert.equal(d.json.attempts.length, 3, 'one retry and one redirect, not two of each');
+    await stays(async () => (await api('GET', `/_postguard/v1/deliveries/${delivery.id}`, p.key)).json.attempts.length === 3,
+      1500, 'one retry and one redirect, not two of each');
     const task = await twice('POST', `/_postguard/v1/webhooks/${sub.id}/recover`, p.key, { since: 0 });
     assert.equal(task.status, 202);
     await twice('POST', '/_postguard/v1/portal-links', ADMIN_TOKEN, { project: p.name });

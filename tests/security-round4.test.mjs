@@ -25,7 +25,7 @@ import {
   startGateway, problem, poll, cfg, bearer, loadWranglerToml, freePort, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN,
   ORIGIN_SIGNING_SECRET,
 } from './support/gateway.mjs';
-import { uniq } from './support/util.mjs';
+import { uniq, stays } from './support/util.mjs';
 
 const MiB = 1 << 20;
 const CONFIG = {
@@ -57,16 +57,6 @@ after(async () => {
   await origin?.kill();
   fs.rmSync(persistDir, { recursive: true, force: true });
 });
-
-/** `fn` keeps returning true for `ms` (a bounded negative check). */
-async function stays(fn, ms, message) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    assert.ok(await fn(), message);
-    await delay(200);
-  }
-  assert.ok(await fn(), message);
-}
 
 async function project(tag, plan = 'big', extra = {}) {
   const name = uniq(tag);

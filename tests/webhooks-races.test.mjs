@@ -15,7 +15,7 @@ import { startOrigin } from './support/origin.mjs';
 import { verifyBoth, receiverPool } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
 import { rewriteDeliveries } from './support/webhook-shards.mjs';
-import { uniq, show } from './support/util.mjs';
+import { uniq, show, stays } from './support/util.mjs';
 
 const QUEUE = 'postguard-deliveries';
 // A long schedule: the automatic follow-up of a failed attempt never fires within a test, so every
@@ -38,8 +38,6 @@ after(async () => {
   await gw?.dispose();
   await origin?.kill();
 });
-
-const delay = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A project with a key, a subscription to `rcv` and one published event; returns its delivery. */
 async function setup(g, tag, rcv) {
@@ -81,16 +79,6 @@ async function dispatchAtOnce(g, jobs) {
   return out;
 }
 
-/** `fn` keeps returning true while the queue has every chance to act (bounded negative check). */
-async function stays(fn, ms, message) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    assert.ok(await fn(), message);
-    await delay(100);
-  }
-  assert.ok(await fn(), message);
-}
-
 const wire = (rcv) => rcv.requests.map((r) => r.attempt);
 const logged = (d) => d.attempts.map((a) => a.attempt).sort((a, b) => a - b);
 
@@ -98,15 +86,17 @@ describe('delivery races (batches dispatched concurrently)', { concurrency: true
   // (a) Round k: the first request the receiver gets after attempt 1 is slow and fails, the next succeeds.
   for (const round of [1, 2, 3]) {
     it(`a slow failing attempt and a succeeding one of the same delivery → delivered, stays so, nothing more sent (round ${round})`, async () => {
+      let s;
       const rcv = await receiver(async (req, n) => {
         if (n === 1) return { status: 500 }; // attempt 1, by the real consumer: failed, next in 60 s
         if (n === 2) {
-          await delay(2500); // slow, then a failure that lands after the success
+          // Slow: its failure answers only once the success has been recorded, so it lands after.
+          await s.wait((d) => d.status === 'delivered', 'the success recorded before the slow failure answers');
           return { status: 503 };
         }
         return { status: 200 };
       });
-      const s = await setup(gw, `slow-${round}`, rcv);
+      s = await setup(gw, `slow-${round}`, rcv);
       const failed = await s.wait((d) => d.status === 'failed' && d.attempts.length === 1, 'attempt 1 failed');
       assert.ok(Number.isInteger(failed.next_attempt_at), JSON.stringify(failed));
       // Its next attempt falls due now (rather than in 60 s): the job the queue then hands to a

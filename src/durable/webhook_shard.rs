@@ -786,8 +786,8 @@ impl WebhookShard {
     }
 }
 
-/// Called by JS RPC through the class `src/entry.mjs` exports (as `KeyGuard`,
-/// ADR 0018): no Request, Response or body stream on either side.
+/// Called by JS RPC through the class `src/entry.mjs` exports (as `WebhookShard`,
+/// ADRs 0018 and 0035): no Request, Response or body stream on either side.
 #[wasm_bindgen::prelude::wasm_bindgen(
     wasm_bindgen = ::worker::wasm_bindgen,
     wasm_bindgen_futures = ::worker::wasm_bindgen_futures,

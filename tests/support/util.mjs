@@ -1,4 +1,5 @@
 // Small helpers the e2e test files share (one copy here rather than one per file).
+import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 
 /** `prefix` and 8 random hex digits: a project, key or event name no other test run uses. */
@@ -10,3 +11,18 @@ export const uniq = (prefix) => `${prefix}-${crypto.randomBytes(4).toString('hex
  */
 export const show = (res, { max = 500, headers = false } = {}) =>
   `${res.status}${headers ? ` ${JSON.stringify(res.headers)}` : ''} ${res.text?.slice(0, max)}`;
+
+const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A bounded negative check: `fn` must keep returning true for `ms` (while the queue, the alarms
+ * and the consumers have every chance to act), checked every `every` ms and once more at the end.
+ */
+export async function stays(fn, ms, message, every = 100) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    assert.ok(await fn(), message);
+    await pause(every);
+  }
+  assert.ok(await fn(), message);
+}

@@ -145,13 +145,9 @@ impl AdmitRequest {
     pub fn charge(cost: u32, limits: Limits) -> AdmitRequest {
         AdmitRequest {
             cost,
-            quota: limits.policies.first().map_or(
-                Quota {
-                    limit: 0,
-                    window_ms: 1,
-                },
-                Policy::quota,
-            ),
+            quota: (limits.policies.first())
+                .and_then(Policy::quota)
+                .unwrap_or(Quota::PLACEHOLDER),
             claim: None,
             v: AnswerLayout::NEWEST,
             limits: Some(limits),
@@ -914,10 +910,7 @@ mod tests {
     use super::*;
     use crate::rate_limit::Window;
 
-    const Q: Quota = Quota {
-        limit: 2,
-        window_ms: 60_000,
-    };
+    const Q: Quota = Quota::new(2, 60_000).unwrap();
 
     fn claim(fp: &str, rid: &str) -> Option<Claim> {
         Some(Claim {

@@ -2,10 +2,13 @@
 //! and a recover cost) and the `limits` section (the limit on requests that
 //! carry no valid credential).
 
+use std::num::NonZeroU32;
+
 use serde::Deserialize;
 
 use super::check::{range, validate_route, ConfigError};
 use crate::pattern;
+use crate::rate_limit::Quota;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,11 +64,12 @@ impl Default for LimitsConfig {
 
 impl LimitsConfig {
     /// The per-IP limiter's quota.
-    pub fn unauthenticated_quota(&self) -> crate::rate_limit::Quota {
-        crate::rate_limit::Quota {
-            limit: self.unauthenticated_per_minute,
-            window_ms: 60_000,
-        }
+    pub fn unauthenticated_quota(&self) -> Quota {
+        // `validate` holds it at 1 or more; settings that skipped validation
+        // get the strictest quota there is rather than none.
+        let per_minute =
+            NonZeroU32::new(self.unauthenticated_per_minute).unwrap_or(NonZeroU32::MIN);
+        Quota::per_minute(per_minute)
     }
 }
 

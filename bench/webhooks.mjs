@@ -36,11 +36,15 @@ const CONFIG = {
 // unknown, so they are added only for builds whose core knows them.
 const QUOTAS = { events_per_project_per_day: 100_000_000, deliveries_per_project_per_day: 1_000_000_000, bytes_per_project_per_day: 8_000_000_000 };
 const knowsQuotas = (root) => {
-  try {
-    return fs.readFileSync(`${root ?? ROOT}/crates/postguard-core/src/config.rs`, 'utf8').includes('events_per_project_per_day');
-  } catch {
-    return false;
-  }
+  // The webhooks section was in config.rs until issue 33 moved it to webhooks/config.rs.
+  const src = `${root ?? ROOT}/crates/postguard-core/src`;
+  return ['config.rs', 'webhooks/config.rs'].some((f) => {
+    try {
+      return fs.readFileSync(`${src}/${f}`, 'utf8').includes('events_per_project_per_day');
+    } catch {
+      return false;
+    }
+  });
 };
 const configOf = (root) => (knowsQuotas(root) ? { ...CONFIG, webhooks: { ...CONFIG.webhooks, ...QUOTAS } } : CONFIG);
 const consumerOf = (root) => loadWranglerToml(root && `${root}/wrangler.toml`).queues.consumers[0];

@@ -98,8 +98,8 @@ pub async fn charge(
     let quota = cfg.settings.limits.unauthenticated_quota();
     let policy = Policy {
         name: POLICY.to_string(),
-        limit: quota.limit,
-        window_ms: quota.window_ms,
+        limit: quota.limit(),
+        window_ms: quota.window_ms(),
     };
     let req = AdmitRequest {
         transient: true,

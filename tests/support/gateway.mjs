@@ -231,8 +231,13 @@ export async function freePort() {
  * added only for builds whose core knows them.
  */
 function knowsSetting(name, root = process.env.POSTGUARD_ROOT ?? ROOT) {
+  const src = path.join(root, 'crates/postguard-core/src');
   try {
-    return fs.readFileSync(path.join(root, 'crates/postguard-core/src/config.rs'), 'utf8').includes(name);
+    // config.rs until issue 33 split it into config/ (its webhooks section in webhooks/config.rs).
+    const files = fs.existsSync(path.join(src, 'config.rs'))
+      ? ['config.rs']
+      : [...fs.readdirSync(path.join(src, 'config')).map((f) => `config/${f}`), 'webhooks/config.rs'];
+    return files.some((f) => fs.readFileSync(path.join(src, f), 'utf8').includes(name));
   } catch {
     return true;
   }

@@ -14,6 +14,8 @@
 //! policies existed) is read as that policy's window: the headers of a
 //! one-policy plan are exactly what they were.
 
+use std::num::NonZeroU64;
+
 use serde::{Deserialize, Serialize};
 
 use crate::rate_limit::{self, check, Quota, Verdict, Window};
@@ -34,19 +36,29 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn quota(&self) -> Quota {
-        Quota {
-            limit: self.limit,
-            window_ms: self.window_ms,
-        }
+    /// Its quota; `None` for a limit or a window of zero.
+    pub fn quota(&self) -> Option<Quota> {
+        Quota::new(self.limit, self.window_ms)
     }
 
     /// The single-policy form's policy.
     pub fn single(quota: Quota) -> Policy {
         Policy {
             name: DEFAULT_POLICY.to_string(),
-            limit: quota.limit,
-            window_ms: quota.window_ms,
+            limit: quota.limit(),
+            window_ms: quota.window_ms(),
+        }
+    }
+
+    /// `check` of this policy's window in `state`.
+    fn check(&self, state: &Windows, now_ms: u64, cost: u32) -> (Option<Window>, Verdict) {
+        let window = window_of(state, &self.name).copied();
+        match (self.quota(), NonZeroU64::new(self.window_ms)) {
+            (Some(q), _) => check(window, q, now_ms, cost),
+            // A limit of zero (a key's stale overrides) admits only peeks.
+            (None, Some(w)) => rate_limit::check_closed(window, w, now_ms, cost),
+            // A window of zero, which no plan yields (each is 1 s or more).
+            (None, None) => (None, NO_VERDICT),
         }
     }
 }
@@ -162,7 +174,7 @@ pub struct Checked {
 pub fn check_all(state: &Windows, policies: &[Policy], now_ms: u64, cost: u32) -> Checked {
     let charged: Vec<(Option<Window>, Verdict)> = policies
         .iter()
-        .map(|p| check(window_of(state, &p.name).copied(), p.quota(), now_ms, cost))
+        .map(|p| p.check(state, now_ms, cost))
         .collect();
     let admitted = charged.iter().all(|(_, v)| v.admitted);
     // A refusal by any policy charges none: the others are read at cost 0
@@ -173,7 +185,7 @@ pub fn check_all(state: &Windows, policies: &[Policy], now_ms: u64, cost: u32) -
             .iter()
             .zip(charged)
             .map(|(p, (_, refused))| {
-                let (w, peek) = check(window_of(state, &p.name).copied(), p.quota(), now_ms, 0);
+                let (w, peek) = p.check(state, now_ms, 0);
                 (w, if refused.admitted { peek } else { refused })
             })
             .collect(),
@@ -323,11 +335,24 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_limit_refuses_all_but_peeks_and_tells_its_reset() {
+        // What a key's overrides written for its plan's earlier form can
+        // resolve to: the same answers as before `Quota` refused zeros.
+        let stale = [p(DEFAULT_POLICY, 0, 30)];
+        let c = check_all(&Vec::new(), &stale, 1_000, 1);
+        assert!(!c.verdicts.admitted());
+        let v = c.verdicts.binding_verdict();
+        assert_eq!(
+            (v.limit, v.remaining, v.reset_ms, v.window_s),
+            (0, 0, 31_000, 30)
+        );
+        assert_eq!(c.windows, None);
+        assert!(check_all(&Vec::new(), &stale, 1_000, 0).verdicts.admitted());
+    }
+
+    #[test]
     fn one_policy_reads_and_writes_as_before() {
-        let q = Quota {
-            limit: 60,
-            window_ms: 60_000,
-        };
+        let q = Quota::new(60, 60_000).unwrap();
         let (w, v) = check(None, q, 1_716_392_400_000, 13);
         let c = check_all(&Vec::new(), &[Policy::single(q)], 1_716_392_400_000, 13);
         assert_eq!(

@@ -9,13 +9,66 @@
 //!
 //! See `docs/adr/0002-rate-limit-algorithm.md` for why not GCRA or a sliding log.
 
+use std::num::{NonZeroU32, NonZeroU64};
+
 use serde::{Deserialize, Serialize};
 
-/// A plan's quota.
+/// One minute in ms (a `match`: `unwrap` is refused outside tests; 60 000
+/// is not zero, so the other arm is never taken).
+const MINUTE_MS: NonZeroU64 = match NonZeroU64::new(60_000) {
+    Some(ms) => ms,
+    None => NonZeroU64::MAX,
+};
+
+/// A plan's quota: at most `limit` cost units per window of `window_ms`.
+///
+/// Neither can be zero, so no caller has to cope with one: a zero limit
+/// would refuse everything and a zero window would last no time (the
+/// limiter used to stretch it to 1 ms). governor's `Quota` holds the same
+/// rule. The fields are private; build one with
+/// [`Quota::new`]. On the wire between the worker and the key's object it
+/// stays `{"limit": N, "window_ms": M}`, and a zero in either is refused
+/// when read, as any malformed field is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quota {
-    pub limit: u32,
-    pub window_ms: u64,
+    limit: NonZeroU32,
+    window_ms: NonZeroU64,
+}
+
+impl Quota {
+    /// `limit` units per `window_ms`; `None` if either is zero.
+    pub const fn new(limit: u32, window_ms: u64) -> Option<Quota> {
+        match (NonZeroU32::new(limit), NonZeroU64::new(window_ms)) {
+            (Some(limit), Some(window_ms)) => Some(Quota { limit, window_ms }),
+            _ => None,
+        }
+    }
+
+    /// `limit` units per minute.
+    pub const fn per_minute(limit: NonZeroU32) -> Quota {
+        Quota {
+            limit,
+            window_ms: MINUTE_MS,
+        }
+    }
+
+    /// What a field that must hold a quota carries when none applies: the
+    /// legacy `guard::AdmitRequest::quota` beside `limits` that name no
+    /// policy. No build that reads `limits` enforces it (one unit per ms).
+    pub const PLACEHOLDER: Quota = Quota {
+        limit: NonZeroU32::MIN,
+        window_ms: NonZeroU64::MIN,
+    };
+
+    /// The cost units a window admits (at least 1).
+    pub const fn limit(self) -> u32 {
+        self.limit.get()
+    }
+
+    /// The window's length in ms (at least 1).
+    pub const fn window_ms(self) -> u64 {
+        self.window_ms.get()
+    }
 }
 
 /// The persisted state of one key's limiter.
@@ -92,20 +145,44 @@ pub fn check(
     now_ms: u64,
     cost: u32,
 ) -> (Option<Window>, Verdict) {
-    let window_ms = quota.window_ms.max(1);
+    check_limit(state, quota.limit(), quota.window_ms, now_ms, cost)
+}
+
+/// [`check`] of a limit of zero, which a [`Quota`] cannot hold: only a cost
+/// of 0 (a peek) is admitted, and the verdict still tells when the window
+/// resets, so a refused client waits a window rather than retrying at once.
+/// A key's overrides written for its plan's earlier form can resolve to such
+/// a policy (`config::Plan::limits`); validation refuses it everywhere else.
+pub fn check_closed(
+    state: Option<Window>,
+    window_ms: NonZeroU64,
+    now_ms: u64,
+    cost: u32,
+) -> (Option<Window>, Verdict) {
+    check_limit(state, 0, window_ms, now_ms, cost)
+}
+
+fn check_limit(
+    state: Option<Window>,
+    limit: u32,
+    window_ms: NonZeroU64,
+    now_ms: u64,
+    cost: u32,
+) -> (Option<Window>, Verdict) {
+    let window_ms = window_ms.get();
     let live = in_force(state, now_ms, window_ms);
     let (start_ms, used) = match live {
         Some(w) => (w.start_ms, w.used),
         None => (now_ms, 0),
     };
-    let admitted = u64::from(used) + u64::from(cost) <= u64::from(quota.limit);
+    let admitted = u64::from(used) + u64::from(cost) <= u64::from(limit);
     let used_after = if admitted { used + cost } else { used };
     let reset_ms = start_ms.saturating_add(window_ms);
     let reset_in_s = ceil_div(reset_ms.saturating_sub(now_ms), 1000);
     let verdict = Verdict {
         admitted,
-        limit: quota.limit,
-        remaining: quota.limit.saturating_sub(used_after),
+        limit,
+        remaining: limit.saturating_sub(used_after),
         reset_ms,
         reset_in_s,
         reset_epoch_s: now_ms / 1000 + reset_in_s,
@@ -153,10 +230,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const Q: Quota = Quota {
-        limit: 3,
-        window_ms: 60_000,
-    };
+    const Q: Quota = Quota::new(3, 60_000).unwrap();
+
+    #[test]
+    fn a_quota_is_never_zero_and_keeps_its_wire_form() {
+        assert_eq!(Quota::new(0, 60_000), None);
+        assert_eq!(Quota::new(3, 0), None);
+        assert_eq!((Q.limit(), Q.window_ms()), (3, 60_000));
+        let text = serde_json::to_string(&Q).unwrap();
+        assert_eq!(text, r#"{"limit":3,"window_ms":60000}"#);
+        assert_eq!(serde_json::from_str::<Quota>(&text).unwrap(), Q);
+        for zero in [
+            r#"{"limit":0,"window_ms":60000}"#,
+            r#"{"limit":3,"window_ms":0}"#,
+        ] {
+            assert!(serde_json::from_str::<Quota>(zero).is_err(), "{zero}");
+        }
+        let minute = Quota::per_minute(std::num::NonZeroU32::MIN);
+        assert_eq!((minute.limit(), minute.window_ms()), (1, 60_000));
+    }
 
     #[test]
     fn admits_limit_then_rejects_until_reset() {
@@ -200,15 +292,7 @@ mod tests {
 
     #[test]
     fn headers_follow_the_contract_shape() {
-        let (_, v) = check(
-            None,
-            Quota {
-                limit: 60,
-                window_ms: 60_000,
-            },
-            1_716_392_400_000,
-            13,
-        );
+        let (_, v) = check(None, Quota::new(60, 60_000).unwrap(), 1_716_392_400_000, 13);
         let h = headers(&v);
         assert_eq!(h[0], ("X-RateLimit-Limit", "60".into()));
         assert_eq!(h[1], ("X-RateLimit-Remaining", "47".into()));
@@ -220,10 +304,7 @@ mod tests {
     #[test]
     fn quota_change_takes_effect_within_the_window() {
         let (st, _) = check(None, Q, 0, 3);
-        let bigger = Quota {
-            limit: 5,
-            window_ms: 60_000,
-        };
+        let bigger = Quota::new(5, 60_000).unwrap();
         let (_, v) = check(st, bigger, 1, 1);
         assert!(v.admitted);
         assert_eq!(v.remaining, 1);
@@ -238,7 +319,7 @@ mod tests {
             window_s in 1u64..120,
             steps in proptest::collection::vec((0u64..5_000, 0u32..4), 1..400),
         ) {
-            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let quota = Quota::new(limit, window_s * 1000).unwrap();
             let mut st = None;
             let mut now = 1_700_000_000_000u64;
             let mut per_window: std::collections::BTreeMap<u64, u64> = Default::default();
@@ -247,7 +328,7 @@ mod tests {
                 let cost = cost.min(limit);
                 let (s, v) = check(st, quota, now, cost);
                 if v.admitted {
-                    let start = v.reset_ms - quota.window_ms;
+                    let start = v.reset_ms - quota.window_ms();
                     prop_assert!(start <= now && now < v.reset_ms);
                     *per_window.entry(start).or_default() += u64::from(cost);
                 }
@@ -263,7 +344,7 @@ mod tests {
         /// Windows never overlap: a new one opens only after the previous ends.
         #[test]
         fn windows_do_not_overlap(steps in proptest::collection::vec(0u64..3_000, 1..200)) {
-            let quota = Quota { limit: 2, window_ms: 2_000 };
+            let quota = Quota::new(2, 2_000).unwrap();
             let mut st: Option<Window> = None;
             let mut now = 0u64;
             for dt in steps {
@@ -271,7 +352,7 @@ mod tests {
                 let (s, _) = check(st, quota, now, 1);
                 if let (Some(old), Some(new)) = (st, s) {
                     if new.start_ms != old.start_ms {
-                        prop_assert!(new.start_ms >= old.start_ms + quota.window_ms);
+                        prop_assert!(new.start_ms >= old.start_ms + quota.window_ms());
                     }
                 }
                 st = s;
@@ -282,10 +363,10 @@ mod tests {
         /// and it is never earlier than the moment admission becomes possible.
         #[test]
         fn retry_after_is_honest(limit in 1u32..20, window_s in 1u64..100, offset in 0u64..100_000, cost in 1u32..5) {
-            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let quota = Quota::new(limit, window_s * 1000).unwrap();
             let cost = cost.min(limit);
             let (st, _) = check(None, quota, 0, limit);
-            let now = offset % quota.window_ms;
+            let now = offset % quota.window_ms();
             let (_, v) = check(st, quota, now, cost);
             prop_assert!(!v.admitted);
             let later = now + v.retry_after_s() * 1000;
@@ -307,14 +388,14 @@ mod tests {
             window_s in 1u64..120,
             steps in proptest::collection::vec((any::<bool>(), 0u64..10_000, 0u32..4), 1..300),
         ) {
-            let quota = Quota { limit, window_ms: window_s * 1000 };
+            let quota = Quota::new(limit, window_s * 1000).unwrap();
             let base = 1_700_000_000_000u64;
             let mut st = None;
             let mut total = 0u64;
             for (back, d, cost) in steps {
                 // Any instant in [base, base + window): forward or backward steps.
-                let off = d % quota.window_ms;
-                let now = if back { base + quota.window_ms - 1 - off } else { base + off };
+                let off = d % quota.window_ms();
+                let now = if back { base + quota.window_ms() - 1 - off } else { base + off };
                 let cost = cost.min(limit);
                 let (s, v) = check(st, quota, now, cost);
                 if v.admitted { total += u64::from(cost); }
@@ -334,7 +415,7 @@ mod tests {
             ahead in 0u64..10_000_000_000,
             steps in proptest::collection::vec(0u64..60_000, 1..100),
         ) {
-            let quota = Quota { limit, window_ms: 60_000 };
+            let quota = Quota::new(limit, 60_000).unwrap();
             let now0 = 1_700_000_000_000u64;
             let mut st = Some(Window { start_ms: now0.saturating_add(ahead), used });
             let mut total = 0u64;
@@ -342,19 +423,19 @@ mod tests {
                 let now = now0 + d / 2;
                 let (s, v) = check(st, quota, now, 1);
                 if v.admitted { total += 1; }
-                prop_assert!(v.reset_ms <= now0.saturating_add(ahead).max(now) + 2 * quota.window_ms);
+                prop_assert!(v.reset_ms <= now0.saturating_add(ahead).max(now) + 2 * quota.window_ms());
                 st = s;
             }
             prop_assert!(total <= u64::from(limit.saturating_sub(used)));
             let (_, v) = check(Some(Window::UNREADABLE), quota, now0, 1);
             prop_assert!(!v.admitted);
-            prop_assert!(v.reset_ms == now0 + quota.window_ms);
+            prop_assert!(v.reset_ms == now0 + quota.window_ms());
         }
 
         /// Within one window, each admitted request sees its own Remaining.
         #[test]
         fn remaining_counts_down_one_by_one(limit in 1u32..100) {
-            let quota = Quota { limit, window_ms: 60_000 };
+            let quota = Quota::new(limit, 60_000).unwrap();
             let mut st = None;
             for i in 0..limit {
                 let (s, v) = check(st, quota, u64::from(i), 1);

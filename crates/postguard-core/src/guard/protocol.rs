@@ -66,13 +66,9 @@ impl AdmitRequest {
     pub fn charge(cost: u32, limits: Limits) -> AdmitRequest {
         AdmitRequest {
             cost,
-            quota: limits.policies.first().map_or(
-                Quota {
-                    limit: 0,
-                    window_ms: 1,
-                },
-                Policy::quota,
-            ),
+            quota: (limits.policies.first())
+                .and_then(Policy::quota)
+                .unwrap_or(Quota::PLACEHOLDER),
             claim: None,
             v: AnswerLayout::NEWEST,
             limits: Some(limits),

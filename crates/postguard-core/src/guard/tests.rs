@@ -4,10 +4,7 @@ use crate::limits::{self, Inflight, Limits, Policy, Verdicts};
 use crate::rate_limit::Quota;
 use crate::rate_limit::Window;
 
-const Q: Quota = Quota {
-    limit: 2,
-    window_ms: 60_000,
-};
+const Q: Quota = Quota::new(2, 60_000).unwrap();
 
 fn claim(fp: &str, rid: &str) -> Option<Claim> {
     Some(Claim {

@@ -4,10 +4,7 @@ use crate::idempotency::StoredResponse;
 use crate::limits::Limits;
 use crate::rate_limit::Quota;
 
-const Q: Quota = Quota {
-    limit: 100,
-    window_ms: 60_000,
-};
+const Q: Quota = Quota::new(100, 60_000).unwrap();
 
 fn ok<T>(r: Result<T, std::convert::Infallible>) -> T {
     match r {
@@ -61,10 +58,7 @@ fn decision(d: &Done<AdmitResponse>) -> Option<Decision> {
 
 #[test]
 fn in_memory_admission_answers_as_admit_does_and_only_when_nothing_is_written() {
-    let tiny = Quota {
-        limit: 1,
-        window_ms: 60_000,
-    };
+    let tiny = Quota::new(1, 60_000).unwrap();
     let charge = |cost| AdmitRequest::charge(cost, single(tiny));
     let mut s = MemoryStore::default();
     assert_eq!(

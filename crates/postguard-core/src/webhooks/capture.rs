@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{until_next_day_s, utc_day};
-use crate::config::WebhooksConfig;
+use super::config::WebhooksConfig;
 
 /// Headers stored as [`REDACTED`]: a capture is shown to the project, and a
 /// sender's credentials are not the project's to see (nor to keep).

@@ -11,7 +11,9 @@
 //! - [`records`]: every write to a webhook record, over the synchronous
 //!   `WebhookStore` port the shard implements, with an in-memory backend;
 //! - [`shard`]: which shard holds what, ids that name their shard, paging
-//!   across shards (ADR 0035).
+//!   across shards (ADR 0035);
+//! - [`config`]: the `webhooks` section of `POSTGUARD_CONFIG` and its
+//!   validation (re-exported by `crate::config`).
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -21,6 +23,7 @@
 
 pub mod capacity;
 pub mod capture;
+pub mod config;
 pub mod delivery;
 pub mod events;
 pub mod fanout;

@@ -79,6 +79,18 @@ pub fn bearer(header: &str) -> Option<&str> {
     (!token.is_empty()).then_some(token)
 }
 
+/// The longest event type.
+pub const MAX_EVENT_TYPE_LEN: usize = 128;
+
+/// An event type: 1-128 of `[A-Za-z0-9._:-]` (a published event's, a
+/// subscription filter's, a response event rule's).
+pub fn is_valid_type(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_EVENT_TYPE_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

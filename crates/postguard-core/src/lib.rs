@@ -34,6 +34,7 @@ pub mod response_events;
 pub mod routes;
 pub mod store;
 pub mod unauthenticated;
+pub mod url_host;
 pub mod webhooks;
 
 pub use problem::{ErrorCode, Invalid, Problem};

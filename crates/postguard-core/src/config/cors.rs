@@ -6,7 +6,7 @@ use url::Url;
 use super::check::{range, valid_method, ConfigError};
 use crate::cors::CorsConfig;
 // The host rule `ORIGIN_URL` shares (see `origin.rs`).
-use crate::webhooks::url_guard::host_refusal;
+use crate::url_host::host_refusal;
 
 /// 1 to 100 origins (or `*`), methods, header names and the preflight's
 /// lifetime.

@@ -7,7 +7,7 @@ use super::check::{validate_rule_route, ConfigError};
 use crate::response_events::{is_valid_data, ResponseEventRule, StatusMatch};
 // The event types a publish accepts, so a derived event is one a
 // subscriber's filter can name: a leaf of `webhooks/` that imports no config.
-use crate::webhooks::events::is_valid_type;
+use crate::ids::is_valid_type;
 
 /// At most 100 rules, each fully valid.
 pub(super) fn validate(rules: &[ResponseEventRule]) -> Result<(), ConfigError> {

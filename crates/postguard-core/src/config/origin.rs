@@ -8,7 +8,7 @@ use url::Url;
 use super::check::{range, ConfigError};
 // The one host rule every URL the gateway is given shares (ASCII, never
 // percent-encoded; ADR 0019): a leaf of `webhooks/` that imports no config.
-use crate::webhooks::url_guard::host_refusal;
+use crate::url_host::host_refusal;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -90,13 +90,7 @@ fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Invalid> {
     Err(format!("{path}: {msg}").into())
 }
 
-/// 1-128 of `[A-Za-z0-9._:-]`.
-pub fn is_valid_type(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_TYPE_LEN
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
+pub use crate::ids::is_valid_type;
 
 /// `*`, an event type, or an event type followed by `.*`.
 fn is_valid_filter(s: &str) -> bool {

@@ -23,6 +23,7 @@
 //! to the parsed host admits exactly that host, skipping the IP and
 //! `localhost` rules but never the scheme, credential, encoding or port rules.
 
+pub use crate::url_host::host_refusal;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::Invalid;
@@ -166,15 +167,6 @@ fn is_localhost_name(domain: &str) -> bool {
             && d[d.len() - ".localhost".len()..].eq_ignore_ascii_case(".localhost")
 }
 
-/// The authority part of the raw input (between `scheme:` + slashes and the
-/// path, query or fragment), for checks that parsing would erase.
-fn raw_authority(raw: &str) -> &str {
-    let after_scheme = raw.split_once(':').map_or(raw, |(_, rest)| rest);
-    let rest = after_scheme.trim_start_matches(['/', '\\']);
-    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
-    &rest[..end]
-}
-
 fn is_allowed_host(policy: &UrlPolicy, host: &str) -> bool {
     let bare = host
         .strip_prefix('[')
@@ -183,24 +175,6 @@ fn is_allowed_host(policy: &UrlPolicy, host: &str) -> bool {
     policy.allow_hosts.iter().any(|entry| {
         entry.eq_ignore_ascii_case(host) || (bare != host && entry.eq_ignore_ascii_case(bare))
     })
-}
-
-/// Why the host of `raw` (a URL) is refused before parsing, if it is. This
-/// build leaves out Unicode host processing (IDNA) to keep the wasm small
-/// (ADR 0019): a host must be plain ASCII, and never percent-encoded (which
-/// could decode to anything). Bracketed IPv6 literals are left to the parser.
-pub fn host_refusal(raw: &str) -> Option<&'static str> {
-    let authority = raw_authority(raw);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if host.starts_with('[') {
-        None
-    } else if host.contains('%') {
-        Some("the host must not be percent-encoded")
-    } else if !host.is_ascii() {
-        Some("the host must be ASCII: write an international domain name in its Punycode (xn--) form")
-    } else {
-        None
-    }
 }
 
 /// Checks a subscriber's webhook URL. `Ok` carries the normalised URL to

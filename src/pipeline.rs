@@ -91,6 +91,7 @@ pub async fn proxy(
     let route = claim.and_then(|_| respond::route_of(cfg, &incoming));
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
+    rc.note(|f| f.origin = Some(origin.origin.clone()));
     let sent_at = now_ms();
     let outcome = forward(origin, cfg).await;
     rc.facts.borrow_mut().origin_ms = Some(now_ms().saturating_sub(sent_at));
@@ -106,7 +107,7 @@ pub async fn proxy(
             outcome
         }
     };
-    respond(rc, cfg, outcome, &rl)
+    respond(rc, outcome, &rl)
 }
 
 /// Frees the concurrency slot of a request without a claim, after the
@@ -198,7 +199,7 @@ pub async fn preflight_to_origin(req: &http::Client, cfg: &Config, rc: &RequestC
         proxy::preflight_request(cfg, &path_and_query, &req.headers, &rc.request_id, now_s);
     let answer = forward(origin, cfg)
         .await
-        .map_err(|failure| Reject::from(failure.problem(cfg.settings.origin.timeout_ms)))?;
+        .map_err(|failure| Reject::from(failure.problem()))?;
     let mut out = client_response_headers(&answer.headers);
     postguard_core::cors::merge_forwarded_preflight(&mut out);
     Ok(http::respond(rc, answer.status, &out, &[], None)?)
@@ -211,11 +212,11 @@ async fn forward(origin: OriginRequest, cfg: &Config) -> Result<OriginAnswer, Fa
     let read = origin
         .buffer
         .then_some(cfg.settings.idempotency.max_stored_body_bytes);
-    let timeout = u64::from(cfg.settings.origin.timeout_ms);
-    http::fetch_within(&origin, timeout, read)
+    let timeout = origin.timeout_ms;
+    http::fetch_within(&origin, u64::from(timeout), read)
         .await
         .map_err(|e| match e {
-            NoAnswer::Timeout => Failure::Timeout,
+            NoAnswer::Timeout => Failure::Timeout(timeout),
             NoAnswer::Unreachable(e) => Failure::Unreachable(e.to_string()),
         })
 }
@@ -390,12 +391,7 @@ async fn release(guard: &Guard, rel: &ReleaseRequest) {
 }
 
 /// The client's answer: the origin's response, or the failure's problem.
-fn respond(
-    rc: &RequestCtx,
-    cfg: &Config,
-    outcome: Result<OriginAnswer, Failure>,
-    rl: &Extra,
-) -> Handled {
+fn respond(rc: &RequestCtx, outcome: Result<OriginAnswer, Failure>, rl: &Extra) -> Handled {
     let answer = match outcome {
         Ok(answer) => answer,
         Err(failure) => {
@@ -405,7 +401,7 @@ fn respond(
                         .field("reason", reason.as_str()),
                 );
             }
-            let p = failure.problem(cfg.settings.origin.timeout_ms);
+            let p = failure.problem();
             return Err(Reject::from(p).with(rl));
         }
     };

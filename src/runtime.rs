@@ -78,6 +78,8 @@ pub struct Facts {
     /// The request showed a valid credential (of any kind): its misses are
     /// not counted by the limit on requests without one.
     pub credential: bool,
+    /// The origin a proxied request was routed to (`default`, or a name).
+    pub origin: Option<String>,
 }
 
 /// What every request carries through the shell.

@@ -22,16 +22,22 @@ export function cancelReader(reader) {
 }
 // Reads and drops what is left of a request body (a stream, or the reader
 // already reading it), at most `maxBytes` and `maxMs`, then cancels it.
-export function linger(source, maxBytes, maxMs) {
+export function linger(source, maxBytes, maxMs, idleMs) {
   const reader = typeof source.getReader === 'function' ? source.getReader() : source;
+  // A client that stops sending (or never sent more than its head) must not hold the
+  // answer: every read races the time left and an idle pause.
   const stop = Date.now() + maxMs;
   return (async () => {
     let n = 0;
     try {
-      while (n <= maxBytes && Date.now() <= stop) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        n += value.byteLength;
+      while (n <= maxBytes) {
+        let timer;
+        const wait = Math.max(0, Math.min(idleMs, stop - Date.now()));
+        const idle = new Promise((r) => { timer = setTimeout(() => r({ idle: true }), wait); });
+        const got = await Promise.race([reader.read(), idle]);
+        clearTimeout(timer);
+        if (got.idle || got.done) break;
+        n += got.value.byteLength;
       }
     } catch (_) {}
     reader.cancel().catch(() => {});
@@ -74,7 +80,7 @@ extern "C" {
     #[wasm_bindgen(js_name = cancelReader)]
     fn cancel_reader(reader: &JsValue);
     #[wasm_bindgen(js_name = linger)]
-    fn linger_js(source: &JsValue, max_bytes: f64, max_ms: f64) -> Promise;
+    fn linger_js(source: &JsValue, max_bytes: f64, max_ms: f64, idle_ms: f64) -> Promise;
     #[wasm_bindgen(js_name = readUpTo, catch)]
     fn read_up_to_js(
         stream: &web_sys::ReadableStream,
@@ -124,15 +130,19 @@ impl Reader {
 /// dropped) after its 413 is answered.
 const LINGER_MS: f64 = 10_000.0;
 const LINGER_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
+/// A pause in the upload this long ends the lingering: the client stopped.
+const LINGER_IDLE_MS: f64 = 500.0;
 
 /// Reads and drops the rest of a request body refused as too large (a
 /// stream, or the reader already reading it), before the refusal is
 /// answered: the runtime drops a connection whose request body is left
 /// unread, and a client still uploading would find it reset instead of
 /// reading its 413 (a drain after the answer does not help: the body is
-/// gone with the answer). Bounded by [`LINGER_MS`] and [`LINGER_BYTES`].
+/// gone with the answer). Bounded by [`LINGER_MS`] and [`LINGER_BYTES`],
+/// and ended by a pause of [`LINGER_IDLE_MS`] (a client that sent only its
+/// head waits that long for its answer).
 pub fn linger(source: &JsValue) -> Promise {
-    linger_js(source, LINGER_BYTES, LINGER_MS)
+    linger_js(source, LINGER_BYTES, LINGER_MS, LINGER_IDLE_MS)
 }
 
 /// A body read up to a bound.

@@ -32,6 +32,7 @@ pub mod proxy;
 pub mod rate_limit;
 pub mod response_events;
 pub mod routes;
+pub mod routing;
 pub mod store;
 pub mod unauthenticated;
 pub mod url_host;

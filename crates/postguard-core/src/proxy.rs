@@ -277,6 +277,10 @@ pub fn admission(resp: AdmitResponse, early: Option<Problem>) -> Result<Admissio
 pub struct OriginRequest {
     pub method: String,
     pub url: String,
+    /// The origin it goes to (`default`, or an `origins` name) and how long
+    /// that origin may take.
+    pub origin: String,
+    pub timeout_ms: u32,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// Whether the answer must be buffered (to be stored under a claim)
@@ -306,9 +310,11 @@ impl<'a> Identity<'a> {
     }
 }
 
-/// The origin's view of the request (docs/request-path.md): its base path + the
-/// client's path and query, the client's headers minus hop-by-hop ones and
-/// `Authorization`, and the gateway's own headers with the signature over
+/// The origin's view of the request (docs/request-path.md): the routed
+/// origin's base path + the client's path (without a route's
+/// `strip_prefix`) and query, the client's headers minus hop-by-hop ones and
+/// the API key wherever it was read (`Authorization`, a configured
+/// `header:<Name>`), and the gateway's own headers with the signature over
 /// what the origin sees.
 pub fn origin_request(
     cfg: &Config,
@@ -318,11 +324,22 @@ pub fn origin_request(
     request_id: &str,
     now_s: u64,
 ) -> OriginRequest {
-    let origin_path = format!(
-        "{}{}",
-        cfg.origin_url.path().trim_end_matches('/'),
-        req.path_and_query
-    );
+    let routed = crate::routing::of(cfg, &req.method, &req.path);
+    let query = req.path_and_query.split_once('?').map(|(_, q)| q);
+    let origin_path = match query {
+        Some(q) => format!(
+            "{}{}?{q}",
+            routed.origin.base.path().trim_end_matches('/'),
+            routed.path
+        ),
+        None => format!(
+            "{}{}",
+            routed.origin.base.path().trim_end_matches('/'),
+            routed.path
+        ),
+    };
+    let (origin_name, timeout_ms) = (routed.origin.name.clone(), routed.origin.timeout_ms);
+    let origin_base = routed.origin.base.origin().ascii_serialization();
     // The address the edge saw; a client's own claims were dropped above.
     let client_ip = header(&req.headers, "cf-connecting-ip").map(str::to_string);
     let content_type = header(&req.headers, "content-type").map(str::to_string);
@@ -344,6 +361,8 @@ pub fn origin_request(
         },
     );
     let mut headers = forward_request_headers(&req.headers);
+    let key_headers = cfg.settings.auth.key_headers();
+    headers.retain(|(k, _)| !key_headers.iter().any(|h| h.eq_ignore_ascii_case(k)));
     let mut added = vec![
         ("X-Request-Id", request_id),
         ("X-Postguard-Project", key.project),
@@ -366,10 +385,9 @@ pub fn origin_request(
         headers.push((name.to_string(), value.to_string()));
     }
     OriginRequest {
-        url: format!(
-            "{}{origin_path}",
-            cfg.origin_url.origin().ascii_serialization()
-        ),
+        url: format!("{origin_base}{origin_path}"),
+        origin: origin_name,
+        timeout_ms,
         method: req.method,
         headers,
         body: req.body,
@@ -389,11 +407,16 @@ pub fn preflight_request(
     request_id: &str,
     now_s: u64,
 ) -> OriginRequest {
-    let origin_path = format!(
-        "{}{}",
-        cfg.origin_url.path().trim_end_matches('/'),
-        path_and_query
-    );
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    let routed = crate::routing::of(cfg, "OPTIONS", path);
+    let base = routed.origin.base.path().trim_end_matches('/');
+    let origin_path = match query {
+        Some(q) => format!("{base}{}?{q}", routed.path),
+        None => format!("{base}{}", routed.path),
+    };
     let client_ip = header(headers, "cf-connecting-ip").map(str::to_string);
     let signature = origin_signature(
         &cfg.origin_signing_secret,
@@ -428,8 +451,10 @@ pub fn preflight_request(
     OriginRequest {
         url: format!(
             "{}{origin_path}",
-            cfg.origin_url.origin().ascii_serialization()
+            routed.origin.base.origin().ascii_serialization()
         ),
+        origin: routed.origin.name.clone(),
+        timeout_ms: routed.origin.timeout_ms,
         method: "OPTIONS".to_string(),
         headers,
         body: Vec::new(),
@@ -487,17 +512,18 @@ pub fn replay_object_key(key_id: &str, idempotency_key: &str, request_id: &str) 
     format!("replays/{key_id}/{hex}/{request_id}")
 }
 
-/// Why the origin gave no answer.
+/// Why the origin gave no answer: no answer within its timeout (that
+/// origin's own, ms), or none at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    Timeout,
+    Timeout(u32),
     Unreachable(String),
 }
 
 impl Failure {
-    pub fn problem(&self, timeout_ms: u32) -> Problem {
+    pub fn problem(&self) -> Problem {
         match self {
-            Failure::Timeout => Problem::new(
+            Failure::Timeout(timeout_ms) => Problem::new(
                 ErrorCode::OriginTimeout,
                 format!("the origin did not answer within {timeout_ms} ms"),
             ),

@@ -19,6 +19,7 @@
 
 mod alerts;
 mod async_ops;
+mod auth;
 pub(crate) mod check;
 mod cors;
 mod events_from_responses;
@@ -43,13 +44,14 @@ pub use crate::webhooks::config::{
 };
 pub use alerts::AlertsConfig;
 pub use async_ops::{AsyncConfig, AsyncRoute, MAX_ASYNC_TIMEOUT_MS};
+pub use auth::{AuthConfig, KeySource, VerifyConfig};
 pub use check::ConfigError;
 pub use idempotency::{
     IdempotencyConfig, RouteRule, DEFAULT_REPLAY_BYTES, MAX_REPLAY_CAP, MAX_STORED_BODY_CAP,
 };
 pub use limits::{CostRule, LimitsConfig, RateLimitConfig};
 pub use named::Named;
-pub use origin::OriginConfig;
+pub use origin::{NamedOrigin, OriginConfig, OriginRoute, DEFAULT_ORIGIN};
 pub use plans::{validate_plan, GatewaySpec, Plan, PolicySpec, DEFAULT_GATEWAY};
 pub use retention::{ArchiveConfig, AuditConfig, RetentionConfig};
 
@@ -91,6 +93,10 @@ pub struct Settings {
     #[serde(rename = "async")]
     pub async_ops: AsyncConfig,
     pub events_from_responses: Vec<ResponseEventRule>,
+    /// Named origins besides `ORIGIN_URL` (`default`), for `origin.routes`.
+    pub origins: Named<NamedOrigin>,
+    /// Where an API key is read, and the verification of unknown keys.
+    pub auth: AuthConfig,
 }
 
 impl Default for Settings {
@@ -115,6 +121,8 @@ impl Default for Settings {
             limits: LimitsConfig::default(),
             async_ops: AsyncConfig::default(),
             events_from_responses: Vec::new(),
+            origins: Named::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -128,6 +136,8 @@ pub struct Config {
     pub origin_signing_secret: String,
     /// The digests the credential of every request is compared with.
     pub secrets: crate::credential::Secrets,
+    /// Every origin requests are routed to (`default` = `origin_url`).
+    pub origins: crate::routing::Origins,
     pub settings: Settings,
 }
 
@@ -160,8 +170,10 @@ impl Config {
             Some(text) => parse_settings(text)?,
         };
         validate(&settings)?;
+        let origins = resolve_origins(&origin_url, &settings)?;
         Ok(Config {
             secrets: crate::credential::Secrets::of(&admin_token, &origin_token),
+            origins,
             origin_url,
             admin_token,
             origin_token,
@@ -169,6 +181,29 @@ impl Config {
             settings,
         })
     }
+}
+
+/// The origins table: `default` (`ORIGIN_URL`, `origin.timeout_ms`) and
+/// each named origin, its URL parsed (validated already) and its timeout.
+fn resolve_origins(default: &Url, s: &Settings) -> Result<crate::routing::Origins, ConfigError> {
+    use crate::routing::{Origin, Origins};
+    let timeout = s.origin.timeout_ms;
+    let mut named = Vec::new();
+    for (name, o) in &s.origins {
+        named.push(Origin {
+            name: name.clone(),
+            base: origin::parse_base_url(&format!("origins.{name}.url"), Some(&o.url))?,
+            timeout_ms: o.timeout_ms.unwrap_or(timeout),
+        });
+    }
+    Ok(Origins {
+        default: Origin {
+            name: DEFAULT_ORIGIN.to_string(),
+            base: default.clone(),
+            timeout_ms: timeout,
+        },
+        named,
+    })
 }
 
 fn required_secret(name: &str, value: Option<&str>) -> Result<String, ConfigError> {
@@ -281,7 +316,9 @@ fn validate(s: &Settings) -> Result<(), ConfigError> {
     retention::validate(&s.retention, &s.audit, &s.archive)?;
     alerts::validate(&s.alerts)?;
     async_ops::validate(&s.async_ops)?;
-    events_from_responses::validate(&s.events_from_responses)
+    events_from_responses::validate(&s.events_from_responses)?;
+    origin::validate_routing(&s.origins, &s.origin.routes)?;
+    auth::validate(&s.auth)
 }
 
 impl Settings {

@@ -14,6 +14,12 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Named<T>(Vec<(String, T)>);
 
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Named(Vec::new())
+    }
+}
+
 impl<T> Named<T> {
     pub fn get(&self, name: &str) -> Option<&T> {
         self.find(name).ok().map(|i| &self.0[i].1)

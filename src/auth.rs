@@ -64,9 +64,10 @@ pub fn forget(hash_hex: &str) {
     UNKNOWN.with(|c| c.borrow_mut().remove(hash_hex));
 }
 
-/// The credential of an `Authorization` header.
-pub fn credential_of(header: Option<&str>, cfg: &Config) -> Credential {
-    Credential::classify(header, &cfg.secrets)
+/// The credential a request presents: the operator's, the origin's or a
+/// session's `Bearer` token, or an API key from `auth.api_key_from`.
+pub fn credential_of(headers: &[(String, String)], cfg: &Config) -> Credential {
+    Credential::of_request(headers, &cfg.settings.auth.sources(), &cfg.secrets)
 }
 
 fn invalid(detail: &str) -> Problem {
@@ -130,11 +131,12 @@ pub struct ApiKey {
 
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
-async fn api_key(cred: Credential, env: &Env) -> Handled<ApiKey> {
+async fn api_key(cred: Credential, env: &Env, cfg: &Config) -> Handled<ApiKey> {
     let hash = match cred {
         Credential::ApiKey(hash) => hash,
         Credential::Missing => {
-            return Err(invalid("send the API key as 'Authorization: Bearer <key>'").into())
+            let how = postguard_core::credential::how_to_send(&cfg.settings.auth.sources());
+            return Err(invalid(&how).into());
         }
         Credential::Session(_) => {
             return Err(invalid(
@@ -178,7 +180,7 @@ pub async fn api_caller(
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Caller> {
-    let key = api_key(cred, env).await?;
+    let key = api_key(cred, env, cfg).await?;
     rc.note(|f| {
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
@@ -242,6 +244,7 @@ fn uncharged() -> Limits {
             window_ms: 60_000,
         }],
         concurrency: None,
+        report_only: false,
     }
 }
 
@@ -308,13 +311,13 @@ impl Principal {
 /// another kind (docs/api-reference.md).
 pub async fn authenticate(
     access: Access,
-    header: Option<&str>,
+    headers: &[(String, String)],
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Principal> {
     use Credential as C;
-    let cred = credential_of(header, cfg);
+    let cred = credential_of(headers, cfg);
     let shown = |p: Principal| {
         rc.note(|f| f.credential = true);
         Ok(p)

@@ -108,6 +108,7 @@ pub async fn charge(
             Limits {
                 policies: vec![policy],
                 concurrency: None,
+                report_only: false,
             },
         )
     };

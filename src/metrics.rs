@@ -30,6 +30,8 @@ pub fn request(env: &Env, rc: &RequestCtx, gateway: bool, method: &str, route: &
         key_prefix: f.key_prefix.as_deref(),
         latency_ms: now_ms().saturating_sub(rc.started_ms),
         origin_ms: f.origin_ms,
+        would_refuse: f.would_refuse.as_deref(),
+        origin: f.origin.as_deref(),
     });
     write(env, &point);
 }

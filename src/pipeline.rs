@@ -9,7 +9,7 @@ use crate::log;
 use crate::operations::{self, respond};
 use postguard_core::config::Config;
 use postguard_core::guard::{
-    Admit, AdmitRequest, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
+    Admit, AdmitRequest, AdmitResponse, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
     ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
@@ -39,11 +39,14 @@ pub async fn proxy(
     let method = req.method.to_ascii_uppercase();
     proxy::check_method(&method)?;
     // 1. Authenticate.
-    let cred = auth::credential_of(req.header("Authorization"), cfg);
+    let cred = auth::credential_of(&req.headers, cfg);
     let caller = auth::api_caller(cred, env, cfg, rc).await?;
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
-    let pre = preflight(&cfg.settings, &incoming, &rc.request_id);
-    rc.note(|f| f.idempotency_key = pre.idempotency_key.clone());
+    let pre = preflight(&cfg.settings, &incoming, &rc.request_id, now_ms());
+    rc.note(|f| {
+        f.idempotency_key = pre.idempotency_key.clone();
+        f.missing_idempotency_key = pre.missing_key;
+    });
     // Branch point: `Prefer: respond-async` on an async route runs as an
     // operation (ADR 0037), answered 202 by its own path.
     if operations::accept::wanted(cfg, &incoming) {
@@ -52,7 +55,7 @@ pub async fn proxy(
     // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object.
     let guard = Guard::of(env, &caller.key.record.id)?;
     let (admitted, replay_body) = admit(&guard, cfg, rc, &caller, &incoming, &pre).await?;
-    let rl = match &admitted {
+    let mut rl = match &admitted {
         Admission::Revoked => return Err(auth::revoked(&caller.key).into()),
         Admission::Expired => return Err(auth::expired(&caller.key).into()),
         Admission::Refused { verdicts, .. }
@@ -60,6 +63,10 @@ pub async fn proxy(
         | Admission::Accepted { verdicts, .. }
         | Admission::Forward { verdicts, .. } => limit_headers(rc, verdicts),
     };
+    // The configured text (checked RFC 3339 at load) as the operator wrote it.
+    if let (Some(_), Some(at)) = (pre.required_from, &cfg.settings.idempotency.required_from) {
+        rl.push((proxy::REQUIRED_FROM_HEADER, at.clone()));
+    }
     let refresh = match admitted {
         Admission::Refused { problem, .. } => return Err(Reject::from(problem).with(&rl)),
         Admission::Replay { stored, .. } => {
@@ -178,6 +185,13 @@ async fn admit(
         ..AdmitRequest::charge(cfg.settings.cost(&incoming.method, &incoming.path), limits)
     };
     let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
+    if let AdmitResponse::Admitted {
+        would_refuse: Some(p),
+        ..
+    } = &answer
+    {
+        rc.note(|f| f.would_refuse = Some(p.clone()));
+    }
     let next = admission(answer, pre.early.clone())
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
     Ok((next, payload))

@@ -80,6 +80,11 @@ pub struct Facts {
     pub credential: bool,
     /// The origin a proxied request was routed to (`default`, or a name).
     pub origin: Option<String>,
+    /// Report-only limits: the policy (or `inflight`) that would have
+    /// refused this forwarded request.
+    pub would_refuse: Option<String>,
+    /// No Idempotency-Key where the mode is `required` (counted in `/stats`).
+    pub missing_idempotency_key: bool,
 }
 
 /// What every request carries through the shell.

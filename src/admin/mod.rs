@@ -49,7 +49,7 @@ pub async fn route(
     rc.facts.borrow_mut().route = Some(route.operation().1);
     // 2. Authenticate.
     let who =
-        auth::authenticate(route.access(), client.header("Authorization"), env, cfg, rc).await?;
+        auth::authenticate(route.access(), &client.headers, env, cfg, rc).await?;
     // 3. Read.
     let (incoming, req) = read(client, method, path, &route, cfg).await?;
     // 4. Admit.

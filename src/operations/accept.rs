@@ -160,6 +160,7 @@ fn created_here(answer: &postguard_core::guard::AdmitResponse, id: &str) -> bool
     matches!(answer, AdmitResponse::Admitted {
         idempotency: Some(Decision::Execute),
         operation: Some(op),
+        would_refuse: None,
         ..
     } if op.id == id)
 }

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 
 /// The gateway's response headers browser JavaScript may read.
-pub const EXPOSED: &str = "X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit, RateLimit-Policy, Retry-After, Idempotent-Replayed";
+pub const EXPOSED: &str = "X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit, RateLimit-Policy, Retry-After, Idempotent-Replayed, Postguard-Idempotency-Key-Required-From";
 /// The gateway's request headers a browser may send.
 pub const ALLOWED: &str = "Authorization, Content-Type, Idempotency-Key";
 

@@ -64,9 +64,36 @@ pub fn is_well_formed_api_key(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Shortest and longest API key of any format (a key the API issued
+/// itself and imported, or one of postguard's own).
+pub const MIN_KEY_LEN: usize = 16;
+pub const MAX_KEY_LEN: usize = 256;
+
+/// Whether a presented token could be an API key of any format: 16–256
+/// visible ASCII characters. Only such a token is looked up.
+pub fn is_presentable_key(s: &str) -> bool {
+    (MIN_KEY_LEN..=MAX_KEY_LEN).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Lower-case hex SHA-256: how API keys are stored.
 pub fn sha256_hex(s: &str) -> String {
     format!("{:x}", Sha256::digest(s.as_bytes()))
+}
+
+/// The Basic user name of an `Authorization` header value (the key, Stripe's
+/// style: `base64(key:)`; the password is ignored), if it is one.
+pub fn basic_user(header: &str) -> Option<String> {
+    use base64::Engine;
+    let (scheme, token) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let user = text.split_once(':').map_or(text.as_str(), |(u, _)| u);
+    (!user.is_empty()).then(|| user.to_string())
 }
 
 /// The bearer token of an `Authorization` header value, if it is one.

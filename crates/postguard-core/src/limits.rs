@@ -70,6 +70,10 @@ pub struct Limits {
     pub policies: Vec<Policy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// Report-only (a plan's `enforce: false`): a request the limits would
+    /// refuse is admitted all the same, and the answer says which refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report_only: bool,
 }
 
 /// A key's windows, one per policy name (in the order first charged).

@@ -46,11 +46,16 @@ pub struct RequestFacts<'a> {
     pub latency_ms: u64,
     /// How long the origin took, when the request reached it.
     pub origin_ms: Option<u64>,
+    /// Report-only limits: the policy that would have refused it.
+    pub would_refuse: Option<&'a str>,
+    /// The origin a proxied request was routed to.
+    pub origin: Option<&'a str>,
 }
 
 /// The request's outcome, one word an operator groups by: `admitted` (the
 /// origin's answer, any status below 500), `replay`, `limited` (a quota
-/// 429; `blob4` names the policy), `concurrency`, `in_progress` (409),
+/// 429; `blob4` names the policy), `would_limit` (forwarded by report-only
+/// limits that would have refused it; `blob4` names the policy), `concurrency`, `in_progress` (409),
 /// `conflict` (422), `unauthenticated` (401), `client_error` (other 4xx
 /// of postguard's), `origin_5xx`, `timeout`, `unreachable`, `error` (the
 /// gateway's own 5xx).
@@ -67,6 +72,7 @@ pub fn outcome(f: &RequestFacts<'_>) -> &'static str {
         Some(_) => "client_error",
         None if f.replayed => "replay",
         None if f.status >= 500 => "origin_5xx",
+        None if f.would_refuse.is_some() => "would_limit",
         None => "admitted",
     }
 }
@@ -79,12 +85,13 @@ pub fn outcome(f: &RequestFacts<'_>) -> &'static str {
 /// | `blob1` | `request` |
 /// | `blob2` | `proxied` or `gateway` |
 /// | `blob3` | outcome ([`outcome`]) |
-/// | `blob4` | the refusing policy on a quota 429, else empty |
+/// | `blob4` | the refusing policy on a quota 429 (or the one that would have refused, `would_limit`), else empty |
 /// | `blob5` | project |
 /// | `blob6` | key prefix |
 /// | `blob7` | route |
 /// | `blob8` | method |
 /// | `blob9` | error code, else empty |
+/// | `blob10` | the origin a proxied request was routed to, else empty |
 /// | `double1` | status |
 /// | `double2` | latency, ms |
 /// | `double3` | origin latency, ms (0 when not forwarded) |
@@ -100,12 +107,13 @@ pub fn request_point(f: &RequestFacts<'_>) -> DataPoint {
                 Kind::Gateway => "gateway",
             },
             outcome(f),
-            f.policy.unwrap_or(""),
+            f.policy.or(f.would_refuse).unwrap_or(""),
             project,
             f.key_prefix.unwrap_or(""),
             f.route,
             f.method,
             f.code.unwrap_or(""),
+            f.origin.unwrap_or(""),
         ]
         .into_iter()
         .map(blob)
@@ -222,6 +230,8 @@ mod tests {
             key_prefix: Some("pgk_AbCdEfGh"),
             latency_ms: 12,
             origin_ms: Some(9),
+            would_refuse: None,
+            origin: Some("default"),
         }
     }
 
@@ -243,6 +253,12 @@ mod tests {
             "replay"
         );
         assert_eq!(outcome(&RequestFacts { status: 503, ..f }), "origin_5xx");
+        let reported = RequestFacts {
+            would_refuse: Some("minute"),
+            ..f
+        };
+        assert_eq!(outcome(&reported), "would_limit");
+        assert_eq!(request_point(&reported).blobs[3], "minute");
         for (code, status, want) in [
             ("RATE_LIMIT_EXCEEDED", 429, "limited"),
             ("CONCURRENCY_LIMIT_EXCEEDED", 429, "concurrency"),
@@ -281,7 +297,8 @@ mod tests {
                 "pgk_AbCdEfGh",
                 "*",
                 "POST",
-                "RATE_LIMIT_EXCEEDED"
+                "RATE_LIMIT_EXCEEDED",
+                "default"
             ]
         );
         assert_eq!(p.doubles, [429.0, 12.0, 0.0, 0.0]);

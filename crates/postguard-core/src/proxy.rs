@@ -65,6 +65,12 @@ pub struct Preflight {
     pub claim: Option<Claim>,
     /// The parsed Idempotency-Key, for the audit row.
     pub idempotency_key: Option<String>,
+    /// The request has no Idempotency-Key where the mode is `required`
+    /// (counted per key in `/stats`: whom to tell).
+    pub missing_key: bool,
+    /// `idempotency.required_from` is still ahead: this keyless request is
+    /// forwarded as `optional` would, and its answer names the date.
+    pub required_from: Option<u64>,
 }
 
 fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
@@ -74,11 +80,26 @@ fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// Names `idempotency.required_from` on the answer of a keyless request
+/// forwarded before that date.
+pub const REQUIRED_FROM_HEADER: &str = "Postguard-Idempotency-Key-Required-From";
+
 /// Body limit, Idempotency-Key (mode and syntax) and header values, in that
 /// order: the first failing check is the answer.
-pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str) -> Preflight {
+pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str, now_ms: u64) -> Preflight {
     let mode = settings.idempotency_mode(&req.method, &req.path);
-    preflight_in(settings, mode, req, request_id)
+    let missing = mode == Mode::Required && header(&req.headers, "Idempotency-Key").is_none();
+    // Before `required_from` a required key is asked for, not enforced.
+    let grace = settings
+        .idempotency
+        .required_from_ms()
+        .filter(|at| missing && now_ms < *at);
+    let mode = if grace.is_some() { Mode::Optional } else { mode };
+    Preflight {
+        missing_key: missing,
+        required_from: grace,
+        ..preflight_in(settings, mode, req, request_id)
+    }
 }
 
 /// [`preflight`] under a given idempotency `mode`: the gateway's own
@@ -94,6 +115,8 @@ pub fn preflight_in(
         early: None,
         claim: None,
         idempotency_key: None,
+        missing_key: false,
+        required_from: None,
     };
     if req.oversized || req.body.len() as u64 > settings.max_body_bytes {
         out.early = Some(Problem::payload_too_large(settings.max_body_bytes));
@@ -324,7 +347,7 @@ pub fn origin_request(
     request_id: &str,
     now_s: u64,
 ) -> OriginRequest {
-    let routed = crate::routing::of(cfg, &req.method, &req.path);
+    let routed = cfg.route(&req.method, &req.path);
     let query = req.path_and_query.split_once('?').map(|(_, q)| q);
     let origin_path = match query {
         Some(q) => format!(
@@ -411,7 +434,7 @@ pub fn preflight_request(
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    let routed = crate::routing::of(cfg, "OPTIONS", path);
+    let routed = cfg.route("OPTIONS", path);
     let base = routed.origin.base.path().trim_end_matches('/');
     let origin_path = match query {
         Some(q) => format!("{base}{}?{q}", routed.path),
@@ -660,25 +683,25 @@ mod tests {
         let s = &c.settings;
         let big = vec![0u8; s.max_body_bytes as usize + 1];
         let bad_key = h(&[("idempotency-key", ""), ("x", "a\u{1}")]);
-        let p = preflight(s, &incoming("POST", &bad_key, &big), "r");
+        let p = preflight(s, &incoming("POST", &bad_key, &big), "r", 0);
         assert_eq!(p.early.map(|p| p.code), Some(ErrorCode::PayloadTooLarge));
-        let p = preflight(s, &incoming("POST", &bad_key, b"{}"), "r");
+        let p = preflight(s, &incoming("POST", &bad_key, b"{}"), "r", 0);
         assert_eq!(
             p.early.map(|p| p.code),
             Some(ErrorCode::IdempotencyKeyInvalid)
         );
-        let p = preflight(s, &incoming("POST", &[], b"{}"), "r");
+        let p = preflight(s, &incoming("POST", &[], b"{}"), "r", 0);
         assert_eq!(
             p.early.map(|p| p.code),
             Some(ErrorCode::IdempotencyKeyRequired)
         );
         let ctl = h(&[("idempotency-key", "k1"), ("x", "a\u{1}")]);
-        let p = preflight(s, &incoming("POST", &ctl, b"{}"), "r");
+        let p = preflight(s, &incoming("POST", &ctl, b"{}"), "r", 0);
         assert_eq!(p.early.map(|p| p.code), Some(ErrorCode::ValidationError));
         assert_eq!(p.claim, None, "a request answered early claims nothing");
         assert_eq!(p.idempotency_key.as_deref(), Some("k1"));
         let ok = h(&[("Idempotency-Key", "\"k1\"")]);
-        let p = preflight(s, &incoming("POST", &ok, b"{}"), "req_1");
+        let p = preflight(s, &incoming("POST", &ok, b"{}"), "req_1", 0);
         assert_eq!(p.early, None);
         let claim = p.claim.unwrap();
         assert_eq!(
@@ -690,8 +713,31 @@ mod tests {
             idempotency::fingerprint("POST", "/orders?x=1", b"{}")
         );
         // GET is not idempotency-checked by default: the header is ignored.
-        let p = preflight(s, &incoming("GET", &ok, b""), "r");
+        let p = preflight(s, &incoming("GET", &ok, b""), "r", 0);
         assert_eq!((p.early, p.claim), (None, None));
+    }
+
+    #[test]
+    fn a_required_key_is_asked_for_until_required_from_then_enforced() {
+        let mut c = cfg();
+        c.settings.idempotency.required_from = Some("2027-03-01T00:00:00Z".into());
+        let at = c.settings.idempotency.required_from_ms().unwrap();
+        let s = &c.settings;
+        let before = preflight(s, &incoming("POST", &[], b"{}"), "r", at - 1);
+        assert_eq!((before.early, before.claim), (None, None));
+        assert_eq!((before.missing_key, before.required_from), (true, Some(at)));
+        let after = preflight(s, &incoming("POST", &[], b"{}"), "r", at);
+        assert_eq!(
+            after.early.map(|p| p.code),
+            Some(ErrorCode::IdempotencyKeyRequired)
+        );
+        assert_eq!((after.missing_key, after.required_from), (true, None));
+        // A request with a key, or where a key is optional, is not counted.
+        let keyed = h(&[("Idempotency-Key", "k1")]);
+        let p = preflight(s, &incoming("POST", &keyed, b"{}"), "r", at - 1);
+        assert!(!p.missing_key && p.required_from.is_none() && p.claim.is_some());
+        let p = preflight(s, &incoming("PATCH", &[], b"{}"), "r", at - 1);
+        assert!(!p.missing_key && p.required_from.is_none());
     }
 
     #[test]
@@ -720,6 +766,7 @@ mod tests {
             refresh: None,
             lookup: None,
             operation: None,
+            would_refuse: None,
         };
         let code = |a: Result<Admission, ReplayMissing>| match a {
             Ok(Admission::Refused { problem, .. }) => Some(problem.code),

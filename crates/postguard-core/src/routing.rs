@@ -8,8 +8,28 @@ use std::borrow::Cow;
 
 use url::Url;
 
-use crate::config::{Config, OriginRoute, DEFAULT_ORIGIN};
+use serde::Deserialize;
+
 use crate::pattern;
+
+/// The name `ORIGIN_URL` goes by in `origin.routes`.
+pub const DEFAULT_ORIGIN: &str = "default";
+
+/// One rule of `origin.routes`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginRoute {
+    /// Any method when absent (or `*`).
+    #[serde(default)]
+    pub method: Option<String>,
+    pub path: String,
+    /// An `origins` name, or `default`.
+    pub origin: String,
+    /// Removed from the front of the path forwarded (when the path starts with it).
+    #[serde(default)]
+    pub strip_prefix: Option<String>,
+}
+
 
 /// An origin requests can be sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,11 +106,6 @@ fn stripped<'a>(path: &'a str, prefix: Option<&str>) -> Cow<'a, str> {
         // `/billing` stripped from `/billingx` is not a segment boundary.
         _ => Cow::Borrowed(path),
     }
-}
-
-/// A request's route under `cfg` (its origins and `origin.routes`).
-pub fn of<'a>(cfg: &'a Config, method: &str, path: &'a str) -> Routed<'a> {
-    route(&cfg.origins, &cfg.settings.origin.routes, method, path)
 }
 
 /// The URL a request goes to: the origin's base + the routed path + the query.

@@ -7,46 +7,7 @@
 use serde::Deserialize;
 
 use super::check::{range, ConfigError};
-
-/// Where an API key may be presented.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    /// `Authorization: Bearer <key>`.
-    Bearer,
-    /// `Authorization: Basic base64(<key>:<anything>)`.
-    Basic,
-    /// `<Name>: <key>` (its name as written; matched case-insensitively).
-    Header(String),
-}
-
-impl KeySource {
-    /// `bearer`, `basic` or `header:<Name>` (a header field name, not one
-    /// the gateway owns or forwards on its own terms).
-    pub fn parse(s: &str) -> Result<KeySource, String> {
-        match s {
-            "bearer" => Ok(KeySource::Bearer),
-            "basic" => Ok(KeySource::Basic),
-            _ => {
-                let name = s
-                    .strip_prefix("header:")
-                    .ok_or("must be \"bearer\", \"basic\" or \"header:<Name>\"")?;
-                let token = !name.is_empty()
-                    && name.len() <= 64
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-                let reserved = ["authorization", "cookie", "idempotency-key", "host"]
-                    .contains(&name.to_ascii_lowercase().as_str())
-                    || name.to_ascii_lowercase().starts_with("x-postguard-");
-                match (token, reserved) {
-                    (false, _) => Err("header:<Name> needs a header name of 1-64 letters, digits, '-' or '_'".into()),
-                    (_, true) => Err(format!("header:{name} is a header the gateway reads or sets itself: use \"bearer\" or \"basic\" for Authorization")),
-                    _ => Ok(KeySource::Header(name.to_string())),
-                }
-            }
-        }
-    }
-}
+pub use crate::credential::KeySource;
 
 /// `auth.verify_unknown_keys`: the origin's endpoint that says whether a key
 /// it issued is valid (`POST <ORIGIN_URL><path>`), and how long a key it

@@ -32,6 +32,9 @@ pub struct IdempotencyConfig {
     /// How long an expired record is kept so `GET /idempotency/{key}` can
     /// answer `expired` (never replayed; 0 deletes records at expiry).
     pub lookup_grace_s: u32,
+    /// RFC 3339: until then a required key that is missing is asked for
+    /// (`Postguard-Idempotency-Key-Required-From`), not enforced.
+    pub required_from: Option<String>,
 }
 
 impl Default for IdempotencyConfig {
@@ -53,6 +56,7 @@ impl Default for IdempotencyConfig {
             max_replay_bytes: DEFAULT_REPLAY_BYTES,
             store_set_cookie: false,
             lookup_grace_s: 3_600,
+            required_from: None,
         }
     }
 }
@@ -67,6 +71,13 @@ pub const DEFAULT_REPLAY_BYTES: u64 = 100 << 20;
 pub const MAX_REPLAY_CAP: u64 = 1 << 30;
 
 impl IdempotencyConfig {
+    /// `required_from` in epoch milliseconds (checked at load, so `None`
+    /// only when it is absent).
+    pub fn required_from_ms(&self) -> Option<u64> {
+        let at = self.required_from.as_deref()?;
+        crate::audit::parse_time("idempotency.required_from", at).ok()
+    }
+
     /// The idempotency mode for a request: the first matching route rule,
     /// else the method table; methods not in the table are never idempotent.
     pub fn mode(&self, method: &str, path: &str) -> Mode {
@@ -100,6 +111,15 @@ pub(super) fn validate_rules(idem: &IdempotencyConfig) -> Result<(), ConfigError
             return Err(ConfigError::new(
                 format!("idempotency.methods.{method}"),
                 "must be one of POST, PUT, PATCH, DELETE",
+            ));
+        }
+    }
+    if let Some(at) = &idem.required_from {
+        let rfc3339 = &time::format_description::well_known::Rfc3339;
+        if time::OffsetDateTime::parse(at, rfc3339).is_err() || idem.required_from_ms().is_none() {
+            return Err(ConfigError::new(
+                "idempotency.required_from",
+                "must be an RFC 3339 timestamp (2027-03-01T00:00:00Z), at most 9999-12-31",
             ));
         }
     }

@@ -141,6 +141,14 @@ pub struct Config {
     pub settings: Settings,
 }
 
+impl Config {
+    /// Where a request goes: its origin and forwarded path
+    /// (`routing::route` over the origins and `origin.routes`).
+    pub fn route<'a>(&'a self, method: &str, path: &'a str) -> crate::routing::Routed<'a> {
+        crate::routing::route(&self.origins, &self.settings.origin.routes, method, path)
+    }
+}
+
 /// The shortest secret accepted (`ADMIN_TOKEN`, `ORIGIN_TOKEN`,
 /// `ORIGIN_SIGNING_SECRET`): 32 characters, e.g. 16 random bytes in hex.
 pub const MIN_SECRET_LEN: usize = 32;

@@ -7,6 +7,7 @@ use url::Url;
 
 use super::check::{range, validate_route, ConfigError};
 use super::named::Named;
+pub use crate::routing::{OriginRoute, DEFAULT_ORIGIN};
 // The one host rule every URL the gateway is given shares (ASCII, never
 // percent-encoded; ADR 0019): a leaf of `webhooks/` that imports no config.
 use crate::url_host::host_refusal;
@@ -29,21 +30,6 @@ impl Default for OriginConfig {
     }
 }
 
-/// One rule of `origin.routes`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OriginRoute {
-    /// Any method when absent (or `*`).
-    #[serde(default)]
-    pub method: Option<String>,
-    pub path: String,
-    /// An `origins` name, or `default`.
-    pub origin: String,
-    /// Removed from the front of the path forwarded (when the path starts with it).
-    #[serde(default)]
-    pub strip_prefix: Option<String>,
-}
-
 /// One named origin of `origins`: its base URL (the rules of `ORIGIN_URL`)
 /// and its own timeout (`origin.timeout_ms` when absent).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,8 +40,6 @@ pub struct NamedOrigin {
     pub timeout_ms: Option<u32>,
 }
 
-/// The name `ORIGIN_URL` goes by in `origin.routes`.
-pub const DEFAULT_ORIGIN: &str = "default";
 /// Most named origins, and most routes.
 const MAX_ORIGINS: usize = 64;
 const MAX_ROUTES: usize = 200;

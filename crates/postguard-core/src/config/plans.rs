@@ -30,6 +30,11 @@ pub struct Plan {
     pub gateway: Option<GatewaySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_ttl_s: Option<u32>,
+    /// `false`: report-only — every policy and the concurrency quota are
+    /// counted and advertised, but a request they would refuse is forwarded
+    /// (its audit row says `would_refuse`). Absent: enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce: Option<bool>,
 }
 
 /// One named policy of a plan.
@@ -90,6 +95,7 @@ impl Plan {
         Limits {
             policies,
             concurrency: self.concurrency,
+            report_only: self.enforce == Some(false),
         }
     }
 
@@ -103,6 +109,7 @@ impl Plan {
                 window_ms: u64::from(g.window_s) * 1000,
             }],
             concurrency: None,
+            report_only: false,
         }
     }
 
@@ -140,6 +147,7 @@ impl Plan {
             out.window_s = o.window_s.or(out.window_s);
         }
         out.concurrency = o.concurrency.or(out.concurrency);
+        out.enforce = o.enforce.or(out.enforce);
         out.gateway = o.gateway.clone().or(out.gateway);
         out.idempotency_ttl_s = o.idempotency_ttl_s.or(out.idempotency_ttl_s);
         out

@@ -190,6 +190,14 @@ fn errors_name_the_leaf_field() {
         "plans.trial.colour"
     );
     assert_eq!(err_field(r#"{"bogus":1}"#), "bogus");
+    for at in ["tomorrow", "1700000000000", "10000-01-01T00:00:00Z"] {
+        let cfg = format!(r#"{{"idempotency":{{"required_from":"{at}"}}}}"#);
+        assert_eq!(err_field(&cfg), "idempotency.required_from", "{at}");
+    }
+    assert_eq!(
+        err_field(r#"{"plans":{"trial":{"requests_per_window":5,"enforce":"no"}}}"#),
+        "plans.trial.enforce"
+    );
     assert_eq!(
         err_field(r#"{"origin":{"timeout_ms":0}}"#),
         "origin.timeout_ms"

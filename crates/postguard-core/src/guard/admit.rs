@@ -181,7 +181,11 @@ pub fn admit(
         });
     }
     let verdict = verdicts.binding_verdict();
-    if !verdicts.admitted() {
+    // Report-only limits admit what they would refuse, and say so.
+    let would_refuse = (!verdicts.admitted())
+        .then(|| verdicts.violated().into_iter().next())
+        .flatten();
+    if would_refuse.is_some() && !limits.report_only {
         // A refusal changes the windows only when one from the future was
         // pinned to now (it must not stay in the future).
         return AdmitPlan {
@@ -220,7 +224,8 @@ pub fn admit(
     };
     // Only a request that goes to the origin holds a slot.
     let forwarded = matches!(decision, None | Some(Decision::Execute));
-    let slot = match (&req.slot, slot_limit, forwarded) {
+    // … and a request over the concurrency quota (report-only) takes none.
+    let slot = match (&req.slot, slot_limit, forwarded && !no_slot) {
         (Some(s), Some(_), true) => Some((s.id.clone(), now_ms.saturating_add(s.lease_ms))),
         _ => None,
     };
@@ -244,6 +249,7 @@ pub fn admit(
                 .as_ref()
                 .map(|_| Box::new(lookup(record, now_ms))),
             operation: operation.as_ref().map(|op| Box::new(op.view())),
+            would_refuse,
         },
         operation,
     }

@@ -97,7 +97,7 @@ impl AdmitRequest {
     pub(super) fn requested_limits(&self) -> Limits {
         self.limits.clone().unwrap_or_else(|| Limits {
             policies: vec![Policy::single(self.quota)],
-            concurrency: None,
+            ..Limits::default()
         })
     }
 }
@@ -213,6 +213,10 @@ pub enum AdmitResponse {
         /// or is told again (`accepted`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         operation: Option<Box<operations::View>>,
+        /// Report-only limits: what would have refused this request (a
+        /// policy's name, or `inflight`); it was admitted all the same.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        would_refuse: Option<String>,
     },
     /// The API key (or this secret of a rerolled one) has expired (layout 3).
     Expired,
@@ -279,6 +283,7 @@ fn before_operations(answer: &AdmitResponse) -> AdmitResponse {
             verdicts,
             refresh,
             lookup,
+            would_refuse,
             ..
         } => AdmitResponse::Admitted {
             verdict,
@@ -288,6 +293,7 @@ fn before_operations(answer: &AdmitResponse) -> AdmitResponse {
             refresh,
             lookup,
             operation: None,
+            would_refuse,
         },
         other => other,
     }

@@ -199,6 +199,7 @@ fn policies() -> Limits {
             },
         ],
         concurrency: Some(1),
+        report_only: false,
     }
 }
 
@@ -270,6 +271,7 @@ fn profile(version: u64) -> Profile {
                 window_ms: 60_000,
             }],
             concurrency: None,
+            report_only: false,
         },
         gateway: Limits::default(),
         ttl_s: 60,
@@ -575,6 +577,7 @@ mod layouts {
             refresh: None,
             lookup: None,
             operation: None,
+            would_refuse: None,
         }
     }
 
@@ -658,6 +661,7 @@ mod layouts {
             refresh: None,
             lookup: Some(Box::new(lookup(None, 0))),
             operation: None,
+            would_refuse: None,
         };
         let f = encode_admit_reply(&Ok(rich.clone()), AnswerLayout::V3, b"").unwrap();
         assert_eq!(decode::<Answer>(f.clone()).unwrap().0, Ok(rich));
@@ -802,4 +806,55 @@ mod layouts {
             let _ = serde_json::from_str::<Decision>(&text);
         }
     }
+}
+
+#[test]
+fn report_only_limits_admit_what_they_would_refuse_and_name_it() {
+    let report_only = || Limits {
+        report_only: true,
+        ..policies()
+    };
+    let mut st = state(None);
+    for t in [0, 1] {
+        let p = admit(&st, 0, None, &AdmitRequest::charge(1, report_only()), t);
+        st.windows = p.windows.unwrap_or_default();
+    }
+    let p = admit(&st, 0, None, &AdmitRequest::charge(1, report_only()), 2);
+    match &p.response {
+        AdmitResponse::Admitted {
+            would_refuse,
+            verdict,
+            ..
+        } => {
+            assert_eq!(would_refuse.as_deref(), Some("burst"));
+            assert!(!verdict.admitted, "the headers say what enforcement would");
+            assert_eq!(verdict.remaining, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Over the concurrency quota: admitted, named, and holding no slot.
+    let slotted = AdmitRequest {
+        slot: Some(Slot {
+            id: "r9".into(),
+            lease_ms: 60_000,
+        }),
+        ..AdmitRequest::charge(1, report_only())
+    };
+    let p = admit(&state(None), 1, None, &slotted, 10);
+    assert_eq!(p.slot, None);
+    match &p.response {
+        AdmitResponse::Admitted { would_refuse, .. } => {
+            assert_eq!(would_refuse.as_deref(), Some("inflight"))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Within the limits nothing is named.
+    let p = admit(&state(None), 0, None, &slotted, 20);
+    assert!(matches!(
+        p.response,
+        AdmitResponse::Admitted {
+            would_refuse: None,
+            ..
+        }
+    ));
 }

@@ -17,6 +17,7 @@ fn single(quota: Quota) -> Limits {
     Limits {
         policies: vec![crate::limits::Policy::single(quota)],
         concurrency: None,
+        report_only: false,
     }
 }
 

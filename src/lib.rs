@@ -14,6 +14,7 @@ mod durable;
 mod handler;
 mod http;
 mod ip_limit;
+mod keystore;
 mod log;
 mod metrics;
 mod operations;

@@ -1,14 +1,6 @@
-//! Operator API for API keys (`ADMIN_TOKEN`): create, list, get, PATCH,
-//! reroll and revoke (docs/operator-api.md, docs/limits.md).
-//!
-//! KV layout (namespace `API_KEYS`):
-//! - `h:<sha256(key)>` → the record of that secret (authentication lookups);
-//!   after a reroll the old secret's record carries its own `expires_at`;
-//! - `k:<id>` → `{record, hash, previous}` (the current secret's hash, and the
-//!   secrets of rerolls still in their grace);
-//! - `i:<project>:<reverse time>:<id>` and `a:<reverse time>:<id>` → empty
-//!   values whose metadata is the record without its meta and overrides
-//!   (listing, newest first; KV metadata holds at most 1 KiB).
+//! Operator API for API keys (`ADMIN_TOKEN`): create, import, list, get,
+//! PATCH, reroll and revoke (docs/operator-api.md, docs/limits.md,
+//! docs/live-api.md). Their KV layout is `keystore`'s.
 //!
 //! Revocation, a PATCH and a reroll are told to the key's Durable Object,
 //! which every request of the key consults: they apply from the key's next
@@ -18,11 +10,13 @@ use crate::webhooks::directory::subscriptions;
 use postguard_core::config::OnKeyRevoked;
 use postguard_core::guard::{Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
-use postguard_core::keys::{self, KeyRecord, Retired, SecretRecord};
+use postguard_core::guard::ImportKeys;
+use postguard_core::key_import;
+use postguard_core::keys::{self, KeyRecord, Retired};
 use postguard_core::log::Line;
 use postguard_core::page::{parse_limit, Page};
 use postguard_core::{Invalid, Problem};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use worker::KvStore;
 
 use crate::auth;
@@ -30,64 +24,16 @@ use crate::bindings;
 use crate::durable::client::call;
 use crate::handler::{self, Ctx};
 use crate::http;
+use crate::keystore::{by_id, forget_all, write_all, ById};
 use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{new_ulid_parts, now_ms, random_bytes};
-
-#[derive(Serialize, Deserialize)]
-struct ById {
-    record: KeyRecord,
-    hash: String,
-    /// The secrets rerolls replaced (`keys::Retired`), ended ones too.
-    #[serde(default)]
-    previous: Vec<Retired>,
-}
 
 #[derive(Serialize)]
 struct Created<'a> {
     #[serde(flatten)]
     record: &'a KeyRecord,
     key: &'a str,
-}
-
-fn index_entries(rec: &KeyRecord) -> [String; 2] {
-    let rev = keys::reverse_time(rec.created_at);
-    [
-        format!("i:{}:{rev}:{}", rec.project, rec.id),
-        format!("a:{rev}:{}", rec.id),
-    ]
-}
-
-/// Every KV entry of the key: each secret's record, the entry by id, the
-/// index entries (written last, so a listed key is always resolvable). A
-/// secret's record expires in KV after the secret ends
-/// (`keys::secret_record`); one past that is deleted, never written again.
-async fn write_all(kv: &KvStore, by_id: &ById) -> Handled<()> {
-    let rec = &by_id.record;
-    let now = now_ms();
-    put_secret(kv, &by_id.hash, rec, now).await?;
-    for old in &by_id.previous {
-        put_secret(kv, &old.hash, &keys::retired_record(rec, old), now).await?;
-    }
-    kv.put(&format!("k:{}", rec.id), serde_json::to_string(by_id)?)?
-        .execute()
-        .await?;
-    for name in index_entries(rec) {
-        kv.put(&name, "")?.metadata(rec.listed())?.execute().await?;
-    }
-    Ok(())
-}
-
-/// The record `h:<hash>` of one secret, as `keys::secret_record` says.
-async fn put_secret(kv: &KvStore, hash: &str, rec: &KeyRecord, now: u64) -> Handled<()> {
-    let name = auth::hash_entry(hash);
-    let put = || kv.put(&name, serde_json::to_string(rec)?);
-    match keys::secret_record(keys::secret_end(rec), now) {
-        SecretRecord::Keep => put()?.execute().await?,
-        SecretRecord::KeepUntil { epoch_s } => put()?.expiration(epoch_s).execute().await?,
-        SecretRecord::Delete => kv.delete(&name).await?,
-    }
-    Ok(())
 }
 
 fn new_secret() -> Handled<[u8; 32]> {
@@ -126,6 +72,30 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         key: &key,
     };
     handler::json(cx.rc, 201, &created, &[])
+}
+
+/// `POST /_postguard/v1/keys/import` `{keys: [...]}` → 200 `{data: [{id,
+/// prefix, status}]}` in the order given. The whole call is validated
+/// first; then each chunk of `key_import::CHUNK` keys is stored by a
+/// `KeyGuard` call of its own (a chunk's KV operations are that call's, and
+/// 1,000 keys would exceed one invocation's; ADR 0041), the chunks at once.
+pub async fn import(cx: &Ctx<'_>) -> Handled {
+    let secret = cx.cfg.origin_signing_secret.as_bytes();
+    let keys = key_import::parse(&cx.body, &cx.cfg.settings, secret, now_ms())?;
+    let hashes: Vec<String> = keys.iter().map(|k| k.hash.clone()).collect();
+    let calls = keys.chunks(key_import::CHUNK).map(|chunk| async move {
+        let writer = format!("import:{}", chunk[0].record.id);
+        call::<ImportKeys>(cx.env, &writer, &chunk.to_vec(), &[]).await
+    });
+    let mut data = Vec::with_capacity(hashes.len());
+    for answer in futures_util::future::join_all(calls).await {
+        data.extend(answer?.0);
+    }
+    // This isolate may remember a key as unknown; others forget in seconds.
+    for h in &hashes {
+        auth::forget(h);
+    }
+    handler::json(cx.rc, 200, &serde_json::json!({ "data": data }), &[])
 }
 
 /// Tells the key's object what the operator set: from the key's next
@@ -205,14 +175,6 @@ pub async fn reroll(cx: &Ctx<'_>, id: &str) -> Handled {
     handler::json(cx.rc, 201, &out, &[])
 }
 
-/// Drops every secret of the key from this isolate's cache.
-fn forget_all(found: &ById) {
-    auth::forget(&found.hash);
-    for p in &found.previous {
-        auth::forget(&p.hash);
-    }
-}
-
 fn bad_cursor() -> Invalid {
     Invalid::field("cursor", "not a cursor this API returned")
 }
@@ -247,17 +209,6 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         page.cursor.filter(|c| !c.is_empty())
     };
     handler::json(cx.rc, 200, &Page { data, next_cursor }, &[])
-}
-
-async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
-    let well_formed = id.starts_with("key_")
-        && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    let found = match well_formed {
-        true => kv.get(&format!("k:{id}")).json().await?,
-        false => None,
-    };
-    found.ok_or_else(|| Problem::not_found("API key", id).into())
 }
 
 #[derive(Serialize)]

@@ -117,6 +117,7 @@ fn unknown_query_param(route: &Route, req: &Request) -> Option<Reject> {
 async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
     match route {
         Route::KeysCreate => keys::create(cx).await,
+        Route::KeysImport => keys::import(cx).await,
         Route::KeysList => keys::list(cx).await,
         Route::KeyGet { id } => keys::get(cx, &id).await,
         Route::KeyRevoke { id } => keys::revoke(cx, &id).await,

@@ -147,7 +147,10 @@ impl Credential {
     ) -> Self {
         let authorization = header(headers, "authorization");
         let bearer = Credential::classify(authorization, secrets);
-        if !matches!(bearer, Credential::ApiKey(_) | Credential::Other | Credential::Missing) {
+        if !matches!(
+            bearer,
+            Credential::ApiKey(_) | Credential::Other | Credential::Missing
+        ) {
             return bearer;
         }
         for source in sources {
@@ -215,9 +218,15 @@ mod tests {
     #[test]
     fn an_api_key_is_read_from_the_sources_in_order() {
         use base64::Engine;
-        let secrets = Secrets::of("admin-secret-xxxxxxxxxxxxxxxxxxxxxx", "origin-secret-xxxxxxxxxxxxxxxxxxxxx");
+        let secrets = Secrets::of(
+            "admin-secret-xxxxxxxxxxxxxxxxxxxxxx",
+            "origin-secret-xxxxxxxxxxxxxxxxxxxxx",
+        );
         let h = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         let key = "sk_live_51Habcdefghijklmnop";
         let hashed = Credential::ApiKey(ids::sha256_hex(key));
@@ -230,21 +239,43 @@ mod tests {
             KeySource::Basic,
             KeySource::Bearer,
         ];
-        let of = |hs: &[(String, String)], src: &[KeySource]| Credential::of_request(hs, src, &secrets);
+        let of =
+            |hs: &[(String, String)], src: &[KeySource]| Credential::of_request(hs, src, &secrets);
         assert_eq!(of(&h(&[("x-api-key", key)]), &all), hashed);
         assert_eq!(of(&h(&[("Authorization", &basic)]), &all), hashed);
-        assert_eq!(of(&h(&[("Authorization", &format!("Bearer {key}"))]), &all), hashed);
+        assert_eq!(
+            of(&h(&[("Authorization", &format!("Bearer {key}"))]), &all),
+            hashed
+        );
         // The first source the request uses wins.
         assert_eq!(
-            of(&h(&[("x-api-key", "other-key-0123456789"), ("Authorization", &basic)]), &all),
+            of(
+                &h(&[
+                    ("x-api-key", "other-key-0123456789"),
+                    ("Authorization", &basic)
+                ]),
+                &all
+            ),
             Credential::ApiKey(ids::sha256_hex("other-key-0123456789"))
         );
         // A source not listed is not read.
-        assert_eq!(of(&h(&[("x-api-key", key)]), &[KeySource::Bearer]), Credential::Missing);
-        assert_eq!(of(&h(&[("Authorization", &basic)]), &[KeySource::Bearer]), Credential::Missing);
+        assert_eq!(
+            of(&h(&[("x-api-key", key)]), &[KeySource::Bearer]),
+            Credential::Missing
+        );
+        assert_eq!(
+            of(&h(&[("Authorization", &basic)]), &[KeySource::Bearer]),
+            Credential::Missing
+        );
         // The deployment secrets and sessions stay Bearer, whatever the sources.
         assert_eq!(
-            of(&h(&[("Authorization", "Bearer admin-secret-xxxxxxxxxxxxxxxxxxxxxx")]), &[KeySource::Header("X-Api-Key".into())]),
+            of(
+                &h(&[(
+                    "Authorization",
+                    "Bearer admin-secret-xxxxxxxxxxxxxxxxxxxxxx"
+                )]),
+                &[KeySource::Header("X-Api-Key".into())]
+            ),
             Credential::Operator
         );
         assert_eq!(of(&h(&[("x-api-key", "short")]), &all), Credential::Other);

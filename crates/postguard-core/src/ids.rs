@@ -42,6 +42,27 @@ pub fn key_id(now_ms: u64, random: u128) -> String {
     prefixed("key_", now_ms, random)
 }
 
+/// The id of a key the API issued itself (imported, or verified once
+/// against the origin): `key_` + a ULID-shaped value of the HMAC of its
+/// hash under a deployment secret — the same key is always the same id (an
+/// import can be re-run; concurrent first requests meet in one object),
+/// while the id, which URLs and listings show, reveals nothing to test
+/// guesses of a short key against.
+pub fn imported_key_id(secret: &[u8], hash_hex: &str) -> String {
+    use hmac::{Hmac, Mac};
+    // HMAC takes a key of any length: `new_from_slice` cannot fail.
+    let mac = Hmac::<Sha256>::new_from_slice(secret).map(|mut m| {
+        m.update(b"postguard imported key id\0");
+        m.update(hash_hex.as_bytes());
+        m.finalize().into_bytes()
+    });
+    let mut top = [0u8; 16];
+    if let Ok(digest) = mac {
+        top.copy_from_slice(&digest[..16]);
+    }
+    format!("key_{}", Ulid::from(u128::from_be_bytes(top)))
+}
+
 /// A new API key from 32 random bytes.
 pub fn new_api_key(random: &[u8; 32]) -> String {
     format!(

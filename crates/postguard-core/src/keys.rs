@@ -127,6 +127,16 @@ pub fn parse_create(body: &[u8], settings: &Settings, now_ms: u64) -> Result<New
         body,
         "{project, plan, name?, expires_at?, meta?, overrides?}",
     )?;
+    validate_create(req, settings, now_ms)
+}
+
+/// A create request's members checked (`POST /keys`, each entry of an
+/// import, a key the origin verified).
+pub fn validate_create(
+    req: CreateKey,
+    settings: &Settings,
+    now_ms: u64,
+) -> Result<NewKey, Invalid> {
     if !is_valid_name(&req.project) {
         return Err("project: must be 1-64 characters of [A-Za-z0-9._-]".into());
     }

@@ -19,6 +19,7 @@ pub mod guard;
 pub mod headers;
 pub mod idempotency;
 pub mod ids;
+pub mod key_import;
 pub mod keys;
 pub mod limits;
 pub mod log;

@@ -94,7 +94,11 @@ pub fn preflight(settings: &Settings, req: &Incoming, request_id: &str, now_ms: 
         .idempotency
         .required_from_ms()
         .filter(|at| missing && now_ms < *at);
-    let mode = if grace.is_some() { Mode::Optional } else { mode };
+    let mode = if grace.is_some() {
+        Mode::Optional
+    } else {
+        mode
+    };
     Preflight {
         missing_key: missing,
         required_from: grace,

@@ -97,6 +97,8 @@ pub const OPERATIONS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     KeysCreate,
+    /// Keys the API already issued (docs/live-api.md).
+    KeysImport,
     KeysList,
     KeyGet {
         id: String,
@@ -280,6 +282,7 @@ impl Route {
         use Route::*;
         match self {
             KeysCreate => ("POST", "/_postguard/v1/keys"),
+            KeysImport => ("POST", "/_postguard/v1/keys/import"),
             KeysList => ("GET", "/_postguard/v1/keys"),
             KeyGet { .. } => ("GET", "/_postguard/v1/keys/{id}"),
             KeyRevoke { .. } => ("DELETE", "/_postguard/v1/keys/{id}"),
@@ -329,6 +332,7 @@ impl Route {
         use Route::*;
         match self {
             KeysCreate
+            | KeysImport
             | KeysList
             | KeyGet { .. }
             | KeyRevoke { .. }
@@ -431,6 +435,7 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
     // Each path: its `Allow` value and its operations by method.
     let (allow, operations): (&'static str, Vec<(&str, Route)>) = match segments.as_slice() {
         ["v1", "keys"] => ("GET, POST", vec![("POST", KeysCreate), ("GET", KeysList)]),
+        ["v1", "keys", "import"] => ("POST", vec![("POST", KeysImport)]),
         ["v1", "keys", k] => (
             "GET, DELETE, PATCH",
             vec![

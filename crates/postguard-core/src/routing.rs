@@ -30,7 +30,6 @@ pub struct OriginRoute {
     pub strip_prefix: Option<String>,
 }
 
-
 /// An origin requests can be sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {

@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use postguard_core::frame;
 use postguard_core::guard::{
     self, Admit, AdmitRequest, AdmitResponse, Complete, DueWork, Finish, FinishOp, GetOp,
-    GuardError, GuardState, ListOps, Operation, Published, Release, Reply, Requeued, Revoke,
+    GuardError, GuardState, ImportKeys, ListOps, Operation, Published, Release, Reply, Requeued, Revoke,
     StartOp, Sweep, SweepReply, SweepRequest, Update,
 };
 use postguard_core::operations::NEVER;
@@ -275,6 +275,15 @@ impl KeyGuard {
                 st::requeued(s, &r.sends, now, r.requeue_ms)?;
                 Ok(guard::Ack { applied: true })
             })),
+            // Not the key's state: a chunk of an import, stored in KV by a
+            // call of its own (ADR 0041).
+            ImportKeys::PATH => reply::<ImportKeys>(match decode::<ImportKeys>(body) {
+                Ok((chunk, _)) => crate::keystore::import_chunk(&self.env, chunk)
+                    .await
+                    .map(|a| (a, Vec::new()))
+                    .map_err(|e| GuardError::Storage(format!("{e:?}"))),
+                Err(e) => Err(e),
+            }),
             Sweep::PATH => reply::<Sweep>(match decode::<Sweep>(body) {
                 Ok((r, _)) => self.sweep(&r).await.map(|a| (a, Vec::new())),
                 Err(e) => Err(e),

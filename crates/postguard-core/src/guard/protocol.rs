@@ -431,6 +431,9 @@ pub struct FinishOp;
 pub struct GetOp;
 /// A page of the project's operations held by this object.
 pub struct ListOps;
+/// Store a chunk of imported keys in KV (not the object's own state: a call
+/// of its own, with its own KV operations; ADR 0041).
+pub struct ImportKeys;
 
 /// `start`: the consumer's claim on an operation's next attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -527,6 +530,7 @@ operation!(StartOp, "/op/start", StartOpRequest => StartOpReply);
 operation!(FinishOp, "/op/finish", FinishOpRequest => FinishOpReply);
 operation!(GetOp, "/op/get", GetOpRequest => Option<Box<operations::Operation>>);
 operation!(ListOps, "/op/list", operations::Page => Vec<operations::View>);
+operation!(ImportKeys, "/keys/import", Vec<crate::key_import::ImportedKey> => Vec<crate::key_import::Imported>);
 operation!(DueWork, "/outbox/due", DueWorkRequest => Work);
 operation!(Published, "/outbox/published", PublishedRequest => bool);
 operation!(Requeued, "/outbox/requeued", RequeuedRequest => Ack);

@@ -131,7 +131,13 @@ pub struct ApiKey {
 
 /// Step 1 of the pipeline. Fails with 401 `INVALID_API_KEY`; the detail never
 /// repeats the key.
-async fn api_key(cred: Credential, env: &Env, cfg: &Config) -> Handled<ApiKey> {
+async fn api_key(
+    cred: Credential,
+    headers: &[(String, String)],
+    env: &Env,
+    cfg: &Config,
+    rc: &RequestCtx,
+) -> Handled<ApiKey> {
     let hash = match cred {
         Credential::ApiKey(hash) => hash,
         Credential::Missing => {
@@ -146,7 +152,20 @@ async fn api_key(cred: Credential, env: &Env, cfg: &Config) -> Handled<ApiKey> {
         }
         _ => return Err(invalid("the API key is malformed").into()),
     };
-    match lookup(env, &hash).await? {
+    let found = match (
+        lookup(env, &hash).await?,
+        &cfg.settings.auth.verify_unknown_keys,
+    ) {
+        (None, Some(v)) => {
+            let record = crate::verify::unknown_key(v, headers, &hash, env, cfg, rc).await?;
+            let now = now_ms();
+            KEYS.with(|c| remember(&mut c.borrow_mut(), &hash, (record.clone(), now)));
+            UNKNOWN.with(|c| c.borrow_mut().remove(&hash));
+            Some(record)
+        }
+        (found, _) => found,
+    };
+    match found {
         Some(record) if record.revoked_at.is_none() => Ok(ApiKey { record, hash }),
         Some(_) => Err(Problem::revoked_key().into()),
         None => Err(invalid("the API key is not known").into()),
@@ -176,11 +195,12 @@ impl Caller {
 /// configuration is the operator's error (`CONFIG_INVALID`), not the client's.
 pub async fn api_caller(
     cred: Credential,
+    headers: &[(String, String)],
     env: &Env,
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Caller> {
-    let key = api_key(cred, env, cfg).await?;
+    let key = api_key(cred, headers, env, cfg, rc).await?;
     rc.note(|f| {
         f.key_prefix = Some(key.record.prefix.clone());
         f.project = Some(key.record.project.clone());
@@ -332,7 +352,9 @@ pub async fn authenticate(
         (
             Access::Project | Access::Reader | Access::Key,
             cred @ (C::ApiKey(_) | C::Missing | C::Other),
-        ) => Ok(Principal::Key(api_caller(cred, env, cfg, rc).await?)),
+        ) => Ok(Principal::Key(
+            api_caller(cred, headers, env, cfg, rc).await?,
+        )),
         (Access::Key, C::Session(_) | C::Operator | C::Origin) => refuse(
             ErrorCode::Forbidden,
             "this endpoint is about an API key's own requests: call it with that key",

@@ -140,7 +140,8 @@ pub async fn charge(
 pub fn counts(outcome: &Handled, rc: &RequestCtx) -> bool {
     match outcome {
         Err(Reject::Client(p, _)) => {
-            postguard_core::unauthenticated::counts(p.code, rc.facts.borrow().credential)
+            let f = rc.facts.borrow();
+            !f.address_charged && postguard_core::unauthenticated::counts(p.code, f.credential)
         }
         _ => false,
     }

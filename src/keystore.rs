@@ -98,19 +98,7 @@ pub async fn import_chunk(env: &Env, chunk: Vec<ImportedKey>) -> Handled<Vec<Imp
     let kv = env.kv(bindings::API_KEYS)?;
     let mut out = Vec::with_capacity(chunk.len());
     for key in chunk {
-        let known: Option<KeyRecord> = kv.get(&auth::hash_entry(&key.hash)).json().await?;
-        let (record, status) = match known {
-            Some(r) => (r, Status::Exists),
-            None => (key.record, Status::Created),
-        };
-        if status == Status::Created {
-            let by_id = ById {
-                record: record.clone(),
-                hash: key.hash,
-                previous: Vec::new(),
-            };
-            write_all(&kv, &by_id).await?;
-        }
+        let (record, status) = store(&kv, key).await?;
         out.push(Imported {
             id: record.id,
             prefix: record.prefix,
@@ -118,4 +106,26 @@ pub async fn import_chunk(env: &Env, chunk: Vec<ImportedKey>) -> Handled<Vec<Imp
         });
     }
     Ok(out)
+}
+
+/// Stores one imported key unless its hash is known: the record that is
+/// stored now (a key verified against the origin).
+pub async fn store_new(env: &Env, key: ImportedKey) -> Handled<KeyRecord> {
+    let kv = env.kv(bindings::API_KEYS)?;
+    Ok(store(&kv, key).await?.0)
+}
+
+async fn store(kv: &KvStore, key: ImportedKey) -> Handled<(KeyRecord, Status)> {
+    let known: Option<KeyRecord> = kv.get(&auth::hash_entry(&key.hash)).json().await?;
+    if let Some(r) = known {
+        return Ok((r, Status::Exists));
+    }
+    let by_id = ById {
+        record: key.record,
+        hash: key.hash,
+        previous: Vec::new(),
+    };
+    write_all(kv, &by_id).await?;
+    auth::forget(&by_id.hash);
+    Ok((by_id.record, Status::Created))
 }

@@ -25,6 +25,7 @@ mod request;
 mod runtime;
 mod seal;
 mod streams;
+mod verify;
 mod webhooks;
 
 pub use durable::audit_shard::AuditShard;

@@ -9,8 +9,8 @@ use crate::log;
 use crate::operations::{self, respond};
 use postguard_core::config::Config;
 use postguard_core::guard::{
-    Admit, AdmitRequest, AdmitResponse, Claim, Complete, CompleteRequest, Finish, FinishRequest, Release,
-    ReleaseRequest, Slot,
+    Admit, AdmitRequest, AdmitResponse, Claim, Complete, CompleteRequest, Finish, FinishRequest,
+    Release, ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
 use postguard_core::limits::{self, Verdicts};
@@ -40,7 +40,7 @@ pub async fn proxy(
     proxy::check_method(&method)?;
     // 1. Authenticate.
     let cred = auth::credential_of(&req.headers, cfg);
-    let caller = auth::api_caller(cred, env, cfg, rc).await?;
+    let caller = auth::api_caller(cred, &req.headers, env, cfg, rc).await?;
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id, now_ms());
     rc.note(|f| {

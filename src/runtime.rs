@@ -85,6 +85,9 @@ pub struct Facts {
     pub would_refuse: Option<String>,
     /// No Idempotency-Key where the mode is `required` (counted in `/stats`).
     pub missing_idempotency_key: bool,
+    /// The request was counted against its address already (a key sent to
+    /// the origin's verification): a 401 after it is not counted again.
+    pub address_charged: bool,
 }
 
 /// What every request carries through the shell.

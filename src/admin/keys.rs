@@ -8,9 +8,9 @@
 
 use crate::webhooks::directory::subscriptions;
 use postguard_core::config::OnKeyRevoked;
+use postguard_core::guard::ImportKeys;
 use postguard_core::guard::{Revoke, RevokeRequest, Update, UpdateRequest};
 use postguard_core::ids;
-use postguard_core::guard::ImportKeys;
 use postguard_core::key_import;
 use postguard_core::keys::{self, KeyRecord, Retired};
 use postguard_core::log::Line;

@@ -48,8 +48,7 @@ pub async fn route(
     let route = resolve(&method, path).map_err(|e| not_routed(&e, &method, path))?;
     rc.facts.borrow_mut().route = Some(route.operation().1);
     // 2. Authenticate.
-    let who =
-        auth::authenticate(route.access(), &client.headers, env, cfg, rc).await?;
+    let who = auth::authenticate(route.access(), &client.headers, env, cfg, rc).await?;
     // 3. Read.
     let (incoming, req) = read(client, method, path, &route, cfg).await?;
     // 4. Admit.

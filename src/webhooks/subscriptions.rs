@@ -73,9 +73,13 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         Principal::Key(c) => c.key.record.id.clone(),
         _ => portal::subscription_owner(project),
     };
-    let (input, rate) = ops::parse_create(&cx.body, &policy(cfg))?;
+    let create = ops::parse_create(&cx.body, &policy(cfg))?;
+    let (input, rate) = (create.subscription, create.rate_limit_per_s);
     let id = new_id("sub_");
-    let secret = new_secret()?;
+    let secret = match create.secret {
+        Some(given) => given,
+        None => new_secret()?,
+    };
     let now = now_ms();
     let events_json = serde_json::to_string(&input.events)?;
     let cap = cfg.settings.webhooks.max_subscriptions_per_project;

@@ -153,29 +153,31 @@ impl Credential {
         ) {
             return bearer;
         }
-        for source in sources {
-            let token = match source {
-                KeySource::Bearer => authorization.and_then(ids::bearer).map(str::to_string),
-                KeySource::Basic => authorization.and_then(ids::basic_user),
-                KeySource::Header(name) => header(headers, name)
-                    .map(str::trim)
-                    .filter(|v| !v.is_empty())
-                    .map(str::to_string),
-            };
-            if let Some(t) = token {
-                return match ids::is_presentable_key(&t) {
-                    true => Credential::ApiKey(ids::sha256_hex(&t)),
-                    false => Credential::Other,
-                };
-            }
+        match presented_key(headers, sources) {
+            Some(t) if ids::is_presentable_key(&t) => Credential::ApiKey(ids::sha256_hex(&t)),
+            Some(_) => Credential::Other,
+            None => Credential::Missing,
         }
-        Credential::Missing
     }
 
     /// Whether it is one of the two deployment secrets (not an API key).
     pub fn is_secret(&self) -> bool {
         matches!(self, Credential::Operator | Credential::Origin)
     }
+}
+
+/// The token in the first of `sources` the request uses, as given (to be
+/// hashed, or sent once to the origin's key verification; never kept).
+pub fn presented_key(headers: &[(String, String)], sources: &[KeySource]) -> Option<String> {
+    let authorization = header(headers, "authorization");
+    sources.iter().find_map(|source| match source {
+        KeySource::Bearer => authorization.and_then(ids::bearer).map(str::to_string),
+        KeySource::Basic => authorization.and_then(ids::basic_user),
+        KeySource::Header(name) => header(headers, name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string),
+    })
 }
 
 #[cfg(test)]

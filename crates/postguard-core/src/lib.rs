@@ -20,6 +20,7 @@ pub mod headers;
 pub mod idempotency;
 pub mod ids;
 pub mod key_import;
+pub mod key_verify;
 pub mod keys;
 pub mod limits;
 pub mod log;

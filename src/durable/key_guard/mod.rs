@@ -15,6 +15,7 @@
 //! (`src/entry.mjs`) hands the alarm to and which drives it through the
 //! `DueWork`, `Published`, `Requeued` and `Sweep` operations.
 
+mod rendezvous;
 mod sql;
 
 use std::cell::{Cell, RefCell};
@@ -22,8 +23,8 @@ use std::cell::{Cell, RefCell};
 use postguard_core::frame;
 use postguard_core::guard::{
     self, Admit, AdmitRequest, AdmitResponse, Complete, DueWork, Finish, FinishOp, GetOp,
-    GuardError, GuardState, ImportKeys, ListOps, Operation, Published, Release, Reply, Requeued, Revoke,
-    StartOp, Sweep, SweepReply, SweepRequest, Update,
+    GuardError, GuardState, ImportKeys, ListOps, Operation, Published, Release, Reply, Requeued,
+    Revoke, StartOp, Sweep, SweepReply, SweepRequest, Update, Verified, Verify,
 };
 use postguard_core::operations::NEVER;
 use postguard_core::store::{self, GuardStore};
@@ -46,6 +47,8 @@ pub struct KeyGuard {
     limiter: RefCell<Option<GuardState>>,
     /// Earliest alarm known to be set (epoch ms); 0 = unknown.
     alarm_at: Cell<u64>,
+    /// The first requests with a key not known yet (`auth.verify_unknown_keys`).
+    rendezvous: rendezvous::Rendezvous,
 }
 
 /// An absolute alarm time. (`worker` reads a bare integer as an offset from
@@ -284,6 +287,14 @@ impl KeyGuard {
                     .map_err(|e| GuardError::Storage(format!("{e:?}"))),
                 Err(e) => Err(e),
             }),
+            Verify::PATH => reply::<Verify>(match decode::<Verify>(body) {
+                Ok((r, _)) => Ok((self.rendezvous.verify(&r).await, Vec::new())),
+                Err(e) => Err(e),
+            }),
+            Verified::PATH => reply::<Verified>(decode::<Verified>(body).map(|(r, _)| {
+                self.rendezvous.verified(&r);
+                (guard::Ack { applied: true }, Vec::new())
+            })),
             Sweep::PATH => reply::<Sweep>(match decode::<Sweep>(body) {
                 Ok((r, _)) => self.sweep(&r).await.map(|a| (a, Vec::new())),
                 Err(e) => Err(e),
@@ -386,6 +397,7 @@ impl DurableObject for KeyGuard {
             schema_ready: Cell::new(false),
             limiter: RefCell::new(None),
             alarm_at: Cell::new(0),
+            rendezvous: rendezvous::Rendezvous::default(),
         }
     }
 

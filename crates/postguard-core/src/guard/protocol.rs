@@ -434,6 +434,24 @@ pub struct ListOps;
 /// Store a chunk of imported keys in KV (not the object's own state: a call
 /// of its own, with its own KV operations; ADR 0041).
 pub struct ImportKeys;
+/// A request with a key not known yet: lead the ask at the origin, or take
+/// the outcome of the one that does (`key_verify::step`).
+pub struct Verify;
+/// The lead's outcome, for the requests waiting on it and the next ones.
+pub struct Verified;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyRequest {
+    /// How long a lead may take before another request leads.
+    pub lease_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifiedRequest {
+    pub outcome: crate::key_verify::Outcome,
+    /// `auth.verify_unknown_keys.negative_cache_s`, in ms.
+    pub negative_ms: u64,
+}
 
 /// `start`: the consumer's claim on an operation's next attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -531,6 +549,8 @@ operation!(FinishOp, "/op/finish", FinishOpRequest => FinishOpReply);
 operation!(GetOp, "/op/get", GetOpRequest => Option<Box<operations::Operation>>);
 operation!(ListOps, "/op/list", operations::Page => Vec<operations::View>);
 operation!(ImportKeys, "/keys/import", Vec<crate::key_import::ImportedKey> => Vec<crate::key_import::Imported>);
+operation!(Verify, "/keys/verify", VerifyRequest => crate::key_verify::Step);
+operation!(Verified, "/keys/verified", VerifiedRequest => Ack);
 operation!(DueWork, "/outbox/due", DueWorkRequest => Work);
 operation!(Published, "/outbox/published", PublishedRequest => bool);
 operation!(Requeued, "/outbox/requeued", RequeuedRequest => Ack);

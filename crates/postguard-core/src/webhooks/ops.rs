@@ -158,18 +158,39 @@ fn rate(v: &Value) -> Result<Option<u32>, Invalid> {
     }
 }
 
-/// A create body: the §7 fields plus the optional `rate_limit_per_s`.
-pub fn parse_create(
-    body: &[u8],
-    policy: &UrlPolicy,
-) -> Result<(NewSubscription, Option<u32>), Invalid> {
+/// A create body: the §7 fields, the optional `rate_limit_per_s`, and the
+/// optional `secret` of a subscription moved from another system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Create {
+    pub subscription: NewSubscription,
+    pub rate_limit_per_s: Option<u32>,
+    /// Given by the caller (`whsec_` + base64 of 24–64 bytes): deliveries
+    /// are signed with it, so the receiver keeps verifying as before.
+    pub secret: Option<String>,
+}
+
+pub fn parse_create(body: &[u8], policy: &UrlPolicy) -> Result<Create, Invalid> {
     let mut obj = object(body)?;
-    let limit = match obj.remove("rate_limit_per_s") {
+    let rate_limit_per_s = match obj.remove("rate_limit_per_s") {
         Some(v) => rate(&v)?,
         None => None,
     };
+    let secret = match obj.remove("secret") {
+        Some(Value::String(s)) if crate::webhooks::signature::is_importable_secret(&s) => Some(s),
+        Some(_) => {
+            return Err(Invalid::field(
+                "secret",
+                "must be whsec_ followed by the standard base64 of 24 to 64 bytes",
+            ))
+        }
+        None => None,
+    };
     let rest = serde_json::to_vec(&obj).map_err(|e| Invalid(format!("body: {e}")))?;
-    Ok((events::parse_subscription(&rest, policy)?, limit))
+    Ok(Create {
+        subscription: events::parse_subscription(&rest, policy)?,
+        rate_limit_per_s,
+        secret,
+    })
 }
 
 /// A `PATCH` body: each field present is changed.
@@ -508,17 +529,45 @@ mod tests {
 
     #[test]
     fn create_takes_a_rate_limit() {
-        let (s, r) = parse_create(
+        let c = parse_create(
             br#"{"url":"https://x.example/h","events":["*"],"rate_limit_per_s":5}"#,
             &policy(),
         )
         .unwrap();
-        assert_eq!((s.url.as_str(), r), ("https://x.example/h", Some(5)));
+        assert_eq!(
+            (c.subscription.url.as_str(), c.rate_limit_per_s, c.secret),
+            ("https://x.example/h", Some(5), None)
+        );
         assert!(parse_create(
             br#"{"url":"https://x.example/h","events":["*"],"rate_limit_per_s":"5"}"#,
             &policy()
         )
         .is_err());
+    }
+
+    #[test]
+    fn create_keeps_a_secret_moved_from_another_system() {
+        let with = |secret: &str| {
+            let body =
+                format!(r#"{{"url":"https://x.example/h","events":["*"],"secret":"{secret}"}}"#);
+            parse_create(body.as_bytes(), &policy())
+        };
+        let ok = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert_eq!(with(ok).unwrap().secret.as_deref(), Some(ok));
+        let b64 = |n: usize| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(vec![7u8; n])
+        };
+        assert!(with(&format!("whsec_{}", b64(64))).is_ok());
+        for bad in [
+            format!("whsec_{}", b64(23)),
+            format!("whsec_{}", b64(65)),
+            b64(32),
+            "whsec_not base64!".to_string(),
+        ] {
+            let e = with(&bad).unwrap_err();
+            assert!(e.0.starts_with("secret:") && !e.0.contains(&bad), "{}", e.0);
+        }
     }
 
     #[test]

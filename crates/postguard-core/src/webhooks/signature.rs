@@ -49,6 +49,14 @@ pub fn new_secret(random: &[u8; 24]) -> String {
     format!("{SECRET_PREFIX}{}", STANDARD.encode(random))
 }
 
+/// Whether `s` may be given as a subscription's secret (one moved from
+/// another system): `whsec_` + the standard base64 of 24 to 64 bytes.
+pub fn is_importable_secret(s: &str) -> bool {
+    s.strip_prefix(SECRET_PREFIX)
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .is_some_and(|key| (24..=64).contains(&key.len()))
+}
+
 /// The HMAC key of a secret: the optional `whsec_` prefix removed, the rest
 /// base64-decoded.
 pub fn secret_key(secret: &str) -> Result<Vec<u8>, SignatureError> {

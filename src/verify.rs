@@ -1,11 +1,13 @@
 //! Keys not imported yet (`auth.verify_unknown_keys`, docs/live-api.md): a
 //! presented key postguard does not know is asked about once at the
-//! `default` origin. The request is first counted against its address
-//! (the limit on requests without a valid credential), so a flood of
-//! made-up keys reaches the origin at most that often per address; then the
-//! first requests with the key meet in the object named by the id it would
-//! have (`KeyGuard`'s rendezvous), where one leads and the rest wait for its
-//! outcome. A key the origin vouches for is stored as an imported key.
+//! `default` origin. The first requests with the key meet in the object
+//! named by the id it would have (`KeyGuard`'s rendezvous), where one leads
+//! and the rest wait for its outcome. The lead — the only request that
+//! reaches the origin — is first counted against its address (the limit on
+//! requests without a valid credential), so a flood of made-up keys reaches
+//! the origin at most that often per address, while an integrator's burst of
+//! first requests with its one key is not refused for it. A key the origin
+//! vouches for is stored as an imported key.
 
 use postguard_core::config::{Config, VerifyConfig};
 use postguard_core::guard::{Verified, VerifiedRequest, Verify, VerifyRequest};
@@ -35,9 +37,6 @@ pub async fn unknown_key(
     let Some(key) = credential::presented_key(headers, &sources) else {
         return Err(Problem::new(ErrorCode::InvalidApiKey, "the API key is not known").into());
     };
-    // Counted now, whatever the answer: not once more if it is a 401.
-    ip_limit::charge(env, cfg, rc).await?;
-    rc.note(|f| f.address_charged = true);
     let secret = cfg.origin_signing_secret.as_bytes();
     let id = ids::imported_key_id(secret, hash);
     let lease_ms = u64::from(cfg.origins.default.timeout_ms) + key_verify::LEAD_SLACK_MS;
@@ -55,7 +54,9 @@ pub async fn unknown_key(
     }
 }
 
-/// The lead's part: ask, store a vouched-for key, tell the others.
+/// The lead's part: count the ask against the address (the only request
+/// of the key that reaches the origin; over the limit, 429 and the next
+/// request leads), ask, store a vouched-for key, tell the others.
 async fn lead(
     verify: &VerifyConfig,
     key: &str,
@@ -64,6 +65,13 @@ async fn lead(
     cfg: &Config,
     rc: &RequestCtx,
 ) -> Handled<Outcome> {
+    let negative_ms = u64::from(verify.negative_cache_s) * 1000;
+    if let Err(refused) = ip_limit::charge(env, cfg, rc).await {
+        tell(env, id, None, negative_ms, rc).await;
+        return Err(refused);
+    }
+    // Counted now: a 401 after it is not counted again.
+    rc.note(|f| f.address_charged = true);
     let mut outcome = ask(verify, key, cfg, rc).await;
     if let Outcome::Valid(k) = &mut outcome {
         // The stored record (another import may have stored it first).
@@ -75,15 +83,20 @@ async fn lead(
                 .field("project", k.record.project.clone()),
         );
     }
+    tell(env, id, Some(outcome.clone()), negative_ms, rc).await;
+    Ok(outcome)
+}
+
+/// Tells the key's object the lead's outcome (none: it gave up).
+async fn tell(env: &Env, id: &str, outcome: Option<Outcome>, negative_ms: u64, rc: &RequestCtx) {
     let told = VerifiedRequest {
-        outcome: outcome.clone(),
-        negative_ms: u64::from(verify.negative_cache_s) * 1000,
+        outcome,
+        negative_ms,
     };
     if let Err(e) = call::<Verified>(env, id, &told, &[]).await {
-        // The waiting requests end their wait at the lease and ask again.
+        // The waiting requests end their wait at the lease and step again.
         log::emit(log::of_request(Line::error("telling a key's verification failed"), rc).err(e));
     }
-    Ok(outcome)
 }
 
 /// The origin's answer about `key`, read up to `key_verify::MAX_ANSWER_BYTES`.

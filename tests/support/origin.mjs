@@ -18,6 +18,10 @@
 //   POST /__demo/script {key, statuses: [500, 200]}  successive executions for that key answer these
 //   GET  /__demo/stats    {total, byKey, requests: [last 500 records]}
 //   POST /__demo/reset
+//   POST /__demo/legacy-keys {key, project, plan, name?, status?, delay_ms?, hang?}
+//        a key this API issued before postguard: POST /internal/keys/verify {"key"} answers
+//        200 {project, plan, name} for it (or `status`, after `delay_ms`, or never with
+//        `hang`), 404 for any other; each call is an execution, counted in verifyCalls[key].
 import http from 'node:http';
 import crypto from 'node:crypto';
 import { pathToFileURL } from 'node:url';
@@ -102,6 +106,10 @@ function createStats() {
     byKey: {},
     requests: [],
     scripts: new Map(),
+    /** keys the API issued before postguard (POST /__demo/legacy-keys) */
+    legacyKeys: new Map(),
+    /** calls of POST /internal/keys/verify, by the key asked about */
+    verifyCalls: {},
     /** executions seen for an Idempotency-Key (0 if none) */
     count(key) {
       return stats.byKey[key] ?? 0;
@@ -122,6 +130,8 @@ function createStats() {
       stats.byKey = {};
       stats.requests.length = 0;
       stats.scripts.clear();
+      stats.legacyKeys.clear();
+      stats.verifyCalls = {};
     },
     toJSON() {
       return { total: stats.total, byKey: stats.byKey, requests: stats.requests };
@@ -157,6 +167,17 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
       stats.reset();
       return sendJson(res, 200, { ok: true });
     }
+    if (route === 'POST /__demo/legacy-keys') {
+      let parsed;
+      try {
+        parsed = JSON.parse(body.toString('utf8'));
+      } catch {
+        return sendJson(res, 400, { error: 'bad json' });
+      }
+      if (typeof parsed?.key !== 'string') return sendJson(res, 400, { error: 'expected {key, project, plan}' });
+      stats.legacyKeys.set(parsed.key, parsed);
+      return sendJson(res, 200, { ok: true });
+    }
     if (route === 'POST /__demo/script') {
       let parsed;
       try {
@@ -171,6 +192,26 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
       return sendJson(res, 200, { ok: true });
     }
     return sendJson(res, 404, { error: 'unknown control endpoint' });
+  }
+
+  /** The API's own key check, as postguard's auth.verify_unknown_keys calls it. */
+  async function verifyKey(res, record, body) {
+    let asked;
+    try {
+      asked = JSON.parse(body.toString('utf8')).key;
+    } catch {
+      return sendJson(res, 400, { error: 'bad json' });
+    }
+    stats.verifyCalls[asked] = (stats.verifyCalls[asked] ?? 0) + 1;
+    const known = stats.legacyKeys.get(asked);
+    if (known?.hang) return;
+    if (known?.delay_ms) await new Promise((r) => setTimeout(r, known.delay_ms));
+    if (res.destroyed) return;
+    record.answered = true;
+    if (!known) return sendJson(res, 404, { error: 'no such key' });
+    if (known.status) return sendJson(res, known.status, { error: 'scripted' });
+    const { project, plan, name } = known;
+    return sendJson(res, 200, { project, plan, ...(name ? { name } : {}) });
   }
 
   // Lenient parsing: record whatever postguard forwards (e.g. DEL in a header value) instead of dropping the connection.
@@ -228,6 +269,7 @@ export async function startOrigin({ port = 0, host = '127.0.0.1', secret = TEST_
     });
 
     if (req.headers['x-demo-hang'] === '1') return; // never answer
+    if (req.method === 'POST' && url.pathname === '/internal/keys/verify') return verifyKey(res, record, body);
 
     let status = req.method === 'POST' ? 201 : 200;
     const scripted = idemKey !== undefined ? stats.scripts.get(idemKey) : undefined;

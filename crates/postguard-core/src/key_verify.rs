@@ -219,8 +219,16 @@ pub fn step(asked: &Asked, now_ms: u64) -> Step {
     }
 }
 
-/// The object's memory after the lead reported `outcome` at `now`.
-pub fn settle(asked: &Asked, outcome: &Outcome, negative_ms: u64, now_ms: u64) -> Asked {
+/// The object's memory after the lead reported `outcome` at `now` (`None`:
+/// it gave up before asking — its address was over its limit — and the
+/// next request leads).
+pub fn settle(asked: &Asked, outcome: Option<&Outcome>, negative_ms: u64, now_ms: u64) -> Asked {
+    let Some(outcome) = outcome else {
+        return Asked {
+            lead_until: None,
+            ..asked.clone()
+        };
+    };
     match outcome {
         Outcome::Valid(k) => Asked {
             valid: Some(k.clone()),
@@ -306,14 +314,18 @@ mod tests {
         );
         // A lead that never reports is replaced after its lease.
         assert_eq!(step(&asked, NOW + 15_000), Step::Lead);
-        // A failure is not remembered: the next request leads.
+        // A lead that gave up, or failed, is not remembered: the next request leads.
+        assert_eq!(step(&settle(&asked, None, 60_000, NOW), NOW), Step::Lead);
         let failed = Outcome::Failed {
             timeout: true,
             detail: "x".into(),
         };
-        assert_eq!(step(&settle(&asked, &failed, 60_000, NOW), NOW), Step::Lead);
+        assert_eq!(
+            step(&settle(&asked, Some(&failed), 60_000, NOW), NOW),
+            Step::Lead
+        );
         // A refusal is, for the negative cache's length.
-        let refused = settle(&asked, &Outcome::Unknown, 60_000, NOW);
+        let refused = settle(&asked, Some(&Outcome::Unknown), 60_000, NOW);
         assert_eq!(
             step(&refused, NOW + 59_999),
             Step::Decided(Outcome::Unknown)
@@ -321,7 +333,7 @@ mod tests {
         assert_eq!(step(&refused, NOW + 60_000), Step::Lead);
         // A valid key is remembered for good.
         let valid = out(200, r#"{"project":"acme","plan":"trial"}"#);
-        let known = settle(&refused, &valid, 60_000, NOW);
+        let known = settle(&refused, Some(&valid), 60_000, NOW);
         assert_eq!(step(&known, u64::MAX), Step::Decided(valid));
     }
 }

@@ -20,7 +20,7 @@ use crate::runtime::{now_ms, within};
 #[derive(Default)]
 pub struct Rendezvous {
     asked: RefCell<Asked>,
-    waiters: RefCell<Vec<oneshot::Sender<Outcome>>>,
+    waiters: RefCell<Vec<oneshot::Sender<Option<Outcome>>>>,
 }
 
 impl Rendezvous {
@@ -40,16 +40,23 @@ impl Rendezvous {
             };
             let (tx, rx) = oneshot::channel();
             self.waiters.borrow_mut().push(tx);
-            if let Some(Ok(outcome)) = within(until.saturating_sub(now), rx).await {
+            // The lead's outcome; none (it gave up) or no answer by the end
+            // of its lease: step again.
+            if let Some(Ok(Some(outcome))) = within(until.saturating_sub(now), rx).await {
                 return Step::Decided(outcome);
             }
         }
     }
 
     /// The lead's outcome: remembered as the core says, and told to every
-    /// request waiting.
+    /// request waiting (none: the lead gave up, and they step again).
     pub fn verified(&self, r: &VerifiedRequest) {
-        let next = key_verify::settle(&self.asked.borrow(), &r.outcome, r.negative_ms, now_ms());
+        let next = key_verify::settle(
+            &self.asked.borrow(),
+            r.outcome.as_ref(),
+            r.negative_ms,
+            now_ms(),
+        );
         *self.asked.borrow_mut() = next;
         for waiter in self.waiters.borrow_mut().drain(..) {
             // A waiter whose wait ended has dropped its receiver: nothing to tell.

@@ -448,7 +448,8 @@ pub struct VerifyRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifiedRequest {
-    pub outcome: crate::key_verify::Outcome,
+    /// `None`: the lead gave up before asking (its address was over its limit).
+    pub outcome: Option<crate::key_verify::Outcome>,
     /// `auth.verify_unknown_keys.negative_cache_s`, in ms.
     pub negative_ms: u64,
 }

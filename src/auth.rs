@@ -54,11 +54,6 @@ fn remember<V>(map: &mut HashMap<String, V>, hash: &str, value: V) {
     map.insert(hash.to_string(), value);
 }
 
-/// KV name of a key's record, by the SHA-256 of the key.
-pub fn hash_entry(hash_hex: &str) -> String {
-    format!("h:{hash_hex}")
-}
-
 pub fn forget(hash_hex: &str) {
     KEYS.with(|c| c.borrow_mut().remove(hash_hex));
     UNKNOWN.with(|c| c.borrow_mut().remove(hash_hex));
@@ -102,7 +97,7 @@ async fn lookup(env: &Env, hash: &str) -> Handled<Option<KeyRecord>> {
         return Ok(None);
     }
     let kv = env.kv(bindings::API_KEYS)?;
-    let rec: Option<KeyRecord> = kv.get(&hash_entry(hash)).json().await?;
+    let rec: Option<KeyRecord> = kv.get(&crate::keystore::hash_entry(hash)).json().await?;
     match &rec {
         Some(r) => KEYS.with(|c| remember(&mut c.borrow_mut(), hash, (r.clone(), now))),
         None => UNKNOWN.with(|c| remember(&mut c.borrow_mut(), hash, now)),

@@ -16,7 +16,6 @@ use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
 use worker::{Env, KvStore};
 
-use crate::auth;
 use crate::bindings;
 use crate::reject::Handled;
 use crate::runtime::now_ms;
@@ -58,9 +57,14 @@ pub async fn write_all(kv: &KvStore, by_id: &ById) -> Handled<()> {
     Ok(())
 }
 
+/// KV name of a key's record, by the SHA-256 of the key.
+pub fn hash_entry(hash_hex: &str) -> String {
+    format!("h:{hash_hex}")
+}
+
 /// The record `h:<hash>` of one secret, as `keys::secret_record` says.
 async fn put_secret(kv: &KvStore, hash: &str, rec: &KeyRecord, now: u64) -> Handled<()> {
-    let name = auth::hash_entry(hash);
+    let name = hash_entry(hash);
     let put = || kv.put(&name, serde_json::to_string(rec)?);
     match keys::secret_record(keys::secret_end(rec), now) {
         SecretRecord::Keep => put()?.execute().await?,
@@ -80,14 +84,6 @@ pub async fn by_id(kv: &KvStore, id: &str) -> Handled<ById> {
         false => None,
     };
     found.ok_or_else(|| Problem::not_found("API key", id).into())
-}
-
-/// Drops every secret of the key from this isolate's cache.
-pub fn forget_all(found: &ById) {
-    auth::forget(&found.hash);
-    for p in &found.previous {
-        auth::forget(&p.hash);
-    }
 }
 
 /// Stores a chunk of imported keys (at most `key_import::CHUNK`): a key
@@ -116,7 +112,7 @@ pub async fn store_new(env: &Env, key: ImportedKey) -> Handled<KeyRecord> {
 }
 
 async fn store(kv: &KvStore, key: ImportedKey) -> Handled<(KeyRecord, Status)> {
-    let known: Option<KeyRecord> = kv.get(&auth::hash_entry(&key.hash)).json().await?;
+    let known: Option<KeyRecord> = kv.get(&hash_entry(&key.hash)).json().await?;
     if let Some(r) = known {
         return Ok((r, Status::Exists));
     }
@@ -126,6 +122,5 @@ async fn store(kv: &KvStore, key: ImportedKey) -> Handled<(KeyRecord, Status)> {
         previous: Vec::new(),
     };
     write_all(kv, &by_id).await?;
-    auth::forget(&by_id.hash);
     Ok((by_id.record, Status::Created))
 }

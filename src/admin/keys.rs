@@ -24,7 +24,7 @@ use crate::bindings;
 use crate::durable::client::call;
 use crate::handler::{self, Ctx};
 use crate::http;
-use crate::keystore::{by_id, forget_all, write_all, ById};
+use crate::keystore::{by_id, write_all, ById};
 use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{new_ulid_parts, now_ms, random_bytes};
@@ -173,6 +173,14 @@ pub async fn reroll(cx: &Ctx<'_>, id: &str) -> Handled {
         previous_expires_at: until,
     };
     handler::json(cx.rc, 201, &out, &[])
+}
+
+/// Drops every secret of the key from this isolate's cache.
+fn forget_all(found: &ById) {
+    auth::forget(&found.hash);
+    for p in &found.previous {
+        auth::forget(&p.hash);
+    }
 }
 
 fn bad_cursor() -> Invalid {

@@ -20,6 +20,7 @@ pub mod headers;
 pub mod idempotency;
 pub mod ids;
 pub mod keys;
+pub mod lease;
 pub mod limits;
 pub mod log;
 pub mod metrics;

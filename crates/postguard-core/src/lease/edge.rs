@@ -71,8 +71,9 @@ pub struct Edge {
     pub slots: Option<SlotPot>,
     /// Asks not yet answered, oldest first (at most `REMEMBERED_ASKS`).
     pub pending: Vec<Pending>,
-    /// Units asked of this edge (admitted, waiting or forwarded) since its
-    /// last ask: the next block it wants is twice that.
+    /// Units asked of this edge since its last ask, whatever it decided
+    /// (a refused request counts: when the next window opens it will be
+    /// back): the next block it wants is twice that.
     pub demand: u32,
     /// The latest instant seen: a clock that steps back ends the life.
     pub last_now: u64,
@@ -152,6 +153,7 @@ impl Edge {
     /// origin).
     pub fn admit(&mut self, limits: &Limits, cost: u32, slot: bool, now: u64) -> EdgeDecision {
         self.observe(now);
+        self.demand = self.demand.saturating_add(cost);
         let policies = &limits.policies;
         let slot = slot && limits.concurrency.is_some();
         let covered = !policies.is_empty() && policies.iter().all(|p| self.covers(p, cost, now));
@@ -173,7 +175,6 @@ impl Edge {
             let verdicts = self.verdicts(limits, &refused, false, now);
             return EdgeDecision::Refuse { verdicts };
         }
-        self.demand = self.demand.saturating_add(cost);
         match self.waiting(now) {
             true => EdgeDecision::Wait,
             false => EdgeDecision::Forward,
@@ -188,7 +189,6 @@ impl Edge {
                 x.left = x.left.saturating_sub(cost);
             }
         }
-        self.demand = self.demand.saturating_add(cost);
         let s = self.slots.as_mut().filter(|_| slot)?;
         s.in_use = s.in_use.saturating_add(1);
         Some(self.life)

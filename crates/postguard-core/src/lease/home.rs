@@ -183,6 +183,10 @@ pub fn grant(
     if let Some(g) = ledger.answer_to(ask) {
         return g.clone();
     }
+    // The ledgers of policies the key no longer has are dropped.
+    ledger
+        .policies
+        .retain(|l| limits.policies.iter().any(|p| p.name == l.policy));
     let now = at.now;
     let views: Vec<View> = limits
         .policies

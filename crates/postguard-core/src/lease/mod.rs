@@ -9,7 +9,9 @@
 //! not leased. An edge admits at most what it was granted, and only while
 //! the lease is live; a unit that is not used is never given back to the
 //! window (it stays spent until the window ends), so nothing an edge held
-//! can be admitted twice, whatever the order of messages.
+//! can be admitted twice, whatever the order of messages. (The edge keeps
+//! what it holds: a lease that lapses and is renewed within its window
+//! brings its units back to that edge.)
 //!
 //! **Time.** Home and edges are different machines. A grant says how long
 //! from the home's `now` the block lives; the edge counts that span from

@@ -22,6 +22,7 @@ pub mod ids;
 pub mod key_import;
 pub mod key_verify;
 pub mod keys;
+pub mod lease;
 pub mod limits;
 pub mod log;
 pub mod metrics;

@@ -36,6 +36,7 @@ fn one(limit: u32, window_ms: u64) -> Limits {
     Limits {
         policies: vec![p("minute", limit, window_ms)],
         concurrency: None,
+        report_only: false,
     }
 }
 
@@ -244,6 +245,7 @@ fn every_policy_is_topped_up_to_the_same_level() {
     let limits = Limits {
         policies: vec![p("burst", 40, 1_000), p("minute", 1_000, 60_000)],
         concurrency: None,
+        report_only: false,
     };
     let (mut windows, mut ledger) = (Vec::new(), Ledger::default());
     // burst's half share (20) binds: minute is leased no more than that.
@@ -428,6 +430,7 @@ fn slots_outlive_every_request_started_on_them() {
     let limits = Limits {
         policies: vec![p("minute", 1_000, 60_000)],
         concurrency: Some(8),
+        report_only: false,
     };
     let (mut windows, mut ledger) = (Vec::new(), Ledger::default());
     let home = AtHome {
@@ -677,6 +680,7 @@ fn any_case() -> impl Strategy<Value = Case> {
                     limits: Limits {
                         policies,
                         concurrency,
+                        report_only: false,
                     },
                     settings: EdgeLimits {
                         enabled: true,
@@ -710,6 +714,7 @@ fn any_slot_case() -> impl Strategy<Value = Case> {
                 limits: Limits {
                     policies: vec![p("minute", 1_000_000, 60_000)],
                     concurrency: Some(concurrency),
+                    report_only: false,
                 },
                 settings: EdgeLimits {
                     enabled: true,

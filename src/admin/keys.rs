@@ -123,7 +123,8 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         expires_at: input.expires_at,
         meta: input.meta,
         overrides: input.overrides,
-        updated_at: 0,
+        // Its first version: when it was made (a PATCH or reroll moves it on).
+        updated_at: now,
     };
     let kv = cx.env.kv(bindings::API_KEYS)?;
     let hash = ids::sha256_hex(&key);

@@ -5,7 +5,9 @@
 //! (from the D1 directory), this file fetches and hands the answers back.
 
 use futures_util::future::join_all;
-use postguard_core::audit::{bounded, parse_days, AuditQuery, AuditRow, COLUMNS};
+use postguard_core::audit::{
+    bounded, parse_days, parse_include_gateway, AuditQuery, AuditRow, COLUMNS,
+};
 use postguard_core::audit_shard::{
     self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
     ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
@@ -286,9 +288,14 @@ async fn legacy_stats(
     db: &D1Database,
     since: u64,
     project: Option<&str>,
-    key_prefix: Option<&str>,
+    q: &StatsQuery,
 ) -> Result<ShardStats> {
+    let key_prefix = q.key_prefix.as_deref();
     let mut filter = "time >= ?".to_string();
+    if q.exclude_gateway {
+        filter.push_str(" AND NOT ");
+        filter.push_str(postguard_core::routes::GATEWAY_PATH_SQL);
+    }
     let mut args = vec![num(since)];
     if let Some(p) = project {
         filter.push_str(" AND project = ?");
@@ -338,9 +345,11 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     let mut days = None;
     let mut project = None;
     let mut key_prefix = None;
+    let mut exclude_gateway = false;
     for (k, v) in &pairs {
         match k.as_str() {
             "days" => days = Some(v.as_str()),
+            "include_gateway" => exclude_gateway = parse_include_gateway(v)?,
             // Per-key statistics (the dashboard's Keys view), within the
             // caller's own project unless it is the operator.
             "key_prefix" => key_prefix = Some(parse_key_prefix(v)?),
@@ -390,6 +399,7 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     let q = StatsQuery {
         since_ms: since,
         key_prefix,
+        exclude_gateway,
     };
     // A join over `object::call` itself, the type the audit writer joins too (ADR 0026).
     let body = serde_json::to_vec(&q).map_err(rust_err)?;
@@ -402,7 +412,7 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
         .map(|r| r.and_then(|b| serde_json::from_slice::<ShardStats>(&b).map_err(rust_err)))
         .collect::<Result<Vec<_>>>()?;
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
-        parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
+        parts.push(legacy_stats(&db, since, project.as_deref(), &q).await?);
     }
     handler::json(rc, 200, &shards::merge_stats(parts), &[])
 }

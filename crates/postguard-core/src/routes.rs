@@ -257,8 +257,9 @@ impl Route {
                 "until",
                 "limit",
                 "cursor",
+                "include_gateway",
             ],
-            Stats => &["days", "key_prefix", "project"],
+            Stats => &["days", "key_prefix", "project", "include_gateway"],
             OperationsList => &["state", "limit", "cursor"],
             ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
@@ -562,6 +563,42 @@ pub fn audited_path(c: &Canonical) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Whether an audit row's stored path is a call of the gateway itself
+/// (its own API, the dashboard's calls to it, 404s under the prefix) rather
+/// than a request proxied to the origin: the path the row keeps
+/// ([`audited_path`]) is the reserved prefix, or starts with it followed by
+/// `/` or a percent-encoded character (`/_postguard%2F…`). The
+/// dashboard's "include gateway calls" filter (`include_gateway=false` on
+/// `/audit` and `/stats`) is this test, and [`GATEWAY_PATH_SQL`] is the
+/// same test in SQL (a host test holds the two together).
+pub fn is_gateway_path(stored: &str) -> bool {
+    let prefix = PREFIX.trim_end_matches('/');
+    match stored.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || rest.starts_with('%'),
+        None => false,
+    }
+}
+
+/// [`is_gateway_path`] as an SQL condition on a `path` column (SQLite's
+/// `GLOB` is case-sensitive and treats `_` literally, as paths are compared).
+pub const GATEWAY_PATH_SQL: &str =
+    "(path = '/_postguard' OR path GLOB '/_postguard/*' OR path GLOB '/_postguard%*')";
+
+/// The route pattern of a gateway path (`/_postguard/v1/idempotency/{key}`
+/// for every lookup), for statistics that count endpoints rather than
+/// URLs; `None` for a path that names no operation (a 404 under the prefix
+/// keeps its own path) or is not the gateway's.
+pub fn template_of(stored: &str) -> Option<&'static str> {
+    if !is_gateway_path(stored) {
+        return None;
+    }
+    // The method is not part of a roll-up: a path's operations share one template.
+    ["GET", "POST", "PATCH", "DELETE"]
+        .iter()
+        .find_map(|m| resolve(m, stored).ok())
+        .map(|r| r.operation().1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,5 +737,77 @@ mod tests {
         assert_eq!(p.code, ErrorCode::NotFound);
         let p = RouteError::MethodNotAllowed { allow: "GET" }.problem("PUT", "/x");
         assert_eq!((p.status(), p.allow), (405, Some("GET")));
+    }
+
+    #[test]
+    fn gateway_paths_are_told_apart_and_named_by_their_template() {
+        for p in [
+            "/_postguard",
+            "/_postguard/",
+            "/_postguard/v1/stats",
+            "/_postguard/v1/idempotency/order-1",
+            "/_postguard%2Fv1/keys",
+            "/_postguard/inspect/{token}",
+        ] {
+            assert!(is_gateway_path(p), "{p}");
+        }
+        for p in [
+            "/",
+            "/orders/1",
+            "/_postguardx",
+            "/_postguard_v1",
+            "/v1/_postguard/x",
+        ] {
+            assert!(!is_gateway_path(p), "{p}");
+        }
+        // Every operation's own path is a gateway path, named by its template.
+        for (method, template) in OPERATIONS {
+            let p = concrete(template);
+            assert!(is_gateway_path(&p), "{method} {template}");
+            assert_eq!(template_of(&p), Some(*template), "{method} {template}");
+        }
+        assert_eq!(
+            template_of("/_postguard/v1/idempotency/6f1c0b9e-0f7a-4c55-9d2f-3a1b2c3d4e5f"),
+            Some("/_postguard/v1/idempotency/{key}")
+        );
+        assert_eq!(template_of("/_postguard/v1/nope"), None);
+        assert_eq!(template_of("/orders/1"), None);
+    }
+
+    /// [`GATEWAY_PATH_SQL`] is [`is_gateway_path`]: the GLOB patterns read
+    /// as SQLite reads them (`*` any characters, everything else literal).
+    #[test]
+    fn the_sql_condition_is_the_same_test() {
+        fn glob(pattern: &str, s: &str) -> bool {
+            match pattern.split_once('*') {
+                None => pattern == s,
+                Some((head, tail)) => {
+                    assert!(tail.is_empty(), "one trailing * only");
+                    s.starts_with(head)
+                }
+            }
+        }
+        let sql_test = |p: &str| -> bool {
+            GATEWAY_PATH_SQL
+                .trim_matches(|c| c == '(' || c == ')')
+                .split(" OR ")
+                .any(
+                    |clause| match clause.split_once(" = ").or(clause.split_once(" GLOB ")) {
+                        Some((_, quoted)) => glob(quoted.trim_matches('\''), p),
+                        None => panic!("{clause}"),
+                    },
+                )
+        };
+        for p in [
+            "/_postguard",
+            "/_postguard/v1/me",
+            "/_postguard%2Fx",
+            "/_postguardx",
+            "/orders",
+            "/",
+            "/_postguard_",
+        ] {
+            assert_eq!(sql_test(p), is_gateway_path(p), "{p}");
+        }
     }
 }

@@ -113,7 +113,8 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
 
 pub async fn list(cx: &Ctx<'_>) -> Handled {
     let (req, env, rc) = (&cx.req, cx.env, cx.rc);
-    let project = cx.project()?;
+    let (project, _) = cx.reader_project()?;
+    let project = project.as_str();
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let cursor = match query_param(req, "cursor")? {
         Some(c) => Some(decode_cursor(&c)?),
@@ -135,8 +136,10 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscript
 
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
-    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
+    let (project, _) = cx.reader_project()?;
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
     handler::json(rc, 200, &sub, &[])
 }
 

@@ -238,13 +238,26 @@ impl Route {
     /// whatever its sender adds.
     pub fn query_params(&self) -> Option<&'static [&'static str]> {
         use Route::*;
-        const PAGE: &[&str] = &["limit", "cursor"];
         Some(match self {
             KeysList | PortalSessionsList => &["project", "limit", "cursor"],
             PortalSessionsEnd => &["project", "pause_subscriptions"],
-            WebhooksList => PAGE,
-            EventsFeed => &["since", "until", "type", "order", "limit", "cursor"],
-            DeliveriesList => &["status", "event_type", "since", "until", "limit", "cursor"],
+            // `project`: the operator names the project it reads (reader_project).
+            WebhooksList => &["project", "limit", "cursor"],
+            WebhookGet { .. } | DeliveryGet { .. } => &["project"],
+            EventsFeed => &[
+                "project", "since", "until", "type", "order", "limit", "cursor",
+            ],
+            DeliveriesList => &[
+                "project",
+                "status",
+                "event_type",
+                "subscription_id",
+                "event_id",
+                "since",
+                "until",
+                "limit",
+                "cursor",
+            ],
             AuditList => &[
                 "request_id",
                 "method",
@@ -344,10 +357,13 @@ impl Route {
             ExportDownload { .. } => Access::Public,
             EventsPublish => Access::Origin,
             AuditList | Stats => Access::Reader,
+            // What a project's webhooks did, read by the project or the
+            // operator (`?project=`); changing them stays the project's.
+            WebhooksList | WebhookGet { .. } | DeliveriesList | DeliveryGet { .. } | EventsFeed => {
+                Access::Reader
+            }
             InspectCapture { .. } | PortalSessionsCreate | OpenApiDocument => Access::Public,
             WebhooksCreate
-            | WebhooksList
-            | WebhookGet { .. }
             | WebhookDelete { .. }
             | WebhookRotateSecret { .. }
             | WebhookPatch { .. }
@@ -356,11 +372,8 @@ impl Route {
             | WebhookTest { .. }
             | WebhookRecover { .. }
             | TaskGet { .. }
-            | EventsFeed
             | InspectorsCreate
             | InspectorRequests { .. }
-            | DeliveriesList
-            | DeliveryGet { .. }
             | DeliveryRetry { .. }
             | DeliveryRedirect { .. }
             | OperationsList
@@ -560,6 +573,30 @@ pub fn audited_path(c: &Canonical) -> std::borrow::Cow<'_, str> {
     {
         true => CAPTURE.into(),
         false => c.path.as_str().into(),
+    }
+}
+
+/// The project a read of an [`Access::Reader`] operation is about: a key's
+/// or a session's own (which may not name another: `project` is then an
+/// unknown parameter, as in `/audit`), or the one the operator names with
+/// `project=` — required where the records live in a project's shards
+/// (webhooks, deliveries, events).
+pub fn reader_project(own: Option<&str>, asked: Option<&str>) -> Result<String, crate::Invalid> {
+    match (own, asked) {
+        (Some(own), None) => Ok(own.to_string()),
+        (Some(_), Some(_)) => Err(crate::Invalid::field(
+            "project",
+            "unknown parameter (an API key or portal session reads its own project)",
+        )),
+        (None, Some(p)) if crate::ids::is_valid_name(p) => Ok(p.to_string()),
+        (None, Some(_)) => Err(crate::Invalid::field(
+            "project",
+            "must be 1-64 characters of [A-Za-z0-9._-]",
+        )),
+        (None, None) => Err(crate::Invalid::field(
+            "project",
+            "required with the operator token: webhooks, deliveries and events belong to a project",
+        )),
     }
 }
 
@@ -808,6 +845,55 @@ mod tests {
             "/_postguard_",
         ] {
             assert_eq!(sql_test(p), is_gateway_path(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_reader_reads_its_own_project_and_the_operator_names_one() {
+        assert_eq!(reader_project(Some("acme"), None).as_deref(), Ok("acme"));
+        assert!(
+            reader_project(Some("acme"), Some("other")).is_err(),
+            "a key reads its own"
+        );
+        assert!(
+            reader_project(Some("acme"), Some("acme")).is_err(),
+            "and never names it"
+        );
+        assert_eq!(
+            reader_project(None, Some("shop-1")).as_deref(),
+            Ok("shop-1")
+        );
+        let missing = reader_project(None, None).map_err(|e| e.0);
+        assert!(missing.is_err_and(|m| m.starts_with("project: required")));
+        assert!(
+            reader_project(None, Some("~all")).is_err(),
+            "never a reserved shard name"
+        );
+        for (method, template) in [
+            ("GET", "/_postguard/v1/webhooks"),
+            ("GET", "/_postguard/v1/webhooks/{id}"),
+            ("GET", "/_postguard/v1/deliveries"),
+            ("GET", "/_postguard/v1/deliveries/{id}"),
+            ("GET", "/_postguard/v1/events"),
+        ] {
+            let route = resolve(method, &concrete(template)).unwrap_or(Route::Me);
+            assert_eq!(route.access(), Access::Reader, "{template}");
+            assert!(
+                route
+                    .query_params()
+                    .unwrap_or_default()
+                    .contains(&"project"),
+                "{template}"
+            );
+        }
+        // Changing a project's webhooks stays the project's.
+        for (method, template) in [
+            ("POST", "/_postguard/v1/webhooks"),
+            ("PATCH", "/_postguard/v1/webhooks/{id}"),
+            ("POST", "/_postguard/v1/deliveries/{id}/retry"),
+        ] {
+            let route = resolve(method, &concrete(template)).unwrap_or(Route::Me);
+            assert_eq!(route.access(), Access::Project, "{template}");
         }
     }
 }

@@ -106,13 +106,67 @@ pub struct SubView {
 pub struct DeliveryQuery {
     pub status: Option<Status>,
     pub event_type: Option<String>,
+    /// One subscription's deliveries (the dashboard's endpoint filter).
+    #[serde(default)]
+    pub subscription_id: Option<String>,
+    /// One event's deliveries (one per matching subscription).
+    #[serde(default)]
+    pub event_id: Option<String>,
     pub since: Option<u64>,
     pub until: Option<u64>,
     /// Rows strictly after this `(created_at, id)` in newest-first order.
     pub before: Option<(u64, String)>,
 }
 
+/// A filter value of `GET /deliveries`: 1-128 visible ASCII characters
+/// (what an event id or a subscription id can be).
+fn filter_value(name: &str, v: &str) -> Result<String, crate::Invalid> {
+    if v.is_empty()
+        || v.len() > super::events::MAX_TYPE_LEN
+        || !v.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(crate::Invalid::field(
+            name,
+            "must be 1-128 visible ASCII characters",
+        ));
+    }
+    Ok(v.to_string())
+}
+
 impl DeliveryQuery {
+    /// `GET /deliveries`' query parameters (`project` already taken out by
+    /// the router's reader rule): the filters and the page size. Unknown
+    /// parameters and malformed values are refused (400).
+    pub fn parse(pairs: &[(String, String)]) -> Result<(DeliveryQuery, u32), crate::Invalid> {
+        use crate::audit::{decode_cursor, parse_time};
+        let mut q = DeliveryQuery::default();
+        let mut limit = crate::page::parse_limit(None)?;
+        for (k, v) in pairs {
+            match k.as_str() {
+                "status" => {
+                    q.status = Some(Status::parse(v).ok_or_else(|| {
+                        crate::Invalid::field(
+                            "status",
+                            &format!("must be one of {}", Status::list()),
+                        )
+                    })?);
+                }
+                "event_type" => q.event_type = Some(filter_value("event_type", v)?),
+                "subscription_id" => q.subscription_id = Some(filter_value("subscription_id", v)?),
+                "event_id" => q.event_id = Some(filter_value("event_id", v)?),
+                "since" => q.since = Some(parse_time("since", v)?),
+                "until" => q.until = Some(parse_time("until", v)?),
+                "limit" => limit = crate::page::parse_limit(Some(v))?,
+                "cursor" => q.before = Some(decode_cursor(v)?),
+                other => {
+                    let name: String = other.chars().take(64).collect();
+                    return Err(crate::Invalid::field(&name, "unknown parameter"));
+                }
+            }
+        }
+        Ok((q, limit))
+    }
+
     /// The query in SQL over a `deliveries` table aliased `d`: ` AND …`
     /// conditions, newest first, at most `limit` rows, with their arguments.
     /// The shard's SQLite and D1's legacy rows run the same text.
@@ -126,6 +180,14 @@ impl DeliveryQuery {
         }
         if let Some(t) = &self.event_type {
             sql.push_str(" AND d.event_type = ?");
+            args.push(Arg::Text(t.clone()));
+        }
+        if let Some(t) = &self.subscription_id {
+            sql.push_str(" AND d.subscription_id = ?");
+            args.push(Arg::Text(t.clone()));
+        }
+        if let Some(t) = &self.event_id {
+            sql.push_str(" AND d.event_id = ?");
             args.push(Arg::Text(t.clone()));
         }
         if let Some(s) = self.since {
@@ -148,6 +210,11 @@ impl DeliveryQuery {
     pub fn matches(&self, d: &DeliveryRecord) -> bool {
         self.status.is_none_or(|s| d.status == s)
             && self.event_type.as_ref().is_none_or(|t| *t == d.event_type)
+            && self
+                .subscription_id
+                .as_ref()
+                .is_none_or(|t| *t == d.subscription_id)
+            && self.event_id.as_ref().is_none_or(|t| *t == d.event_id)
             && self.since.is_none_or(|s| d.created_at >= s)
             && self.until.is_none_or(|u| d.created_at <= u)
             && self

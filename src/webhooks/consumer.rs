@@ -597,10 +597,11 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
         .unwrap_or(&r.delivery.url)
         .to_string();
     let number = r.claim.attempt.number;
-    let (result, error, excerpt) = match (r.gave_up, r.target) {
+    let (result, error, excerpt, signed, response_headers) = match (r.gave_up, r.target) {
         (Some(_), _) | (None, None) => {
             let why = r.gave_up.unwrap_or(delivery::GiveUp::SubscriptionDeleted);
-            (Attempted::GaveUp(why), Some(why.reason().to_string()), None)
+            let reason = Some(why.reason().to_string());
+            (Attempted::GaveUp(why), reason, None, None, None)
         }
         (None, Some(t)) => {
             if r.sleep_ms > 0 {
@@ -618,7 +619,14 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
             };
             let sent =
                 sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms()).await?;
-            (Attempted::Sent(sent.0), sent.1, sent.2)
+            let s = sent.signed;
+            (
+                Attempted::Sent(sent.result),
+                sent.error,
+                sent.excerpt,
+                s,
+                sent.response_headers,
+            )
         }
     };
     let done = now_ms();
@@ -656,6 +664,8 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> Result<Recorded> {
         duration_ms: done - started,
         at: started,
         next_retry_at: None,
+        signed,
+        response_headers,
     };
     Ok(Recorded {
         settle: records::Settle {

@@ -10,6 +10,7 @@ use postguard_core::webhooks::records::{
     AttemptRecord, DeliveryQuery, DeliveryRecord, Detail, Manual,
 };
 use postguard_core::webhooks::shard::ShardKey;
+use postguard_core::webhooks::trace;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::Env;
@@ -69,11 +70,34 @@ struct Attempt {
     next_retry_at: Option<u64>,
     /// The X-Request-Id of the publish request (the delivery's `request_id`).
     publish_request_id: Option<String>,
+    /// The headers the request was sent with, its signature redacted
+    /// (`webhooks::trace`); null for attempts recorded before 0.4.
+    request_headers: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The receiver's response headers, bounded; null without an answer.
+    response_headers: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Header pairs as a JSON object (names are lower-case; a repeated name keeps its last value).
+fn object(pairs: Vec<(String, String)>) -> serde_json::Map<String, serde_json::Value> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect()
 }
 
 impl Attempt {
-    fn of(a: AttemptRecord, publish_request_id: Option<String>) -> Attempt {
+    fn of(a: AttemptRecord, d: &DeliveryRecord, publish_request_id: Option<String>) -> Attempt {
+        let sent = trace::Request {
+            event_id: &d.event_id,
+            event_type: &d.event_type,
+            attempt: a.attempt,
+            request_id: &a.request_id,
+            timestamp: a.at / 1_000,
+        };
+        let request_headers = trace::shown_request_headers(&sent, a.signed.as_ref()).map(object);
         Attempt {
+            request_headers,
+            response_headers: a.response_headers.map(object),
             attempt: a.attempt,
             url: a.url,
             status_code: a.status_code,
@@ -141,10 +165,11 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         .event
         .as_ref()
         .and_then(|e| serde_json::from_slice(e.payload.as_bytes()).ok());
+    let delivery = &detail.delivery;
     let attempts = detail
         .attempts
         .into_iter()
-        .map(|a| Attempt::of(a, request_id.clone()))
+        .map(|a| Attempt::of(a, delivery, request_id.clone()))
         .collect();
     let body = WithAttempts {
         delivery: Delivery::of(detail.delivery, request_id),

@@ -11,7 +11,10 @@
 //! - [`records`]: every write to a webhook record, over the synchronous
 //!   `WebhookStore` port the shard implements, with an in-memory backend;
 //! - [`shard`]: which shard holds what, ids that name their shard, paging
-//!   across shards (ADR 0035).
+//!   across shards (ADR 0035);
+//! - [`trace`]: an attempt's request headers (sent and shown, the signature
+//!   redacted) and the response headers it keeps;
+//! - [`health`]: a subscription's health figure from its attempts.
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -24,9 +27,11 @@ pub mod capture;
 pub mod delivery;
 pub mod events;
 pub mod fanout;
+pub mod health;
 pub mod ops;
 pub mod records;
 pub mod retry;
 pub mod shard;
 pub mod signature;
+pub mod trace;
 pub mod url_guard;

@@ -91,6 +91,15 @@ pub struct AttemptRecord {
     pub duration_ms: u64,
     pub at: u64,
     pub next_retry_at: Option<u64>,
+    /// What the request's headers do not say of themselves: its
+    /// `webhook-timestamp` and its `webhook-signature`, redacted
+    /// ([`super::trace`]); `None` for attempts recorded before 0.4 and
+    /// attempts never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<super::trace::Signed>,
+    /// The receiver's response headers, bounded ([`super::trace::response_headers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<Vec<(String, String)>>,
 }
 
 /// The subscription as the shell read it (D1): whether it still exists and
@@ -296,6 +305,13 @@ pub trait WebhookStore {
     /// Inserts the attempt; one already stored (same delivery and request id) stays.
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error>;
     fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error>;
+    /// The attempts at or after `since` of these subscriptions, counted per
+    /// subscription and URL ([`super::health::TALLY_SQL`]).
+    fn health(
+        &mut self,
+        subscription_ids: &[&str],
+        since: u64,
+    ) -> Result<Vec<super::health::Tally>, Self::Error>;
     /// Deliveries never queued, created at or before `before`, oldest first.
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
     /// `paused` deliveries of a subscription, in creation order.
@@ -1179,6 +1195,22 @@ impl WebhookStore for MemoryStore {
             .filter(|a| a.delivery_id == delivery_id)
             .cloned()
             .collect())
+    }
+    fn health(
+        &mut self,
+        subscription_ids: &[&str],
+        since: u64,
+    ) -> Result<Vec<super::health::Tally>, Self::Error> {
+        let of = |a: &AttemptRecord| {
+            self.deliveries
+                .get(&a.delivery_id)
+                .map(|d| d.subscription_id.as_str())
+                .filter(|s| subscription_ids.contains(s))
+        };
+        Ok(super::health::tally(
+            self.attempts.iter().filter_map(|a| of(a).map(|s| (s, a))),
+            since,
+        ))
     }
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
         let mut v: Vec<_> = self

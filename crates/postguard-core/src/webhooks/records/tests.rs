@@ -51,6 +51,8 @@ fn row(id: &str, number: u32, at: u64) -> AttemptRecord {
         duration_ms: 1,
         at,
         next_retry_at: None,
+        signed: None,
+        response_headers: None,
     }
 }
 

@@ -104,6 +104,14 @@ pub const INGEST: &str = "/ingest";
 pub const ADD: &str = "/add";
 pub const QUERY: &str = "/query";
 pub const STATS_PATH: &str = "/stats";
+/// Per key: requests, errors and the latest use since an hour (`GET /keys/activity`).
+pub const KEYS_PATH: &str = "/keys";
+
+/// `/keys`: from this hour (ms) on.
+#[derive(serde::Serialize, Deserialize)]
+pub struct KeysQuery {
+    pub since_ms: u64,
+}
 pub const DROP: &str = "/drop";
 pub const SIZE: &str = "/size";
 /// Rows of a time window, oldest first, after a cursor (the archive).
@@ -240,6 +248,16 @@ impl AuditShard {
         self.sql()?.scalar(&sql, binds)
     }
 
+    fn keys(&self, body: &[u8]) -> Result<String> {
+        let q: KeysQuery = serde_json::from_slice(body).map_err(err)?;
+        let sql = format!(
+            "SELECT json_group_array(json_object('key_prefix', key_prefix, 'requests', requests, \
+             'errors', errors, 'last_used_at', last_used_at)) FROM ({})",
+            audit_shard::KEY_ACTIVITY_SQL
+        );
+        self.sql()?.scalar(&sql, vec![int(q.since_ms)])
+    }
+
     fn stats(&self, body: &[u8]) -> Result<String> {
         let q: StatsQuery = serde_json::from_slice(body).map_err(err)?;
         let kp = q
@@ -270,6 +288,7 @@ impl DurableObject for AuditShard {
             ADD => self.add(&body).map(|()| "{}".to_string()),
             QUERY => self.query(&body),
             STATS_PATH => self.stats(&body),
+            KEYS_PATH => self.keys(&body),
             PAGE => self.page(&body),
             DROP => {
                 // Every row, roll-up and the schema go with the object's storage.

@@ -479,6 +479,48 @@ pub fn merge_stats(parts: Vec<ShardStats>) -> Stats {
     }
 }
 
+/// When a key was last used, and how much, over a window: one project's
+/// shards answer [`KEY_ACTIVITY_SQL`], [`merge_key_activity`] adds them up
+/// (`GET /keys/activity`, the dashboard's "Last used"). Read from the
+/// roll-ups and the rows that already exist: nothing is written per request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyActivity {
+    pub key_prefix: String,
+    pub requests: u64,
+    pub errors: u64,
+    /// The time of its latest request (epoch ms).
+    pub last_used_at: u64,
+}
+
+/// A shard's [`KeyActivity`] from hour `?1` on: the counts from the path
+/// roll-up, the latest time from the rows of the key's latest hour (the
+/// hour itself when the rows are gone, which never happens in a shard).
+pub const KEY_ACTIVITY_SQL: &str = "SELECT p.key_prefix AS key_prefix, p.r AS requests, p.e AS errors, \
+COALESCE((SELECT MAX(time) FROM rows WHERE key_prefix = p.key_prefix AND time >= p.h), p.h) AS last_used_at \
+FROM (SELECT key_prefix, SUM(requests) AS r, SUM(errors) AS e, MAX(hour) AS h FROM paths \
+WHERE hour >= ?1 AND key_prefix != '' GROUP BY key_prefix) p";
+
+/// The shards' answers added up per key, the most recently used first.
+pub fn merge_key_activity(parts: Vec<Vec<KeyActivity>>) -> Vec<KeyActivity> {
+    let mut out: Vec<KeyActivity> = Vec::new();
+    for k in parts.into_iter().flatten() {
+        match out.iter_mut().find(|o| o.key_prefix == k.key_prefix) {
+            Some(o) => {
+                o.requests += k.requests;
+                o.errors += k.errors;
+                o.last_used_at = o.last_used_at.max(k.last_used_at);
+            }
+            None => out.push(k),
+        }
+    }
+    out.sort_by(|a, b| {
+        b.last_used_at
+            .cmp(&a.last_used_at)
+            .then_with(|| a.key_prefix.cmp(&b.key_prefix))
+    });
+    out
+}
+
 /// A shard's storage: the object's SQLite tables, or memory in tests. Every
 /// method runs inside one transaction of the caller (`transactionSync`).
 pub trait ShardStore {
@@ -962,5 +1004,22 @@ mod tests {
         let mut total = Mem::default();
         total.add(&Rollups::sum(vec![done.rollups])).unwrap();
         assert_eq!(merge_stats(vec![total.stats(&q(true))]), api);
+    }
+
+    #[test]
+    fn key_activity_adds_shards_up_and_puts_the_latest_use_first() {
+        let k = |p: &str, r, e, at| KeyActivity {
+            key_prefix: p.into(),
+            requests: r,
+            errors: e,
+            last_used_at: at,
+        };
+        let day1 = vec![k("pgk_a", 3, 1, 100), k("pgk_b", 1, 0, 150)];
+        let day2 = vec![k("pgk_a", 2, 0, 900)];
+        assert_eq!(
+            merge_key_activity(vec![day1, day2]),
+            vec![k("pgk_a", 5, 1, 900), k("pgk_b", 1, 0, 150)]
+        );
+        assert!(merge_key_activity(vec![]).is_empty());
     }
 }

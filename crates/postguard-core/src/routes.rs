@@ -52,6 +52,7 @@ pub enum Budget {
 pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys"),
+    ("GET", "/_postguard/v1/keys/activity"),
     ("GET", "/_postguard/v1/keys/{id}"),
     ("DELETE", "/_postguard/v1/keys/{id}"),
     ("PATCH", "/_postguard/v1/keys/{id}"),
@@ -98,6 +99,8 @@ pub const OPERATIONS: &[(&str, &str)] = &[
 pub enum Route {
     KeysCreate,
     KeysList,
+    /// When each of a project's keys was last used, from its audit roll-ups.
+    KeyActivity,
     KeyGet {
         id: String,
     },
@@ -240,6 +243,7 @@ impl Route {
         use Route::*;
         Some(match self {
             KeysList | PortalSessionsList => &["project", "limit", "cursor"],
+            KeyActivity => &["project", "days"],
             PortalSessionsEnd => &["project", "pause_subscriptions"],
             // `project`: the operator names the project it reads (reader_project).
             WebhooksList => &["project", "limit", "cursor"],
@@ -295,6 +299,7 @@ impl Route {
         match self {
             KeysCreate => ("POST", "/_postguard/v1/keys"),
             KeysList => ("GET", "/_postguard/v1/keys"),
+            KeyActivity => ("GET", "/_postguard/v1/keys/activity"),
             KeyGet { .. } => ("GET", "/_postguard/v1/keys/{id}"),
             KeyRevoke { .. } => ("DELETE", "/_postguard/v1/keys/{id}"),
             KeyPatch { .. } => ("PATCH", "/_postguard/v1/keys/{id}"),
@@ -344,6 +349,7 @@ impl Route {
         match self {
             KeysCreate
             | KeysList
+            | KeyActivity
             | KeyGet { .. }
             | KeyRevoke { .. }
             | KeyPatch { .. }
@@ -445,6 +451,8 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
     // Each path: its `Allow` value and its operations by method.
     let (allow, operations): (&'static str, Vec<(&str, Route)>) = match segments.as_slice() {
         ["v1", "keys"] => ("GET, POST", vec![("POST", KeysCreate), ("GET", KeysList)]),
+        // A key id is `key_…`: this segment never names one.
+        ["v1", "keys", "activity"] => ("GET", vec![("GET", KeyActivity)]),
         ["v1", "keys", k] => (
             "GET, DELETE, PATCH",
             vec![

@@ -89,7 +89,7 @@ function summary(k: api.ApiKeyDetail): HTMLElement {
       state: stateOf(k),
       expires: expiry(k.expires_at),
       created: time(k.created_at),
-      changed: k.updated_at > k.created_at ? time(k.updated_at) : 'never',
+      changed: (k.updated_at ?? 0) > k.created_at ? time(k.updated_at) : 'never',
     }),
     h('h3', null, 'Limits now'),
     policyTable(k.policies, who),

@@ -160,7 +160,9 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     let sub = load(env, &project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
-    handler::json(rc, 200, &sub, &[])
+    let mut one = [sub];
+    with_health(cx, &project, &mut one).await?;
+    handler::json(rc, 200, &one[0], &[])
 }
 
 pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {

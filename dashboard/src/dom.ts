@@ -259,7 +259,7 @@ export function projectField(): HTMLInputElement {
   const params = new URLSearchParams(location.hash.split('?')[1] ?? '');
   const value = params.get('project') ?? sessionStorage.getItem(PROJECT_KEY) ?? '';
   const f = input('project', { value, placeholder: 'demo', required: true, pattern: '[A-Za-z0-9._\\-]{1,64}' });
-  f.addEventListener('change', () => sessionStorage.setItem(PROJECT_KEY, f.value.trim()));
+  f.addEventListener('input', () => sessionStorage.setItem(PROJECT_KEY, f.value.trim()));
   return f;
 }
 

@@ -48,7 +48,7 @@ async function deliveriesOf(e: EventRow, project: string | undefined): Promise<H
     h(
       'tr',
       { 'data-delivery-id': d.id },
-      td(h('code', null, d.url)),
+      h('td', { class: 'url' }, h('code', null, d.url)),
       td(h('span', { class: `badge d-${d.status}` }, d.status)),
       td(d.attempts_made),
       td(ident(d.id)),

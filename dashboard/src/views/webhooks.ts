@@ -6,7 +6,7 @@
 // it (changing a project's webhooks stays the project's).
 
 import * as api from '../api';
-import { button, field, h, ident, input, projectField, replace, scroller, secretBox, status, table, td, when } from '../dom';
+import { button, field, h, ident, input, projectField, replace, scroller, secretBox, status, table, td, time, when } from '../dom';
 
 /** "97.5 % of 40" — the share of the window's attempts answered 2xx. */
 export function successText(hl: api.SubscriptionHealth | undefined): string {
@@ -26,7 +26,7 @@ async function readOnly(main: HTMLElement): Promise<void> {
   const project = projectField();
   const msg = h('p', { class: 'status' });
   const list = h('div');
-  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Choose a project' }, field('Project', project), h('button', { type: 'submit' }, 'Show webhooks'));
+  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Whose webhooks' }, field('Project', project), h('button', { type: 'submit' }, 'Show webhooks'));
   const load = async (): Promise<void> => {
     const p = project.value.trim();
     if (!p) {
@@ -57,19 +57,18 @@ function subscriptionTable(subs: api.Subscription[], actions: (s: api.Subscripti
     return h(
       'tr',
       { 'data-subscription-id': s.id },
-      td(h('code', null, s.url)),
+      h('td', { class: 'url' }, h('code', null, s.url)),
       td(s.events.join(', ')),
       td(s.description ?? ''),
       td(state),
       h('td', { class: 'health' }, h('span', { class: `badge h-${hl?.state ?? 'idle'}` }, hl?.state ?? 'idle')),
       h('td', { class: 'success nowrap' }, successText(hl)),
       h('td', { class: 'last-attempt' }, lastAttempt(hl)),
-      td(when(s.created_at)),
-      td(ident(s.id), ' ', h('a', { href: `#deliveries?${deliveries}`, 'aria-label': `Deliveries to ${s.url}` }, 'Deliveries')),
+      td(ident(s.id), h('br'), h('small', { class: 'hint nowrap' }, `created ${time(s.created_at)}`), h('br'), h('a', { href: `#deliveries?${deliveries}`, 'aria-label': `Deliveries to ${s.url}` }, 'Deliveries')),
       cells[i],
     );
   });
-  const headers = ['URL', 'Events', 'Description', 'State', 'Health (24 h)', 'Success (24 h)', 'Last attempt (UTC)', 'Created (UTC)', 'ID'];
+  const headers = ['URL', 'Events', 'Description', 'State', 'Health (24 h)', 'Success (24 h)', 'Last attempt (UTC)', 'ID'];
   if (cells.some((c) => c !== null)) headers.push('Actions');
   return scroller('Subscriptions', table('Subscriptions with their endpoint’s health over the last 24 hours', headers, rows));
 }
@@ -99,7 +98,7 @@ export async function webhooks(main: HTMLElement): Promise<void> {
       return;
     }
     const actionsOf = (s: api.Subscription): HTMLTableCellElement => {
-      const actions = h('td', { class: 'actions' });
+      const actions = h('td', { class: 'actions stack' });
       const rotate = button('Rotate secret', () => {
         api
           .call<{ secret: string }>('POST', `/webhooks/${encodeURIComponent(s.id)}/rotate-secret`)

@@ -140,8 +140,19 @@ fn cut(s: &str, n: usize) -> String {
     }
 }
 
-/// A receiver's response headers as an attempt keeps them: names
-/// lower-cased, `set-cookie` (and any `authorization`) values
+/// Headers about the connection, not the answer: never kept.
+pub const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// A receiver's response headers as an attempt keeps them: the
+/// [`HOP_BY_HOP`] ones left out, names lower-cased, `set-cookie` (and any `authorization`) values
 /// [`REDACTED`], names and values cut to [`MAX_NAME_CHARS`] and
 /// [`MAX_VALUE_CHARS`], at most [`MAX_RESPONSE_HEADERS`] of them and
 /// [`MAX_RESPONSE_HEADER_BYTES`] in all; a cut list ends with
@@ -149,7 +160,11 @@ fn cut(s: &str, n: usize) -> String {
 pub fn response_headers(received: &[(String, String)]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut bytes = 0usize;
-    for (i, (name, value)) in received.iter().enumerate() {
+    let kept: Vec<&(String, String)> = received
+        .iter()
+        .filter(|(n, _)| !HOP_BY_HOP.iter().any(|h| n.eq_ignore_ascii_case(h)))
+        .collect();
+    for (i, (name, value)) in kept.iter().enumerate() {
         let name = cut(&name.to_ascii_lowercase(), MAX_NAME_CHARS);
         let value = match name.as_str() {
             "set-cookie" | "authorization" | "proxy-authorization" => REDACTED.to_string(),
@@ -160,10 +175,7 @@ pub fn response_headers(received: &[(String, String)]) -> Vec<(String, String)> 
         if out.len() == MAX_RESPONSE_HEADERS
             || bytes + size > MAX_RESPONSE_HEADER_BYTES - MARKER_BYTES - 2
         {
-            out.push((
-                TRUNCATED.to_string(),
-                format!("{} more", received.len() - i),
-            ));
+            out.push((TRUNCATED.to_string(), format!("{} more", kept.len() - i)));
             break;
         }
         bytes += size;
@@ -250,7 +262,9 @@ mod tests {
                 .collect()
         };
         let kept = response_headers(&h(&[
+            ("Connection", "keep-alive"),
             ("Content-Type", "text/plain"),
+            ("Keep-Alive", "timeout=5"),
             ("Set-Cookie", "session=abc123; HttpOnly"),
             ("X-Long", &"x".repeat(500)),
         ]));

@@ -23,7 +23,13 @@ node scripts/build-dashboard.mjs
 # The API document into the assets, for the worker to serve (ADR 0030).
 node scripts/openapi-asset.mjs
 worker-build --release
-bash scripts/wasm-post.sh
+# The wasm's size post-processing (wasm-opt passes, names stripped: ADR 0019, 0022) matters to
+# a deployment, not to a local dev server: POSTGUARD_DEV_BUILD=1 (scripts/dev.sh) skips it.
+if [ -z "${POSTGUARD_DEV_BUILD:-}" ]; then
+  bash scripts/wasm-post.sh
+else
+  echo "build.sh: POSTGUARD_DEV_BUILD: the wasm's size post-processing skipped (a local build)"
+fi
 # JS RPC to KeyGuard (ADR 0018): worker-build's module moves to build/postguard.js and
 # src/entry.mjs, which re-exports it with KeyGuard as a DurableObject class, is the entry.
 mv build/index.js build/postguard.js

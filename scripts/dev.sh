@@ -45,13 +45,6 @@ fi
 step "tools and npm packages (scripts/setup.sh --build)"
 quiet setup bash scripts/setup.sh --build
 source scripts/env.sh
-if [ -n "$cargo_pid" ] && ! wait "$cargo_pid"; then
-  tail -n 40 "$LOGS/cargo.log" >&2
-  echo "dev.sh: the Rust build failed (target/dev/cargo.log)" >&2
-  exit 1
-fi
-step "the worker and the dashboard (scripts/build.sh; log: target/dev/build.log)"
-quiet build bash scripts/build.sh
 
 # Three distinct random secrets of 48 hex characters (the gateway refuses secrets shorter than
 # 32 characters and equal ones). An older .dev.vars with the short dev tokens is replaced.
@@ -76,14 +69,29 @@ elif ! grep -q "\"public_url\": \"$GW\"" .dev.vars; then
   # Another DEV_PORT than last time: portal links must name this one.
   sed -i "s#\"public_url\": \"http://127.0.0.1:[0-9]*\"#\"public_url\": \"$GW\"#" .dev.vars
 fi
+
+# The D1 schema (migrations/), applied to the state wrangler dev uses — beside the build,
+# quietly: one line, not its tables.
+wrangler d1 migrations apply DB --local --persist-to .wrangler/state >"$LOGS/migrations.log" 2>&1 < /dev/null &
+migrations_pid=$!
+
+# The dashboard is built while the Rust build finishes; worker-build then finds it done.
+# POSTGUARD_DEV_BUILD: no size post-processing of the wasm (a deployment's concern).
+step "the worker and the dashboard (scripts/build.sh; log: target/dev/build.log)"
+export POSTGUARD_DEV_BUILD=1
+quiet build bash scripts/build.sh
+if [ -n "$cargo_pid" ]; then wait "$cargo_pid" || true; fi
+if ! wait "$migrations_pid"; then
+  tail -n 40 "$LOGS/migrations.log" >&2
+  echo "dev.sh: the D1 migrations failed (target/dev/migrations.log)" >&2
+  exit 1
+fi
+applied=$(grep -c '✅' "$LOGS/migrations.log" || true)
+step "D1 migrations applied to .wrangler/state${applied:+ ($applied reported)}"
+
 ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)
 ORIGIN_SIGNING_SECRET=$(sed -n 's/^ORIGIN_SIGNING_SECRET=//p' .dev.vars)
-
-# The D1 schema (migrations/), applied to the state wrangler dev uses: one line, not its tables.
-quiet migrations wrangler d1 migrations apply DB --local --persist-to .wrangler/state
-applied=$(grep -c '✅' "$LOGS/migrations.log" || true)
-step "D1 migrations applied to .wrangler/state${applied:+ ($applied reported)}"
 
 ORIGIN_SIGNING_SECRET="$ORIGIN_SIGNING_SECRET" node tests/support/origin.mjs --port "$ORIGIN_PORT" >"$LOGS/origin.log" 2>&1 &
 origin_pid=$!

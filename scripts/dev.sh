@@ -86,8 +86,11 @@ if ! wait "$migrations_pid"; then
   echo "dev.sh: the D1 migrations failed (target/dev/migrations.log)" >&2
   exit 1
 fi
-applied=$(grep -c '✅' "$LOGS/migrations.log" || true)
-step "D1 migrations applied to .wrangler/state${applied:+ ($applied reported)}"
+if grep -q 'No migrations to apply' "$LOGS/migrations.log"; then
+  step "D1 migrations: .wrangler/state is up to date"
+else
+  step "D1 migrations applied to .wrangler/state (migrations/*.sql; log: target/dev/migrations.log)"
+fi
 
 ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)
 ORIGIN_TOKEN=$(sed -n 's/^ORIGIN_TOKEN=//p' .dev.vars)

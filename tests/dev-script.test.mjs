@@ -125,8 +125,9 @@ describe('scripts/dev.sh in a fresh clone', () => {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ token: link[2] }),
     });
-    assert.equal(res.status, 201, await res.text());
-    assert.equal((await res.json()).project, 'demo');
+    const session = await res.text();
+    assert.equal(res.status, 201, session);
+    assert.equal(JSON.parse(session).project, 'demo');
     // The first curl of the block works as printed.
     const admin = /ADMIN=(dev-admin-[0-9a-f]+)/.exec(block)[1];
     const key = await fetch(`${gw}/_postguard/v1/keys`, {
@@ -134,11 +135,12 @@ describe('scripts/dev.sh in a fresh clone', () => {
       headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
       body: JSON.stringify({ project: 'demo', plan: 'trial' }),
     });
-    assert.equal(key.status, 201, await key.text());
+    const created = await key.text();
+    assert.equal(key.status, 201, created);
     // The demo origin answers behind the gateway, on its own port.
     const pay = await fetch(`${gw}/payments`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${(await key.json()).key}`, 'content-type': 'application/json', 'idempotency-key': 'order-1' },
+      headers: { authorization: `Bearer ${JSON.parse(created).key}`, 'content-type': 'application/json', 'idempotency-key': 'order-1' },
       body: '{"amount":100}',
     });
     assert.ok(pay.status < 300, `POST /payments → ${pay.status}`);

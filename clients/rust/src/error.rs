@@ -243,10 +243,19 @@ mod tests {
     /// Every error carries a code: the problem's, else its kind's.
     #[test]
     fn every_error_has_a_code() {
-        assert_eq!(Error::from_problem(problem(Some("NOT_FOUND"))).code(), "NOT_FOUND");
+        assert_eq!(
+            Error::from_problem(problem(Some("NOT_FOUND"))).code(),
+            "NOT_FOUND"
+        );
         assert_eq!(Error::from_problem(problem(None)).code(), "HTTP_ERROR");
-        assert_eq!(Error::Invalid("no api key".into()).code(), "CLIENT_CONFIGURATION");
-        assert_eq!(Error::ResponseTooLarge { limit: 1 }.code(), "RESPONSE_TOO_LARGE");
+        assert_eq!(
+            Error::Invalid("no api key".into()).code(),
+            "CLIENT_CONFIGURATION"
+        );
+        assert_eq!(
+            Error::ResponseTooLarge { limit: 1 }.code(),
+            "RESPONSE_TOO_LARGE"
+        );
         let decode = serde_json::from_str::<u8>("x").unwrap_err();
         assert_eq!(Error::Decode(decode).code(), "DECODE_ERROR");
         assert_eq!(

@@ -41,6 +41,21 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// The project an `Access::Reader` read of a project's records is about
+    /// (`routes::reader_project`: a key's or session's own, or the one the
+    /// operator names with `project=`), and the other query parameters.
+    pub fn reader_project(&self) -> Handled<(String, Vec<(String, String)>)> {
+        let mut pairs = crate::request::query_pairs(&self.req)?;
+        let asked = pairs
+            .iter()
+            .position(|(k, _)| k == "project")
+            .map(|i| pairs.remove(i).1);
+        let project = postguard_core::routes::reader_project(self.who.project(), asked.as_deref())?;
+        Ok((project, pairs))
+    }
+}
+
 /// A JSON resource.
 pub fn json<T: Serialize>(
     rc: &RequestCtx,

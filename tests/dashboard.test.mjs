@@ -54,6 +54,8 @@ const project = `shop-${crypto.randomBytes(3).toString('hex')}`;
 const opsProject = `ops-${crypto.randomBytes(3).toString('hex')}`;
 let key;
 const sent = { requests: 0, errors: 0, server: 0 };
+/** The part of `sent` proxied to the origin: what the dashboard counts unless gateway calls are included. */
+const proxied = { requests: 0, errors: 0, server: 0 };
 /** axe findings (of any impact; none may be serious or critical) per view, printed at the end. */
 const axeFindings = {};
 const ids = {};
@@ -61,9 +63,11 @@ const ids = {};
 /** A request of the project (its key, or the origin publishing for it): counted as sent. */
 async function forProject(method, p, { token, body, headers = {} } = {}) {
   const res = await gw.admin(method, p, body, { token: token ?? key.key, headers });
-  sent.requests += 1;
-  if (res.status >= 400) sent.errors += 1;
-  if (res.status >= 500) sent.server += 1;
+  for (const count of p.startsWith('/_postguard/') ? [sent] : [sent, proxied]) {
+    count.requests += 1;
+    if (res.status >= 400) count.errors += 1;
+    if (res.status >= 500) count.server += 1;
+  }
   return res;
 }
 
@@ -228,19 +232,43 @@ describe('the dashboard, signed in with a portal link', () => {
 
   // The page's first call in the project is GET /stats (the exchange belongs to no project),
   // and a request's own audit row is written after it is answered: the counts are exact.
-  it('shows the 30-day chart with today’s counts matching what the test sent', async () => {
+  it('shows the 30-day chart with today’s counts matching what the test sent; gateway calls only when asked', async () => {
     await page.locator('.chart canvas').first().waitFor();
     assert.equal(await page.locator('.chart .u-legend').count(), 1);
     const today = new Date().toISOString().slice(0, 10);
     assert.equal(await page.locator('details.days tbody tr').count(), 30, 'one row per day, 30 days');
-    const cells = await page.locator(`tr[data-date="${today}"] td`).allTextContents();
-    assert.deepEqual(cells.map(Number), [sent.requests, sent.errors, sent.server], `today: ${cells}`);
-    const summary = await page.locator('dl.fields').first().textContent();
-    assert.match(summary, new RegExp(`requests${sent.requests}`));
-    assert.match(summary, new RegExp(`error share${((sent.errors / sent.requests) * 100).toFixed(1)} %`));
+    // By default the gateway's own calls (webhook setup, delivery polls, the page's own reads) are left out.
+    const toggle = page.getByLabel('Include gateway calls');
+    assert.equal(await toggle.isChecked(), false, 'unticked by default');
+    assert.ok(proxied.requests > 0 && proxied.requests < sent.requests);
+    let cells = await page.locator(`tr[data-date="${today}"] td`).allTextContents();
+    assert.deepEqual(cells.map(Number), [proxied.requests, proxied.errors, proxied.server], `today, proxied only: ${cells}`);
+    let summary = await page.locator('dl.fields').first().textContent();
+    assert.match(summary, new RegExp(`requests${proxied.requests}`));
+    assert.match(summary, new RegExp(`error share${((proxied.errors / proxied.requests) * 100).toFixed(1)} %`));
     assert.match(summary, /p50 latency\d+ ms/);
-    const top = await page.getByRole('table', { name: 'Top endpoints' }).textContent();
+    let top = await page.getByRole('table', { name: 'Top endpoints' }).textContent();
     assert.match(top, /\/orders\/fail2/);
+    assert.ok(!top.includes('/_postguard/'), `no gateway path: ${top}`);
+    // The legend names the latest day before anything is hovered.
+    const legend = await page.locator('.chart .u-legend').textContent();
+    assert.ok(legend.includes(today) && !legend.includes('--'), `legend: ${legend}`);
+    // Ticked: every request of the project, the gateway's own calls included — the test's and
+    // the page's one call so far (its first GET /stats; its own row is written after it answers,
+    // so the next one counts it once it is in the log).
+    const withPage = sent.requests + 1;
+    await poll(async () => (await gw.admin('GET', `/_postguard/v1/stats?days=1&project=${project}`)).json?.days?.[0]?.requests === withPage,
+      { timeout: 15000, interval: 200, message: 'the page’s own GET /stats in the audit log' });
+    await toggle.check();
+    await page.getByText('Every request, the gateway’s own calls included.').waitFor();
+    cells = await page.locator(`tr[data-date="${today}"] td`).allTextContents();
+    assert.deepEqual(cells.map(Number), [withPage, sent.errors, sent.server], `today, everything: ${cells}`);
+    summary = await page.locator('dl.fields').first().textContent();
+    assert.match(summary, new RegExp(`requests${withPage}`));
+    top = await page.getByRole('table', { name: 'Top endpoints' }).textContent();
+    assert.match(top, /\/_postguard\/v1\/deliveries/);
+    await toggle.uncheck();
+    await page.getByText('Requests proxied to the origin; the gateway’s own calls are left out.').waitFor();
     await page.locator('details.days summary').click();
     await shot(page, 'statistics');
     axeFindings.statistics = await axe(page, 'Statistics');

@@ -205,13 +205,15 @@ describe('webhooks', { concurrency: true }, () => {
       const one = await api('GET', `/_postguard/v1/webhooks/${s.id}`, p.key);
       assert.equal(one.status, 200, show(one));
       const { secret, ...rest } = s;
-      assert.deepEqual(one.json, rest, 'GET shows the subscription without its secret');
+      // GET adds the endpoint's health (docs/webhooks.md): no attempt yet.
+      const idle = { window_s: 86400, attempts: 0, succeeded: 0, failed: 0, success_rate: null, last_attempt_at: null, last_status_code: null, last_error: null, state: 'idle' };
+      assert.deepEqual(one.json, { ...rest, health: idle }, 'GET shows the subscription without its secret');
       assert.ok(!one.text.includes(secret.slice(6)));
 
       const list = await api('GET', '/_postguard/v1/webhooks', p.key);
       assert.equal(list.status, 200, show(list));
       assert.deepEqual(Object.keys(list.json).sort(), ['data', 'next_cursor']);
-      assert.deepEqual(list.json.data, [rest]);
+      assert.deepEqual(list.json.data, [{ ...rest, health: idle }]);
       assert.equal(list.json.next_cursor, null);
       assert.ok(!list.text.includes(secret.slice(6)));
 

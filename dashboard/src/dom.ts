@@ -210,3 +210,68 @@ export function meter(label: string, value: number, max: number, goodWhen: 'high
     'aria-label': label,
   });
 }
+
+/**
+ * An identifier (request id, delivery id…) that never wraps: shown on one line,
+ * cut with an ellipsis by the stylesheet when its cell is narrow, whole on focus
+ * or hover (`title`), and whole when selected and copied (the text is all there).
+ */
+export function ident(value: string | null | undefined, label?: string): HTMLElement | string {
+  if (value === null || value === undefined || value === '') return '—';
+  return h('code', { class: 'id', tabindex: 0, title: value, 'aria-label': label ? `${label} ${value}` : undefined }, value);
+}
+
+/** A UTC time that never wraps (`time`). */
+export function when(ms: number | null | undefined): HTMLElement | string {
+  if (ms === null || ms === undefined) return '—';
+  return h('span', { class: 'nowrap' }, time(ms));
+}
+
+const GATEWAY_KEY = 'postguard.include_gateway';
+
+/**
+ * The "Include gateway calls" box of Statistics and the Audit log: unticked by
+ * default (the gateway's own calls — the dashboard's reads among them — are left
+ * out, `include_gateway=false`); the choice holds for this tab (sessionStorage;
+ * it is no credential).
+ */
+export function gatewayToggle(onChange: (include: boolean) => void): { box: HTMLDivElement; include: () => boolean } {
+  const cb = h('input', { type: 'checkbox', name: 'include_gateway', id: uid('gw') });
+  cb.checked = sessionStorage.getItem(GATEWAY_KEY) === 'true';
+  cb.addEventListener('change', () => {
+    sessionStorage.setItem(GATEWAY_KEY, String(cb.checked));
+    onChange(cb.checked);
+  });
+  const hint = h('small', { id: `${cb.id}-hint`, class: 'hint' }, 'The gateway’s own API under /_postguard/, the dashboard’s reads included.');
+  cb.setAttribute('aria-describedby', hint.id);
+  const box = h('div', { class: 'field check gateway-toggle' }, cb, h('label', { for: cb.id }, 'Include gateway calls'), hint);
+  return { box, include: () => cb.checked };
+}
+
+const PROJECT_KEY = 'postguard.project';
+
+/**
+ * The operator's project field of the views whose records belong to a project
+ * (Webhooks, Deliveries, Events): prefilled from `?project=` in the address's
+ * fragment or the last one chosen in this tab.
+ */
+export function projectField(): HTMLInputElement {
+  const params = new URLSearchParams(location.hash.split('?')[1] ?? '');
+  const value = params.get('project') ?? sessionStorage.getItem(PROJECT_KEY) ?? '';
+  const f = input('project', { value, placeholder: 'demo', required: true, pattern: '[A-Za-z0-9._\\-]{1,64}' });
+  f.addEventListener('input', () => sessionStorage.setItem(PROJECT_KEY, f.value.trim()));
+  return f;
+}
+
+/** The fragment's query (`#deliveries?subscription_id=…`). */
+export function hashParams(): URLSearchParams {
+  return new URLSearchParams(location.hash.split('?')[1] ?? '');
+}
+
+/** A definition list of header names and values, as text. */
+export function headerList(label: string, headers: Record<string, string> | null | undefined): HTMLElement {
+  if (!headers) return h('p', { class: 'hint' }, `${label}: not recorded (an attempt from before gateway 0.4, or none sent).`);
+  const dl = h('dl', { class: 'fields headers', 'aria-label': label });
+  for (const [k, v] of Object.entries(headers)) dl.append(h('dt', null, k), h('dd', null, v));
+  return dl;
+}

@@ -7,6 +7,7 @@ import { statistics } from './views/statistics';
 import { audit } from './views/audit';
 import { webhooks } from './views/webhooks';
 import { deliveries } from './views/deliveries';
+import { events } from './views/events';
 import { keys } from './views/keys';
 import { operations } from './views/operations';
 
@@ -23,8 +24,10 @@ interface Route {
 const ROUTES: Route[] = [
   { hash: 'statistics', name: 'Statistics', view: statistics },
   { hash: 'audit', name: 'Audit log', view: audit },
-  { hash: 'webhooks', name: 'Webhooks', view: webhooks, projectOnly: true },
-  { hash: 'deliveries', name: 'Deliveries', view: deliveries, projectOnly: true },
+  // A project's webhooks: the operator reads them for the project it names.
+  { hash: 'webhooks', name: 'Webhooks', view: webhooks },
+  { hash: 'deliveries', name: 'Deliveries', view: deliveries },
+  { hash: 'events', name: 'Events', view: events },
   { hash: 'operations', name: 'Operations', view: operations, projectOnly: true },
   { hash: 'keys', name: 'Keys', view: keys, operatorOnly: true },
 ];

@@ -5,10 +5,12 @@
 //! (from the D1 directory), this file fetches and hands the answers back.
 
 use futures_util::future::join_all;
-use postguard_core::audit::{bounded, parse_days, AuditQuery, AuditRow, COLUMNS};
+use postguard_core::audit::{
+    bounded, parse_days, parse_include_gateway, AuditQuery, AuditRow, COLUMNS,
+};
 use postguard_core::audit_shard::{
-    self as shards, Bounds, HourCount, PathCount, Shard, ShardStats, Source, StatsQuery,
-    ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
+    self as shards, merge_key_activity, Bounds, HourCount, KeyActivity, PathCount, Shard,
+    ShardStats, Source, StatsQuery, ALL_PROJECTS, MAX_LATENCY_MS, MAX_STATS_SHARDS,
 };
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::Invalid;
@@ -18,7 +20,7 @@ use worker::{D1Database, Env, Result};
 use crate::auth::Principal;
 use crate::bindings;
 use crate::d1::{self, num, text};
-use crate::durable::audit_shard::{self as object, ShardQuery};
+use crate::durable::audit_shard::{self as object, KeysQuery, ShardQuery};
 use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_pairs;
@@ -286,9 +288,14 @@ async fn legacy_stats(
     db: &D1Database,
     since: u64,
     project: Option<&str>,
-    key_prefix: Option<&str>,
+    q: &StatsQuery,
 ) -> Result<ShardStats> {
+    let key_prefix = q.key_prefix.as_deref();
     let mut filter = "time >= ?".to_string();
+    if q.exclude_gateway {
+        filter.push_str(" AND NOT ");
+        filter.push_str(postguard_core::routes::GATEWAY_PATH_SQL);
+    }
     let mut args = vec![num(since)];
     if let Some(p) = project {
         filter.push_str(" AND project = ?");
@@ -338,9 +345,11 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     let mut days = None;
     let mut project = None;
     let mut key_prefix = None;
+    let mut exclude_gateway = false;
     for (k, v) in &pairs {
         match k.as_str() {
             "days" => days = Some(v.as_str()),
+            "include_gateway" => exclude_gateway = parse_include_gateway(v)?,
             // Per-key statistics (the dashboard's Keys view), within the
             // caller's own project unless it is the operator.
             "key_prefix" => key_prefix = Some(parse_key_prefix(v)?),
@@ -390,6 +399,7 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
     let q = StatsQuery {
         since_ms: since,
         key_prefix,
+        exclude_gateway,
     };
     // A join over `object::call` itself, the type the audit writer joins too (ADR 0026).
     let body = serde_json::to_vec(&q).map_err(rust_err)?;
@@ -402,7 +412,74 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
         .map(|r| r.and_then(|b| serde_json::from_slice::<ShardStats>(&b).map_err(rust_err)))
         .collect::<Result<Vec<_>>>()?;
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
-        parts.push(legacy_stats(&db, since, project.as_deref(), q.key_prefix.as_deref()).await?);
+        parts.push(legacy_stats(&db, since, project.as_deref(), &q).await?);
     }
     handler::json(rc, 200, &shards::merge_stats(parts), &[])
+}
+
+#[derive(serde::Serialize)]
+struct Activity {
+    data: Vec<KeyActivity>,
+}
+
+/// `GET /_postguard/v1/keys/activity?project=&days=` (operator): when each
+/// of the project's keys was last used within `days` (default 30), and
+/// how much — from the audit shards' roll-ups and rows, which exist
+/// already: the proxy path writes nothing for it. Keys without a request in
+/// the window are absent.
+pub async fn key_activity(cx: &Ctx<'_>) -> Handled {
+    let (env, rc) = (cx.env, cx.rc);
+    let pairs = query_pairs(&cx.req)?;
+    let mut days = None;
+    let mut project = None;
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "days" => days = Some(v.as_str()),
+            "project" => project = Some(v.as_str()),
+            other => return Err(Invalid::field(&bounded(other, 64), "unknown parameter").into()),
+        }
+    }
+    let days = parse_days(days)?;
+    let project = match project {
+        Some(p) if postguard_core::ids::is_valid_name(p) => p,
+        Some(_) => {
+            return Err(Invalid::from("project: must be 1-64 characters of [A-Za-z0-9._-]").into())
+        }
+        None => return Err(Invalid::field("project", "required").into()),
+    };
+    let today_start = now_ms() / 86_400_000 * 86_400_000;
+    let since = today_start.saturating_sub(u64::from(days - 1) * 86_400_000);
+    let db = env.d1(bindings::DB)?;
+    let max = MAX_STATS_SHARDS as u64;
+    let found = sources(&db, Some(project), Some(project), since, u64::MAX, max).await?;
+    let body = serde_json::to_vec(&KeysQuery { since_ms: since }).map_err(rust_err)?;
+    let shards_found: Vec<&Shard> = found
+        .iter()
+        .filter_map(|s| match s {
+            Source::Shard(s) => Some(s),
+            Source::Legacy { .. } => None,
+        })
+        .collect();
+    let calls = shards_found
+        .iter()
+        .map(|s| object::call(env, s, object::KEYS_PATH, &body));
+    let mut parts = join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.and_then(|b| serde_json::from_slice::<Vec<KeyActivity>>(&b).map_err(rust_err)))
+        .collect::<Result<Vec<_>>>()?;
+    if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
+        parts.push(
+            d1::all(
+                &db,
+                "SELECT key_prefix, COUNT(*) AS requests, SUM(status >= 400) AS errors, MAX(time) AS last_used_at \
+                 FROM audit_log WHERE project = ? AND time >= ? AND key_prefix IS NOT NULL GROUP BY key_prefix"
+                    .to_string(),
+                &[text(project), num(since)],
+            )
+            .await?,
+        );
+    }
+    let data = merge_key_activity(parts);
+    handler::json(rc, 200, &Activity { data }, &[])
 }

@@ -55,7 +55,8 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         expires_at: input.expires_at,
         meta: input.meta,
         overrides: input.overrides,
-        updated_at: 0,
+        // Its first version: when it was made (a PATCH or reroll moves it on).
+        updated_at: now,
         secret_expires_at: None,
     };
     let kv = cx.env.kv(bindings::API_KEYS)?;

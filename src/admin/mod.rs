@@ -118,6 +118,7 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::KeysCreate => keys::create(cx).await,
         Route::KeysImport => keys::import(cx).await,
         Route::KeysList => keys::list(cx).await,
+        Route::KeyActivity => audit::key_activity(cx).await,
         Route::KeyGet { id } => keys::get(cx, &id).await,
         Route::KeyRevoke { id } => keys::revoke(cx, &id).await,
         Route::KeyPatch { id } => keys::patch(cx, &id).await,

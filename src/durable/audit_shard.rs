@@ -10,7 +10,8 @@
 //!
 //! Tables: `rows` (no `project` column: the shard is one project's),
 //! `paths(hour, key_prefix, path)` and `latency(hour, key_prefix, ms)`
-//! counters. Retention deletes the whole object (`/drop`).
+//! counters, and `latency_gw` (the gateway's own calls' part of `latency`,
+//! created in shards that predate it on their next call). Retention deletes the whole object (`/drop`).
 
 use std::cell::{Cell, RefCell};
 
@@ -39,6 +40,8 @@ CREATE TABLE IF NOT EXISTS paths (hour INTEGER NOT NULL, key_prefix TEXT NOT NUL
   requests INTEGER NOT NULL, errors INTEGER NOT NULL, server_errors INTEGER NOT NULL,
   PRIMARY KEY (hour, key_prefix, path)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS latency (hour INTEGER NOT NULL, key_prefix TEXT NOT NULL, ms INTEGER NOT NULL,
+  n INTEGER NOT NULL, PRIMARY KEY (hour, key_prefix, ms)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS latency_gw (hour INTEGER NOT NULL, key_prefix TEXT NOT NULL, ms INTEGER NOT NULL,
   n INTEGER NOT NULL, PRIMARY KEY (hour, key_prefix, ms)) WITHOUT ROWID;
 ";
 
@@ -72,23 +75,43 @@ SELECT value->>'hour', value->>'key_prefix', value->>'ms', value->>'n' \
 FROM json_each(?, '$.latency') WHERE true \
 ON CONFLICT (hour, key_prefix, ms) DO UPDATE SET n = n + excluded.n";
 
-/// `?1` = since (hour ms), `?2` = key prefix or NULL.
+/// The gateway's own calls' share of `latency` (a batch from before 0.4 has
+/// no `latency_gateway`: `json_each` of a missing member is empty).
+const ADD_LATENCY_GW: &str = "INSERT INTO latency_gw (hour, key_prefix, ms, n) \
+SELECT value->>'hour', value->>'key_prefix', value->>'ms', value->>'n' \
+FROM json_each(?, '$.latency_gateway') WHERE true \
+ON CONFLICT (hour, key_prefix, ms) DO UPDATE SET n = n + excluded.n";
+
+/// `?1` = since (hour ms), `?2` = key prefix or NULL, `?3` = 1 to leave the
+/// gateway's own calls out (`{GATEWAY}`: `routes::GATEWAY_PATH_SQL`): their
+/// paths from `paths`, their latencies (`latency_gw`) subtracted from `latency`.
 const STATS: &str = "SELECT json_object(
  'hours', (SELECT json_group_array(json_object('hour', hour, 'requests', r, 'errors', e, 'server_errors', s))
    FROM (SELECT hour, SUM(requests) AS r, SUM(errors) AS e, SUM(server_errors) AS s FROM paths
-         WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) GROUP BY hour)),
+         WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) AND (?3 = 0 OR NOT {GATEWAY}) GROUP BY hour)),
  'paths', (SELECT json_group_array(json_object('path', path, 'requests', r))
    FROM (SELECT path, SUM(requests) AS r FROM paths
-         WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) GROUP BY path)),
+         WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) AND (?3 = 0 OR NOT {GATEWAY}) GROUP BY path)),
  'latency', (SELECT json_group_array(json_array(ms, c))
-   FROM (SELECT ms, SUM(n) AS c FROM latency
-         WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2) GROUP BY ms)))";
+   FROM (SELECT ms, SUM(n) AS c FROM (
+           SELECT ms, n FROM latency WHERE hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2)
+           UNION ALL
+           SELECT ms, -n FROM latency_gw WHERE ?3 = 1 AND hour >= ?1 AND (?2 IS NULL OR key_prefix = ?2))
+         GROUP BY ms HAVING SUM(n) > 0 ORDER BY ms)))";
 
 pub const INGEST: &str = "/ingest";
 /// Roll-up counts only (the cross-project shard of a bucket).
 pub const ADD: &str = "/add";
 pub const QUERY: &str = "/query";
 pub const STATS_PATH: &str = "/stats";
+/// Per key: requests, errors and the latest use since an hour (`GET /keys/activity`).
+pub const KEYS_PATH: &str = "/keys";
+
+/// `/keys`: from this hour (ms) on.
+#[derive(serde::Serialize, Deserialize)]
+pub struct KeysQuery {
+    pub since_ms: u64,
+}
 pub const DROP: &str = "/drop";
 pub const SIZE: &str = "/size";
 /// Rows of a time window, oldest first, after a cursor (the archive).
@@ -173,7 +196,8 @@ impl ShardStore for Sql<'_> {
     fn add(&mut self, rollups: &Rollups) -> Result<()> {
         let json = serde_json::to_string(rollups).map_err(err)?;
         self.0.exec(ADD_PATHS, Some(vec![json.clone().into()]))?;
-        self.0.exec(ADD_LATENCY, Some(vec![json.into()]))?;
+        self.0.exec(ADD_LATENCY, Some(vec![json.clone().into()]))?;
+        self.0.exec(ADD_LATENCY_GW, Some(vec![json.into()]))?;
         Ok(())
     }
 }
@@ -224,12 +248,24 @@ impl AuditShard {
         self.sql()?.scalar(&sql, binds)
     }
 
+    fn keys(&self, body: &[u8]) -> Result<String> {
+        let q: KeysQuery = serde_json::from_slice(body).map_err(err)?;
+        let sql = format!(
+            "SELECT json_group_array(json_object('key_prefix', key_prefix, 'requests', requests, \
+             'errors', errors, 'last_used_at', last_used_at)) FROM ({})",
+            audit_shard::KEY_ACTIVITY_SQL
+        );
+        self.sql()?.scalar(&sql, vec![int(q.since_ms)])
+    }
+
     fn stats(&self, body: &[u8]) -> Result<String> {
         let q: StatsQuery = serde_json::from_slice(body).map_err(err)?;
         let kp = q
             .key_prefix
             .map_or(SqlStorageValue::Null, SqlStorageValue::String);
-        self.sql()?.scalar(STATS, vec![int(q.since_ms), kp])
+        let sql = STATS.replace("{GATEWAY}", postguard_core::routes::GATEWAY_PATH_SQL);
+        let exclude = int(u64::from(q.exclude_gateway));
+        self.sql()?.scalar(&sql, vec![int(q.since_ms), kp, exclude])
     }
 }
 
@@ -252,6 +288,7 @@ impl DurableObject for AuditShard {
             ADD => self.add(&body).map(|()| "{}".to_string()),
             QUERY => self.query(&body),
             STATS_PATH => self.stats(&body),
+            KEYS_PATH => self.keys(&body),
             PAGE => self.page(&body),
             DROP => {
                 // Every row, roll-up and the schema go with the object's storage.

@@ -51,13 +51,25 @@ CREATE TABLE IF NOT EXISTS usage (day INTEGER PRIMARY KEY, events INTEGER NOT NU
   bytes INTEGER NOT NULL);
 ";
 
+/// Columns added to a table after its first release: created by each
+/// object on its first call, in shards made before them too (an old row
+/// reads NULL). `attempts.signed` and `.response_headers` (0.4): what an
+/// attempt keeps of its headers (`webhooks::trace`), as JSON.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("attempts", "signed", "TEXT"),
+    ("attempts", "response_headers", "TEXT"),
+    ("deliveries", "claimed_until", "INTEGER"),
+];
+
+/// An attempt as one JSON object (its kept headers as JSON, not text).
+const ATTEMPT_JSON: &str = "json_object('delivery_id', delivery_id, 'request_id', request_id, \
+'attempt', attempt, 'url', url, 'status_code', status_code, 'error', error, \
+'response_excerpt', response_excerpt, 'duration_ms', duration_ms, 'at', at, \
+'next_retry_at', next_retry_at, 'signed', json(signed), 'response_headers', json(response_headers))";
+
 const DELIVERY_COLUMNS: &str =
     "id, event_id, event_type, subscription_id, url, status, attempts_made, \
 next_attempt_at, created_at, updated_at, queued_at, manual, claimed_until";
-
-/// Columns added after a shard's tables were first made: `(table, column,
-/// type)`, added on the shard's first call when missing.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("deliveries", "claimed_until", "INTEGER")];
 
 /// A delivery with its event's `request_id` (the log's trace).
 const LIST_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, \
@@ -90,6 +102,8 @@ pub mod op {
     pub const SIZE: &str = "/size";
     /// A page of delivery records, oldest first (the archive, exports).
     pub const ARCHIVE: &str = "/archive";
+    /// Attempts of the last 24 h per subscription (`webhooks::health`).
+    pub const HEALTH: &str = "/health";
     /// Size and the oldest due delivery (the alerts' check).
     pub const VITALS: &str = "/vitals";
 }
@@ -192,6 +206,13 @@ pub struct ArchiveReq {
     pub take: u32,
 }
 
+/// `/health`: the attempts at or after `since` of these subscriptions.
+#[derive(Serialize, Deserialize)]
+pub struct HealthReq {
+    pub subscription_ids: Vec<String>,
+    pub since: u64,
+}
+
 /// `/vitals`' answer.
 #[derive(Serialize, Deserialize)]
 pub struct Vitals {
@@ -269,6 +290,26 @@ impl Sql<'_> {
         Ok(())
     }
 
+    /// Attempts matching `filter` (a `WHERE … ORDER BY …` over `attempts`).
+    fn attempt_rows(
+        &self,
+        filter: &str,
+        binds: Vec<SqlStorageValue>,
+    ) -> Result<Vec<AttemptRecord>> {
+        let q = format!(
+            "SELECT json_group_array(json(r)) FROM (SELECT {ATTEMPT_JSON} AS r FROM attempts {filter})"
+        );
+        let mut rows = self.0.exec(&q, Some(binds))?.raw();
+        let text = match rows.next() {
+            Some(row) => match row?.into_iter().next() {
+                Some(SqlStorageValue::String(s)) => s,
+                _ => "[]".to_string(),
+            },
+            None => "[]".to_string(),
+        };
+        serde_json::from_str(&text).map_err(err)
+    }
+
     fn select_deliveries(
         &self,
         filter: &str,
@@ -337,9 +378,22 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<()> {
+        let json_of = |v: Option<String>| v.map_or(SqlStorageValue::Null, SqlStorageValue::String);
+        let signed = a
+            .signed
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(err)?;
+        let headers = a
+            .response_headers
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(err)?;
         self.run(
-            "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at, signed, response_headers) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 text(&a.delivery_id),
                 text(&a.request_id),
@@ -351,15 +405,30 @@ impl WebhookStore for Sql<'_> {
                 int(a.duration_ms),
                 int(a.at),
                 opt_int(a.next_retry_at),
+                json_of(signed),
+                json_of(headers),
             ],
         )
     }
 
     fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>> {
-        self.rows(
-            "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at \
-             FROM attempts WHERE delivery_id = ? ORDER BY at, attempt",
+        self.attempt_rows(
+            "WHERE delivery_id = ? ORDER BY at, attempt",
             vec![text(delivery_id)],
+        )
+    }
+
+    fn health(
+        &mut self,
+        subscription_ids: &[&str],
+        since: u64,
+    ) -> Result<Vec<postguard_core::webhooks::health::Tally>> {
+        if subscription_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.rows(
+            postguard_core::webhooks::health::TALLY_SQL,
+            vec![json_text(subscription_ids)?, int(since)],
         )
     }
 
@@ -549,9 +618,8 @@ impl WebhookStore for Sql<'_> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.rows(
-            "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at \
-             FROM attempts WHERE delivery_id IN (SELECT value FROM json_each(?))",
+        self.attempt_rows(
+            "WHERE delivery_id IN (SELECT value FROM json_each(?))",
             vec![json_text(ids)?],
         )
     }
@@ -602,33 +670,13 @@ impl WebhookStore for Sql<'_> {
     fn insert_attempts(&mut self, rows: &[AttemptRecord]) -> Result<()> {
         self.run(
             "INSERT OR IGNORE INTO attempts (delivery_id, request_id, attempt, url, status_code, error, response_excerpt, \
-             duration_ms, at, next_retry_at) SELECT value->>'delivery_id', value->>'request_id', value->>'attempt', \
-             value->>'url', value->>'status_code', value->>'error', value->>'response_excerpt', value->>'duration_ms', \
-             value->>'at', value->>'next_retry_at' FROM json_each(?)",
+             duration_ms, at, next_retry_at, signed, response_headers) SELECT value->>'delivery_id', value->>'request_id', \
+             value->>'attempt', value->>'url', value->>'status_code', value->>'error', value->>'response_excerpt', \
+             value->>'duration_ms', value->>'at', value->>'next_retry_at', value->'signed', value->'response_headers' \
+             FROM json_each(?)",
             vec![json_text(rows)?],
         )
     }
-}
-
-/// Adds the [`ADDED_COLUMNS`] a shard made by an earlier build lacks.
-fn add_missing_columns(sql: &SqlStorage) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct N {
-        n: u64,
-    }
-    for (table, column, kind) in ADDED_COLUMNS {
-        let q = "SELECT COUNT(*) AS n FROM pragma_table_info(?) WHERE name = ?";
-        let found: Vec<N> = sql
-            .exec(q, Some(vec![text(table), text(column)]))?
-            .to_array()?;
-        if found.first().is_none_or(|f| f.n == 0) {
-            sql.exec(
-                &format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"),
-                None,
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// `v` as one JSON text value to bind.
@@ -642,10 +690,39 @@ impl WebhookShard {
     fn store(&self) -> Result<Sql<'_>> {
         if !self.schema_ready.get() {
             self.sql.exec(SCHEMA, None)?;
-            add_missing_columns(&self.sql)?;
+            self.add_columns()?;
             self.schema_ready.set(true);
         }
         Ok(Sql(&self.sql))
+    }
+
+    /// [`ADDED_COLUMNS`] that a shard made before them lacks, added (an
+    /// additive change: no row is rewritten, old rows read NULL).
+    fn add_columns(&self) -> Result<()> {
+        #[derive(Deserialize)]
+        struct Column {
+            name: String,
+        }
+        let mut tables: Vec<&str> = ADDED_COLUMNS.iter().map(|(t, _, _)| *t).collect();
+        tables.dedup();
+        for table in tables {
+            let have: Vec<Column> = self
+                .sql
+                .exec(
+                    &format!("SELECT name FROM pragma_table_info('{table}')"),
+                    None,
+                )?
+                .to_array()?;
+            for (_, column, kind) in ADDED_COLUMNS.iter().filter(|(t, _, _)| *t == table) {
+                if !have.iter().any(|c| c.name == *column) {
+                    self.sql.exec(
+                        &format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"),
+                        None,
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `f` over the port in one storage transaction: all or nothing.
@@ -657,13 +734,16 @@ impl WebhookShard {
     fn dump(&self) -> Result<Dump> {
         let s = self.store()?;
         Ok(Dump {
-            events: s.rows(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY created_at, id"), vec![])?,
-            deliveries: s.select_deliveries("ORDER BY created_at, id", vec![])?,
-            attempts: s.rows(
-                "SELECT delivery_id, request_id, attempt, url, status_code, error, response_excerpt, duration_ms, at, next_retry_at FROM attempts ORDER BY at",
+            events: s.rows(
+                &format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY created_at, id"),
                 vec![],
             )?,
-            usage: s.rows("SELECT day, events, deliveries, bytes FROM usage ORDER BY day", vec![])?,
+            deliveries: s.select_deliveries("ORDER BY created_at, id", vec![])?,
+            attempts: s.attempt_rows("ORDER BY at", vec![])?,
+            usage: s.rows(
+                "SELECT day, events, deliveries, bytes FROM usage ORDER BY day",
+                vec![],
+            )?,
             bytes: self.sql.database_size() as u64,
         })
     }
@@ -772,6 +852,11 @@ impl WebhookShard {
                     &r.after,
                     r.take as usize,
                 )?)
+            }
+            op::HEALTH => {
+                let r: HealthReq = parse(body)?;
+                let ids: Vec<&str> = r.subscription_ids.iter().map(String::as_str).collect();
+                json(&self.store()?.health(&ids, r.since)?)
             }
             op::VITALS => {
                 let mut s = self.store()?;

@@ -604,9 +604,6 @@ fn ids_now() -> String {
     ids::request_id(now, rnd)
 }
 
-/// One claimed attempt: sent (or given up), its follow-up computed on the
-/// delivery as claimed and enqueued before the attempt is recorded (a crash
-/// in between repeats an attempt rather than losing the delivery).
 /// Why an attempt ended in the gateway rather than at the receiver.
 enum Failed {
     /// Before anything was sent (the request could not be signed): its
@@ -616,6 +613,9 @@ enum Failed {
     AfterSend(worker::Error),
 }
 
+/// One claimed attempt: sent (or given up), its follow-up computed on the
+/// delivery as claimed and enqueued before the attempt is recorded (a crash
+/// in between repeats an attempt rather than losing the delivery).
 async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> std::result::Result<Recorded, Failed> {
     let started = now_ms();
     let request_id = ids_now();
@@ -628,10 +628,11 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> std::result::Result<Re
         .unwrap_or(&r.delivery.url)
         .to_string();
     let number = r.claim.attempt.number;
-    let (result, error, excerpt) = match (r.gave_up, r.target) {
+    let (result, error, excerpt, signed, response_headers) = match (r.gave_up, r.target) {
         (Some(_), _) | (None, None) => {
             let why = r.gave_up.unwrap_or(delivery::GiveUp::SubscriptionDeleted);
-            (Attempted::GaveUp(why), Some(why.reason().to_string()), None)
+            let reason = Some(why.reason().to_string());
+            (Attempted::GaveUp(why), reason, None, None, None)
         }
         (None, Some(t)) => {
             if r.sleep_ms > 0 {
@@ -650,7 +651,14 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> std::result::Result<Re
             let sent = sender::sign_and_send(cfg, &out, &url, number, &request_id, now_ms())
                 .await
                 .map_err(Failed::NotSent)?;
-            (Attempted::Sent(sent.0), sent.1, sent.2)
+            let s = sent.signed;
+            (
+                Attempted::Sent(sent.result),
+                sent.error,
+                sent.excerpt,
+                s,
+                sent.response_headers,
+            )
         }
     };
     let done = now_ms();
@@ -690,6 +698,8 @@ async fn attempt(env: &Env, cfg: &Config, r: &Run<'_>) -> std::result::Result<Re
         duration_ms: done - started,
         at: started,
         next_retry_at: None,
+        signed,
+        response_headers,
     };
     Ok(Recorded {
         settle: records::Settle {

@@ -2,18 +2,18 @@
 //! cursor (newest first across the project's shards and the legacy rows),
 //! one delivery with every attempt, manual retry and redirect (ADR 0035).
 
-use postguard_core::audit::{decode_cursor, encode_cursor, parse_time};
+use postguard_core::audit::encode_cursor;
 use postguard_core::config::Config;
-use postguard_core::keys::parse_limit;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::ops::check_target_url;
 use postguard_core::webhooks::records::{
     AttemptRecord, DeliveryQuery, DeliveryRecord, Detail, Manual,
 };
 use postguard_core::webhooks::shard::ShardKey;
+use postguard_core::webhooks::trace;
 use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
-use worker::{Env, Request};
+use worker::Env;
 
 use crate::handler::{self, Ctx};
 
@@ -70,11 +70,34 @@ struct Attempt {
     next_retry_at: Option<u64>,
     /// The X-Request-Id of the publish request (the delivery's `request_id`).
     publish_request_id: Option<String>,
+    /// The headers the request was sent with, its signature redacted
+    /// (`webhooks::trace`); null for attempts recorded before 0.4.
+    request_headers: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The receiver's response headers, bounded; null without an answer.
+    response_headers: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Header pairs as a JSON object (names are lower-case; a repeated name keeps its last value).
+fn object(pairs: Vec<(String, String)>) -> serde_json::Map<String, serde_json::Value> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect()
 }
 
 impl Attempt {
-    fn of(a: AttemptRecord, publish_request_id: Option<String>) -> Attempt {
+    fn of(a: AttemptRecord, d: &DeliveryRecord, publish_request_id: Option<String>) -> Attempt {
+        let sent = trace::Request {
+            event_id: &d.event_id,
+            event_type: &d.event_type,
+            attempt: a.attempt,
+            request_id: &a.request_id,
+            timestamp: a.at / 1_000,
+        };
+        let request_headers = trace::shown_request_headers(&sent, a.signed.as_ref()).map(object);
         Attempt {
+            request_headers,
+            response_headers: a.response_headers.map(object),
             attempt: a.attempt,
             url: a.url,
             status_code: a.status_code,
@@ -105,53 +128,11 @@ struct Page {
     next_cursor: Option<String>,
 }
 
-/// The query string as a [`DeliveryQuery`] and a page size.
-fn parse_query(req: &Request) -> Handled<(DeliveryQuery, u32)> {
-    let mut q = DeliveryQuery::default();
-    let mut limit = 50u32;
-    let pairs: Vec<(String, String)> = req
-        .url()?
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    for (k, v) in &pairs {
-        let parsed: std::result::Result<(), String> = (|| {
-            match k.as_str() {
-                "status" => {
-                    q.status = Some(
-                        Status::parse(v)
-                            .ok_or_else(|| format!("status: must be one of {}", Status::list()))?,
-                    );
-                }
-                "event_type" => {
-                    if v.is_empty() || v.len() > 128 {
-                        return Err("event_type: must be 1-128 characters".to_string());
-                    }
-                    q.event_type = Some(v.clone());
-                }
-                "since" => q.since = Some(parse_time("since", v)?),
-                "until" => q.until = Some(parse_time("until", v)?),
-                "limit" => limit = parse_limit(Some(v))?,
-                "cursor" => q.before = Some(decode_cursor(v)?),
-                other => {
-                    return Err(format!(
-                        "{}: unknown parameter",
-                        other.chars().take(64).collect::<String>()
-                    ))
-                }
-            }
-            Ok(())
-        })();
-        parsed.map_err(Invalid)?;
-    }
-    Ok((q, limit))
-}
-
 pub async fn list(cx: &Ctx<'_>) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
-    let (q, limit) = parse_query(&cx.req)?;
-    let mut rows = shards::page_deliveries(env, project, &q, limit + 1).await?;
+    let (project, pairs) = cx.reader_project()?;
+    let (q, limit) = DeliveryQuery::parse(&pairs)?;
+    let mut rows = shards::page_deliveries(env, &project, &q, limit + 1).await?;
     let next_cursor = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|d| encode_cursor(d.created_at, &d.id))
@@ -177,17 +158,18 @@ async fn load(env: &Env, cfg: &Config, project: &str, id: &str) -> Handled<(Shar
 
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
-    let (_, detail) = load(env, cfg, project, id).await?;
+    let (project, _) = cx.reader_project()?;
+    let (_, detail) = load(env, cfg, &project, id).await?;
     let request_id = detail.event.as_ref().and_then(|e| e.request_id.clone());
     let payload = detail
         .event
         .as_ref()
         .and_then(|e| serde_json::from_slice(e.payload.as_bytes()).ok());
+    let delivery = &detail.delivery;
     let attempts = detail
         .attempts
         .into_iter()
-        .map(|a| Attempt::of(a, request_id.clone()))
+        .map(|a| Attempt::of(a, delivery, request_id.clone()))
         .collect();
     let body = WithAttempts {
         delivery: Delivery::of(detail.delivery, request_id),

@@ -1,4 +1,5 @@
-//! `GET /_postguard/v1/events` (API key, own project): the events as
+//! `GET /_postguard/v1/events` (API key or session: its own project; the
+//! operator: `project=`): the events as
 //! published, with their delivery summary, for reconciliation and for local
 //! development without a public URL, paged across the project's shards and
 //! the legacy rows (ADR 0035). Retention as deliveries.
@@ -6,7 +7,6 @@
 use super::shards;
 use crate::handler::{self, Ctx};
 use crate::reject::Handled;
-use crate::request::query_pairs;
 use postguard_core::page::{encode_cursor, Page};
 use postguard_core::webhooks::ops::{self, Order};
 use postguard_core::webhooks::records::{EventQuery, FeedRow};
@@ -63,8 +63,8 @@ impl From<FeedRow> for FeedEvent {
 
 pub async fn list(cx: &Ctx<'_>) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
-    let q = ops::parse_feed(&query_pairs(&cx.req)?)?;
+    let (project, pairs) = cx.reader_project()?;
+    let q = ops::parse_feed(&pairs)?;
     let query = EventQuery {
         since: q.since,
         until: q.until,
@@ -72,7 +72,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
         desc: q.order == Order::Desc,
         after: q.cursor.clone(),
     };
-    let rows = shards::page_events(env, project, &query, q.limit + 1).await?;
+    let rows = shards::page_events(env, &project, &query, q.limit + 1).await?;
     let events: Vec<FeedEvent> = rows.into_iter().map(FeedEvent::from).collect();
     let page = Page::of(events, q.limit, |e| encode_cursor(e.created_at, &e.id));
     handler::json(rc, 200, &page, &[])

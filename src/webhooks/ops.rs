@@ -66,17 +66,16 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
             previous_until: sub.previous_secret_until,
         },
     };
-    let (result, error, response_excerpt) =
-        sender::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
-    let status_code = match result {
+    let sent = sender::sign_and_send(cfg, &out, &sub.url, 1, &rc.request_id, started).await?;
+    let status_code = match sent.result {
         AttemptResult::Status { code, .. } => Some(code),
         _ => None,
     };
     let ping = Ping {
         status_code,
         duration_ms: now_ms() - started,
-        response_excerpt: response_excerpt.map(|e| excerpt(e.as_bytes(), 512)),
-        error,
+        response_excerpt: sent.excerpt.map(|e| excerpt(e.as_bytes(), 512)),
+        error: sent.error,
     };
     handler::json(rc, 200, &ping, &[])
 }

@@ -5,7 +5,7 @@ use postguard_core::config::Config;
 use postguard_core::webhooks::events::excerpt;
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::signature;
-use postguard_core::webhooks::{fanout, ops};
+use postguard_core::webhooks::{fanout, ops, trace};
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Result};
 
@@ -15,14 +15,23 @@ use crate::runtime::within;
 /// How much of a response body the log keeps.
 pub const EXCERPT_CHARS: usize = 512;
 
+/// A receiver's answer: status, Retry-After, its headers (as received)
+/// and the start of its body.
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
 /// POSTs one attempt; `None` when no answer came within `timeout_ms` (the
-/// request is aborted). The answer: status, Retry-After, body.
+/// request is aborted).
 pub async fn send(
     url: &str,
     body: &[u8],
     headers: &[(&str, &str)],
     timeout_ms: u64,
-) -> Option<Result<(u16, Option<String>, Vec<u8>)>> {
+) -> Option<Result<Answer>> {
     let prepared = (|| {
         let h = web_sys::Headers::new()?;
         for (k, v) in headers {
@@ -42,10 +51,16 @@ pub async fn send(
     let attempt = async {
         let resp = http::raw_fetch(&worker::js_sys::global(), url, &init).await?;
         let retry_after = resp.headers().get("Retry-After").ok().flatten();
+        let headers = http::raw_header_pairs(&resp.headers());
         let bytes = http::read_prefix(&resp, fanout::MAX_RESPONSE_READ_BYTES)
             .await
             .unwrap_or_default();
-        Ok((resp.status(), retry_after, bytes))
+        Ok(Answer {
+            status: resp.status(),
+            retry_after,
+            headers,
+            body: bytes,
+        })
     };
     let out = within(timeout_ms, attempt).await;
     if out.is_none() {
@@ -69,7 +84,31 @@ pub struct Outgoing<'a> {
     pub secrets: Secrets<'a>,
 }
 
-/// Signs and POSTs attempt `number`: its result, error text and response excerpt.
+/// What one signed attempt came to: its result, error text and response
+/// excerpt, and what its record keeps of the headers (`webhooks::trace`).
+pub struct Sent {
+    pub result: AttemptResult,
+    pub error: Option<String>,
+    pub excerpt: Option<String>,
+    /// The request's timestamp and redacted signature (`None`: not sent).
+    pub signed: Option<trace::Signed>,
+    /// The response's headers, bounded (`None`: no answer).
+    pub response_headers: Option<Vec<(String, String)>>,
+}
+
+impl Sent {
+    fn failed(result: AttemptResult, error: String, signed: Option<trace::Signed>) -> Sent {
+        Sent {
+            result,
+            error: Some(error),
+            excerpt: None,
+            signed,
+            response_headers: None,
+        }
+    }
+}
+
+/// Signs and POSTs attempt `number` with the headers of `trace::request_headers`.
 pub async fn sign_and_send(
     cfg: &Config,
     t: &Outgoing<'_>,
@@ -77,7 +116,7 @@ pub async fn sign_and_send(
     number: u32,
     request_id: &str,
     now: u64,
-) -> Result<(AttemptResult, Option<String>, Option<String>)> {
+) -> Result<Sent> {
     // The URL rules once more, right before the request goes out: whatever
     // accepted the URL earlier (a subscription, a redirect), the rules of the
     // configuration now — with only the configured public URL's capture URLs
@@ -86,7 +125,7 @@ pub async fn sign_and_send(
     let policy = super::policy(cfg);
     if let Err(why) = ops::check_target_url(url, cfg.settings.public_origin(), &policy) {
         let error = format!("not sent: the URL rules refuse it ({})", &*why);
-        return Ok((AttemptResult::NetworkError, Some(error), None));
+        return Ok(Sent::failed(AttemptResult::NetworkError, error, None));
     }
     let timestamp = now / 1000;
     let mut secrets: Vec<&str> = t.secrets.secret.into_iter().collect();
@@ -98,37 +137,39 @@ pub async fn sign_and_send(
     let body = t.payload;
     let sig = signature::signature_header(&secrets, t.event_id, timestamp, body)
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let number_s = number.to_string();
-    let ts_s = timestamp.to_string();
     let timeout_ms = u64::from(cfg.settings.webhooks.timeout_ms);
-    let headers = [
-        ("Content-Type", "application/json"),
-        ("User-Agent", "postguard-webhooks/0.1"),
-        ("webhook-id", t.event_id),
-        ("webhook-timestamp", ts_s.as_str()),
-        ("webhook-signature", sig.as_str()),
-        ("X-Event-Id", t.event_id),
-        ("X-Event-Type", t.event_type),
-        ("X-Delivery-Attempt", number_s.as_str()),
-        ("X-Request-Id", request_id),
-    ];
+    let request = trace::Request {
+        event_id: t.event_id,
+        event_type: t.event_type,
+        attempt: number,
+        request_id,
+        timestamp,
+    };
+    let list = trace::request_headers(&request, &sig);
+    let headers: Vec<(&str, &str)> = list.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let signed = Some(trace::signed(timestamp, &sig));
     Ok(match send(url, body, &headers, timeout_ms).await {
-        None => (
+        None => Sent::failed(
             AttemptResult::Timeout,
-            Some(format!("no answer within {timeout_ms} ms")),
-            None,
+            format!("no answer within {timeout_ms} ms"),
+            signed,
         ),
         Some(Err(e)) => {
             let msg = e.to_string();
             let error = format!("network error: {}", msg.trim())
                 .trim_end_matches(": ")
                 .to_string();
-            (AttemptResult::NetworkError, Some(error), None)
+            Sent::failed(AttemptResult::NetworkError, error, signed)
         }
-        Some(Ok((code, retry_after, bytes))) => (
-            AttemptResult::Status { code, retry_after },
-            None,
-            Some(excerpt(&bytes, EXCERPT_CHARS)),
-        ),
+        Some(Ok(answer)) => Sent {
+            result: AttemptResult::Status {
+                code: answer.status,
+                retry_after: answer.retry_after,
+            },
+            error: None,
+            excerpt: Some(excerpt(&answer.body, EXCERPT_CHARS)),
+            signed,
+            response_headers: Some(trace::response_headers(&answer.headers)),
+        },
     })
 }

@@ -4,11 +4,11 @@
 //! into its shard when it is touched again.
 
 use postguard_core::config::Config;
-use postguard_core::webhooks::capacity;
 use postguard_core::webhooks::records::{
     DeliveryQuery, DeliveryRecord, EventQuery, FeedRow, Imported, Limits,
 };
 use postguard_core::webhooks::shard::{self, id_time, ShardKey};
+use postguard_core::webhooks::{capacity, health};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use worker::{Env, Result};
@@ -158,6 +158,42 @@ pub async fn find(
         }
     }
     Ok(None)
+}
+
+/// The attempts of the last 24 h of `project`'s subscriptions `ids`, counted
+/// per subscription and URL across the shards that may hold them
+/// (`webhooks::health`), read at once.
+pub async fn health(
+    env: &Env,
+    cfg: &Config,
+    project: &str,
+    ids: &[String],
+    now: u64,
+) -> Result<Vec<health::Tally>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let schedule = &cfg.settings.webhooks.schedule_s;
+    let shards = health::shards_to_read(directory::shards_of(env, project).await?, now, schedule);
+    let req = webhook_shard::HealthReq {
+        subscription_ids: ids.to_vec(),
+        since: health::since(now),
+    };
+    let keys: Vec<ShardKey> = shards
+        .into_iter()
+        .map(|(start_ms, _)| ShardKey {
+            project: project.to_string(),
+            start_ms,
+        })
+        .collect();
+    let calls = keys
+        .iter()
+        .map(|k| call::<_, Vec<health::Tally>>(env, k, op::HEALTH, &req));
+    let parts = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(health::merge(parts.concat()))
 }
 
 /// A page of `project`'s deliveries newest first, across its shards and

@@ -5,6 +5,7 @@
 
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::portal;
+use postguard_core::webhooks::health;
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
 use postguard_core::{Invalid, Problem};
@@ -34,6 +35,10 @@ pub struct Subscription {
     rate_limit_per_s: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     secret: Option<String>,
+    /// How its endpoint answered the last 24 h (`webhooks::health`): in
+    /// `GET /webhooks` and `GET /webhooks/{id}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<health::Health>,
 }
 
 impl From<rows::Row> for Subscription {
@@ -51,6 +56,7 @@ impl From<rows::Row> for Subscription {
             disabled_at: r.disabled_at.filter(|_| disabled),
             rate_limit_per_s: r.rate_limit_per_s,
             secret: None,
+            health: None,
         }
     }
 }
@@ -111,22 +117,37 @@ pub async fn create(cx: &Ctx<'_>) -> Handled {
         disabled_at: None,
         rate_limit_per_s: rate,
         secret: Some(secret),
+        health: None,
     };
     handler::json(rc, 201, &sub, &[])
 }
 
 pub async fn list(cx: &Ctx<'_>) -> Handled {
     let (req, env, rc) = (&cx.req, cx.env, cx.rc);
-    let project = cx.project()?;
+    let (project, _) = cx.reader_project()?;
+    let project = project.as_str();
     let limit = parse_limit(query_param(req, "limit")?.as_deref())?;
     let cursor = match query_param(req, "cursor")? {
         Some(c) => Some(decode_cursor(&c)?),
         None => None,
     };
     let found = rows::list(env, project, cursor, limit + 1).await?;
-    let subs: Vec<Subscription> = found.into_iter().map(Subscription::from).collect();
+    let mut subs: Vec<Subscription> = found.into_iter().map(Subscription::from).collect();
+    subs.truncate(limit as usize + 1);
+    with_health(cx, project, &mut subs).await?;
     let page = Page::of(subs, limit, |s| encode_cursor(s.created_at, &s.id));
     handler::json(rc, 200, &page, &[])
+}
+
+/// Each subscription's health figure, from one read of each shard that may
+/// hold its attempts of the last 24 h.
+async fn with_health(cx: &Ctx<'_>, project: &str, subs: &mut [Subscription]) -> Result<()> {
+    let ids: Vec<String> = subs.iter().map(|s| s.id.clone()).collect();
+    let tallies = super::shards::health(cx.env, cx.cfg, project, &ids, now_ms()).await?;
+    for s in subs.iter_mut() {
+        s.health = Some(health::of(&tallies, &s.id, &s.url));
+    }
+    Ok(())
 }
 
 pub fn not_found(id: &str) -> Problem {
@@ -139,9 +160,13 @@ pub async fn load(env: &Env, project: &str, id: &str) -> Result<Option<Subscript
 
 pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
-    let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
-    handler::json(rc, 200, &sub, &[])
+    let (project, _) = cx.reader_project()?;
+    let sub = load(env, &project, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let mut one = [sub];
+    with_health(cx, &project, &mut one).await?;
+    handler::json(rc, 200, &one[0], &[])
 }
 
 pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {

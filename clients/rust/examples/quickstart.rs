@@ -46,7 +46,7 @@ async fn main() -> Result<(), Error> {
             println!("key reused for another request: {p}")
         }
         Err(e) => println!(
-            "failed: {e} (code {:?}, request_id {:?})",
+            "failed: {e} (code {}, request_id {:?})",
             e.code(),
             e.request_id()
         ),

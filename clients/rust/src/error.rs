@@ -179,9 +179,23 @@ impl Error {
         }
     }
 
-    /// The problem's stable `code`, if any.
-    pub fn code(&self) -> Option<&str> {
-        self.problem().and_then(|p| p.code.as_deref())
+    /// The error's stable `code`: the problem's (postguard's published list), else the
+    /// kind's own — `HTTP_ERROR` (an answer that is not problem+json), `NETWORK_ERROR`,
+    /// `RESPONSE_TOO_LARGE`, `DECODE_ERROR`, `CLIENT_CONFIGURATION`,
+    /// `OPERATION_WAIT_TIMEOUT` (the codes the TypeScript and Python SDKs use). Every
+    /// error has one.
+    pub fn code(&self) -> &str {
+        match self {
+            Error::Transport { .. } => "NETWORK_ERROR",
+            Error::ResponseTooLarge { .. } => "RESPONSE_TOO_LARGE",
+            Error::Decode(_) => "DECODE_ERROR",
+            Error::Invalid(_) => "CLIENT_CONFIGURATION",
+            Error::OperationWaitTimeout { .. } => "OPERATION_WAIT_TIMEOUT",
+            _ => self
+                .problem()
+                .and_then(|p| p.code.as_deref())
+                .unwrap_or("HTTP_ERROR"),
+        }
     }
 
     /// The HTTP status of an error answer.
@@ -203,5 +217,50 @@ impl Error {
             (429, _) => Error::RateLimited(Box::new(p)),
             _ => Error::Api(Box::new(p)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(code: Option<&str>) -> Problem {
+        Problem {
+            status: 404,
+            code: code.map(str::to_string),
+            title: None,
+            detail: None,
+            request_id: None,
+            retry_after: None,
+            idempotency_key: None,
+            attempts: 1,
+            body_excerpt: Some("no such thing".into()),
+            violated_policies: Vec::new(),
+            policy: None,
+        }
+    }
+
+    /// Every error carries a code: the problem's, else its kind's.
+    #[test]
+    fn every_error_has_a_code() {
+        assert_eq!(
+            Error::from_problem(problem(Some("NOT_FOUND"))).code(),
+            "NOT_FOUND"
+        );
+        assert_eq!(Error::from_problem(problem(None)).code(), "HTTP_ERROR");
+        assert_eq!(
+            Error::Invalid("no api key".into()).code(),
+            "CLIENT_CONFIGURATION"
+        );
+        assert_eq!(
+            Error::ResponseTooLarge { limit: 1 }.code(),
+            "RESPONSE_TOO_LARGE"
+        );
+        let decode = serde_json::from_str::<u8>("x").unwrap_err();
+        assert_eq!(Error::Decode(decode).code(), "DECODE_ERROR");
+        assert_eq!(
+            Error::OperationWaitTimeout { id: "op_1".into() }.code(),
+            "OPERATION_WAIT_TIMEOUT"
+        );
     }
 }

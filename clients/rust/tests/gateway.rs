@@ -1014,7 +1014,7 @@ async fn webhook_deliveries_verify_and_tampering_is_refused() {
     assert_eq!(client.get_webhook(&sub.id).await.unwrap().url, sub.url);
     client.delete_webhook(&sub.id).await.unwrap();
     let gone = client.get_webhook(&sub.id).await.unwrap_err();
-    assert_eq!((gone.status(), gone.code()), (Some(404), Some("NOT_FOUND")));
+    assert_eq!((gone.status(), gone.code()), (Some(404), "NOT_FOUND"));
     println!("FIGURE webhooks: delivery verified, tampered refused, rotated secrets verified");
 }
 
@@ -1030,7 +1030,7 @@ async fn errors_carry_the_problem_and_are_not_retried() {
         .build()
         .unwrap();
     let e = bad.me().await.unwrap_err();
-    assert_eq!((e.status(), e.code()), (Some(401), Some("INVALID_API_KEY")));
+    assert_eq!((e.status(), e.code()), (Some(401), "INVALID_API_KEY"));
     assert!(e.request_id().unwrap().starts_with("req_"));
     assert_eq!(e.problem().unwrap().attempts, 1, "401 is not retried");
 
@@ -1091,10 +1091,7 @@ async fn errors_carry_the_problem_and_are_not_retried() {
         .token(victim.key.unwrap())
         .build()
         .unwrap();
-    assert_eq!(
-        revoked.me().await.unwrap_err().code(),
-        Some("INVALID_API_KEY")
-    );
+    assert_eq!(revoked.me().await.unwrap_err().code(), "INVALID_API_KEY");
 }
 
 // -------------------------------------------------------------------------------------------

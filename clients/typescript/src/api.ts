@@ -1,5 +1,5 @@
 import { PostguardClient, uuidv4, type ClientOptions, type QueryValue, type RequestOptions } from './client.js';
-import { PostguardError } from './errors.js';
+import { ConfigurationError } from './errors.js';
 import type { OperationInfo, OperationState } from './operation.js';
 import type {
   ApiKey, ApiKeyDetail, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, CreateKeyInput, Delivery,
@@ -21,7 +21,7 @@ const q = (o: object | undefined) => o as Record<string, QueryValue> | undefined
  * parsers remove a `.`/`..` segment, `%2E` spellings included, before it is sent.
  */
 export function idempotencyKeySegment(key: string): string {
-  if (typeof key !== 'string' || key.length === 0) throw new PostguardError('status(): the Idempotency-Key is empty');
+  if (typeof key !== 'string' || key.length === 0) throw new ConfigurationError('status(): the Idempotency-Key is empty');
   return encodeURIComponent(/^\.{1,2}$/.test(key) ? `"${key}"` : key);
 }
 

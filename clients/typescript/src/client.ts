@@ -1,7 +1,7 @@
 import { backoffDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
 import { systemClock, type Clock } from './clock.js';
 import {
-  ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, NetworkError, PostguardError, RateLimitError, RetriesExhaustedError,
+  ApiError, ApiKeyExpiredError, ConfigurationError, IdempotencyKeyReuseError, NetworkError, PostguardError, RateLimitError, RetriesExhaustedError,
   type Problem,
 } from './errors.js';
 import { RateLimiter, type ThrottleOptions } from './limiter.js';
@@ -133,7 +133,7 @@ export async function uuidv4(): Promise<string> {
     try {
       c = ((await import(/* webpackIgnore: true */ /* @vite-ignore */ name)) as { webcrypto: Crypto }).webcrypto;
     } catch {
-      throw new PostguardError('no Web Crypto: pass generateIdempotencyKey to the client');
+      throw new ConfigurationError('no Web Crypto: pass generateIdempotencyKey to the client');
     }
   }
   if (c.randomUUID) return c.randomUUID();
@@ -237,7 +237,7 @@ export class PostguardClient {
   readonly #limiter: RateLimiter;
 
   constructor(options: ClientOptions) {
-    if (!options?.baseUrl) throw new TypeError('PostguardClient: baseUrl is required');
+    if (!options?.baseUrl) throw new ConfigurationError('PostguardClient: baseUrl is required');
     this.#opts = { ...options };
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
     this.#clock = options.clock ?? systemClock;
@@ -270,7 +270,7 @@ export class PostguardClient {
    * operation; any other answer (a route the gateway runs synchronously) is a done handle.
    */
   async #operation<T>(method: string, path: string, options: RequestOptions): Promise<Operation<T>> {
-    if (options.idempotencyKey === null) throw new PostguardError('an asynchronous call needs an Idempotency-Key');
+    if (options.idempotencyKey === null) throw new ConfigurationError('an asynchronous call needs an Idempotency-Key');
     const m = method.toUpperCase();
     const idempotencyKey = options.idempotencyKey ?? keyHeader(options.headers) ?? (await (this.#opts.generateIdempotencyKey ?? uuidv4)());
     const prefer = Object.entries(options.headers ?? {}).find(([k]) => k.toLowerCase() === 'prefer')?.[1];
@@ -461,9 +461,9 @@ export class PostguardClient {
   private credential(kind: Credential): string | undefined {
     if (kind === 'none') return undefined;
     const token = kind === 'admin' ? this.#opts.adminToken : kind === 'origin' ? this.#opts.originToken : this.#opts.apiKey;
-    if (token === undefined) {
+    if (token === undefined || token === '') {
       const opt = kind === 'admin' ? 'adminToken' : kind === 'origin' ? 'originToken' : 'apiKey';
-      throw new PostguardError(`this call needs the client option ${opt}`);
+      throw new ConfigurationError(`this call needs the client option ${opt} (it was ${token === undefined ? 'not given' : 'empty'})`);
     }
     return token;
   }

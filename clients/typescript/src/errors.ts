@@ -21,10 +21,16 @@ export interface ErrorFields {
   cause?: unknown;
 }
 
-/** Base class of every error the SDK throws. */
+/**
+ * Base class of every error the SDK throws. Every one carries a `code`: the problem's
+ * (postguard's published list), or the class's own (`defaultCode`) — the same codes as the
+ * Python SDK's (`CLIENT_CONFIGURATION`, `NETWORK_ERROR`, `HTTP_ERROR`…).
+ */
 export class PostguardError extends Error {
+  /** The `code` of an instance that was given none. */
+  static readonly defaultCode: string = 'POSTGUARD_ERROR';
   readonly status?: number;
-  readonly code?: string;
+  readonly code: string;
   readonly detail?: string;
   readonly requestId?: string;
   readonly attempts?: number;
@@ -35,7 +41,7 @@ export class PostguardError extends Error {
     super(message, fields.cause === undefined ? undefined : { cause: fields.cause });
     this.name = new.target.name;
     this.status = fields.status;
-    this.code = fields.code;
+    this.code = fields.code ?? (new.target as typeof PostguardError).defaultCode;
     this.detail = fields.detail;
     this.requestId = fields.requestId;
     this.attempts = fields.attempts;
@@ -44,8 +50,17 @@ export class PostguardError extends Error {
   }
 }
 
-/** An error response that is not retried (400, 401, 403, 404, 422, other 4xx…). */
+/** A missing or invalid client option or argument (no `apiKey` for a call that needs one…). */
+export class ConfigurationError extends PostguardError {
+  static override readonly defaultCode: string = 'CLIENT_CONFIGURATION';
+}
+
+/**
+ * An error response that is not retried (400, 401, 403, 404, 422, other 4xx…); an answer
+ * that is not problem+json gets the code `HTTP_ERROR`.
+ */
 export class ApiError extends PostguardError {
+  static override readonly defaultCode: string = 'HTTP_ERROR';
   /** The response headers. */
   readonly headers?: Headers;
   /** The parsed body: the problem, other JSON, or text. */
@@ -96,6 +111,7 @@ export class RetriesExhaustedError extends PostguardError {}
 
 /** No response: connection refused or reset, DNS, or the per-attempt timeout (`timedOut`). */
 export class NetworkError extends PostguardError {
+  static override readonly defaultCode: string = 'NETWORK_ERROR';
   readonly timedOut: boolean;
 
   constructor(message: string, fields: ErrorFields & { timedOut?: boolean }) {
@@ -105,4 +121,6 @@ export class NetworkError extends PostguardError {
 }
 
 /** A webhook whose signature, headers or timestamp do not verify. */
-export class WebhookVerificationError extends PostguardError {}
+export class WebhookVerificationError extends PostguardError {
+  static override readonly defaultCode: string = 'WEBHOOK_SIGNATURE_INVALID';
+}

@@ -9,7 +9,7 @@ export { RateLimiter, reserveFor, type ThrottleOptions } from './limiter.js';
 export { readRateLimit, bindingPolicy, type RateLimitInfo } from './ratelimit-headers.js';
 export { systemClock, type Clock } from './clock.js';
 export {
-  PostguardError, ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, RateLimitError, RetriesExhaustedError, NetworkError,
+  PostguardError, ConfigurationError, ApiError, ApiKeyExpiredError, IdempotencyKeyReuseError, RateLimitError, RetriesExhaustedError, NetworkError,
   WebhookVerificationError,
   type Problem, type ErrorFields,
 } from './errors.js';

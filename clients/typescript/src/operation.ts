@@ -106,7 +106,7 @@ export class Operation<T = unknown> {
    */
   async result(signal?: AbortSignal): Promise<OperationResult<T>> {
     if (this.#answered !== undefined || this.location === undefined || this.info === undefined) {
-      if (this.#answered === undefined) throw new PostguardError('an operation handle without an operation');
+      if (this.#answered === undefined) throw new PostguardError('an operation handle without an operation', { code: 'OPERATION_MISSING' });
       return this.#answered;
     }
     const failed = this.info.state === 'failed';

@@ -158,6 +158,23 @@ export interface Subscription {
   disabled_reason?: string | null;
   disabled_at?: number | null;
   rate_limit_per_s?: number | null;
+  /** How its endpoint answered the last 24 h (in list and get answers, gateway 0.4+). */
+  health?: SubscriptionHealth;
+}
+
+/** A subscription's endpoint over the last 24 h: attempts to its current URL. */
+export interface SubscriptionHealth {
+  window_s: number;
+  attempts: number;
+  /** Answered 2xx. */
+  succeeded: number;
+  failed: number;
+  /** succeeded ÷ attempts; null without attempts. */
+  success_rate: number | null;
+  last_attempt_at: number | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  state: 'idle' | 'healthy' | 'degraded' | 'failing';
 }
 
 /** Returned on creation: `secret` (`whsec_…`) is shown once. */
@@ -199,6 +216,10 @@ export interface DeliveryAttempt {
   next_retry_at: number | null;
   /** The request id of the publish that created the delivery, on its first attempt. */
   publish_request_id?: string | null;
+  /** The headers it was sent with, `webhook-signature` redacted (`v1,K5oZfz…`); null before gateway 0.4. */
+  request_headers?: Record<string, string> | null;
+  /** The receiver's response headers (at most 8, 256 bytes; cookies redacted); null without an answer. */
+  response_headers?: Record<string, string> | null;
 }
 
 export interface DeliveryDetail extends Delivery {
@@ -210,7 +231,10 @@ export interface DeliveryDetail extends Delivery {
 export interface DeliveryQuery extends PageQuery {
   status?: DeliveryStatus;
   event_type?: string;
+  subscription_id?: string;
+  event_id?: string;
   since?: number | string;
+  until?: number | string;
 }
 
 export interface PublishInput {
@@ -264,6 +288,16 @@ export interface AuditQuery extends PageQuery {
   idempotency_key?: string;
   since?: number | string;
   until?: number | string;
+  /** false: only requests proxied to the origin (the gateway's own calls left out). */
+  include_gateway?: boolean;
+}
+
+/** `GET /_postguard/v1/keys/activity` (operator): a key's use within the window. */
+export interface KeyActivity {
+  key_prefix: string;
+  requests: number;
+  errors: number;
+  last_used_at: number;
 }
 
 export interface Stats {

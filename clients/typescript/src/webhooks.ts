@@ -1,5 +1,5 @@
 import { Webhook, WebhookVerificationError as LibVerificationError } from 'standardwebhooks';
-import { WebhookVerificationError } from './errors.js';
+import { ConfigurationError, WebhookVerificationError } from './errors.js';
 import type { WebhookEvent } from './types.js';
 
 /** The Standard Webhooks library refuses timestamps more than 5 minutes away; a tolerance can only be stricter. */
@@ -47,7 +47,7 @@ export function verifyWebhook<T = unknown>(
   options: VerifyOptions = {},
 ): WebhookEvent<T> {
   const list = typeof secrets === 'string' ? [secrets] : [...secrets];
-  if (list.length === 0) throw new TypeError('verifyWebhook: at least one secret is required');
+  if (list.length === 0) throw new ConfigurationError('verifyWebhook: at least one secret is required');
   const h = {
     'webhook-id': header(headers, 'webhook-id') ?? '',
     'webhook-timestamp': header(headers, 'webhook-timestamp') ?? '',

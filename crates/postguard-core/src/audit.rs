@@ -95,6 +95,21 @@ pub struct AuditQuery {
     pub until: Option<u64>,
     pub limit: u32,
     pub cursor: Option<(u64, String)>,
+    /// `include_gateway=false`: leave out the gateway's own calls (its API,
+    /// the dashboard's reads), [`crate::routes::is_gateway_path`].
+    #[serde(default)]
+    pub exclude_gateway: bool,
+}
+
+/// `include_gateway=` of `/audit` and `/stats`: `true` (the default: every
+/// request) or `false` (only requests proxied to the origin); the answer is
+/// whether to leave the gateway's own calls out.
+pub fn parse_include_gateway(v: &str) -> Result<bool, Invalid> {
+    match v {
+        "true" => Ok(false),
+        "false" => Ok(true),
+        _ => Err(bad("include_gateway", "must be true or false")),
+    }
 }
 
 fn bad(field: &str, why: &str) -> Invalid {
@@ -196,6 +211,7 @@ impl AuditQuery {
                 "until" => q.until = Some(parse_time(k, v)?),
                 "limit" => q.limit = parse_limit(Some(v))?,
                 "cursor" => q.cursor = Some(decode_cursor(v)?),
+                "include_gateway" => q.exclude_gateway = parse_include_gateway(v)?,
                 other => return Err(bad(&bounded(other, 64), "unknown parameter")),
             }
         }
@@ -265,6 +281,10 @@ impl AuditQuery {
         if let Some(u) = self.until {
             wh.push("time <= ?");
             args.push(Arg::Int(ms(u)));
+        }
+        let not_gateway = format!("NOT {}", crate::routes::GATEWAY_PATH_SQL);
+        if self.exclude_gateway {
+            wh.push(&not_gateway);
         }
         if let Some((t, id)) = &self.cursor {
             wh.push("(time < ? OR (time = ? AND request_id < ?))");
@@ -490,6 +510,25 @@ mod tests {
         assert!(args.contains(&Arg::Text("/a_b/?*".into())));
         assert!(args.contains(&Arg::Int(500)) && args.contains(&Arg::Int(600)));
         assert_eq!(args.last(), Some(&Arg::Int(51)));
+    }
+
+    #[test]
+    fn gateway_calls_can_be_left_out() {
+        let q = parse(&[("include_gateway", "false")], false).unwrap();
+        assert!(q.exclude_gateway);
+        let (sql, args) = q.to_sql();
+        assert!(sql.contains(&format!("NOT {}", crate::routes::GATEWAY_PATH_SQL)));
+        assert_eq!(sql.matches('?').count(), args.len());
+        let all = parse(&[("include_gateway", "true")], false).unwrap();
+        assert!(!all.exclude_gateway);
+        assert!(!all.to_sql().0.contains("GLOB"));
+        assert!(
+            !parse(&[], false).unwrap().exclude_gateway,
+            "every request by default"
+        );
+        for bad in ["yes", "", "FALSE", "0"] {
+            assert!(parse(&[("include_gateway", bad)], false).is_err(), "{bad}");
+        }
     }
 
     #[test]

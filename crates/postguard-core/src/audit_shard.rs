@@ -209,6 +209,12 @@ pub fn merge(answers: Vec<Vec<AuditRow>>, take: usize) -> Vec<AuditRow> {
 pub struct Rollups {
     pub paths: Vec<PathDelta>,
     pub latency: Vec<LatencyDelta>,
+    /// The part of `latency` that is the gateway's own calls
+    /// ([`crate::routes::is_gateway_path`]): `/stats?include_gateway=false`
+    /// subtracts it (the `paths` roll-up tells them apart by its path).
+    /// Counted from 0.4 on; a batch from before has none.
+    #[serde(default)]
+    pub latency_gateway: Vec<LatencyDelta>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,6 +256,7 @@ impl Rollups {
     pub fn sum(parts: Vec<Rollups>) -> Rollups {
         let mut paths = Tally::default();
         let mut latency = Tally::default();
+        let mut latency_gateway = Tally::default();
         for p in parts {
             for d in p.paths {
                 let counts = [d.requests, d.errors, d.server_errors];
@@ -258,7 +265,20 @@ impl Rollups {
             for d in p.latency {
                 latency.add((d.hour, d.key_prefix, String::new(), d.ms), [d.n, 0, 0]);
             }
+            for d in p.latency_gateway {
+                latency_gateway.add((d.hour, d.key_prefix, String::new(), d.ms), [d.n, 0, 0]);
+            }
         }
+        let deltas = |t: Tally| -> Vec<LatencyDelta> {
+            t.0.into_iter()
+                .map(|((hour, key_prefix, _, ms), c)| LatencyDelta {
+                    hour,
+                    key_prefix,
+                    ms,
+                    n: c[0],
+                })
+                .collect()
+        };
         Rollups {
             paths: paths
                 .0
@@ -272,21 +292,13 @@ impl Rollups {
                     server_errors: c[2],
                 })
                 .collect(),
-            latency: latency
-                .0
-                .into_iter()
-                .map(|((hour, key_prefix, _, ms), c)| LatencyDelta {
-                    hour,
-                    key_prefix,
-                    ms,
-                    n: c[0],
-                })
-                .collect(),
+            latency: deltas(latency),
+            latency_gateway: deltas(latency_gateway),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.paths.is_empty() && self.latency.is_empty()
+        self.paths.is_empty() && self.latency.is_empty() && self.latency_gateway.is_empty()
     }
 
     /// The counts of these rows: one delta per row, summed by [`Rollups::sum`]
@@ -305,12 +317,16 @@ impl Rollups {
                 errors: u64::from(r.status >= 400),
                 server_errors: u64::from(r.status >= 500),
             });
-            one.latency.push(LatencyDelta {
+            let latency = LatencyDelta {
                 hour,
                 key_prefix: kp,
                 ms: r.response_time_ms.min(MAX_LATENCY_MS),
                 n: 1,
-            });
+            };
+            if crate::routes::is_gateway_path(&r.path) {
+                one.latency_gateway.push(latency.clone());
+            }
+            one.latency.push(latency);
         }
         Rollups::sum(vec![one])
     }
@@ -322,6 +338,9 @@ impl Rollups {
 pub struct StatsQuery {
     pub since_ms: u64,
     pub key_prefix: Option<String>,
+    /// `include_gateway=false`: the gateway's own calls are not counted.
+    #[serde(default)]
+    pub exclude_gateway: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -405,7 +424,12 @@ pub fn merge_stats(parts: Vec<ShardStats>) -> Stats {
             days.add((day, none(), none(), 0), counts);
         }
         for c in p.paths {
-            paths.add((0, c.path, none(), 0), [c.requests, 0, 0]);
+            // An endpoint, not a URL: every idempotency lookup is one row.
+            let path = match crate::routes::template_of(&c.path) {
+                Some(t) => t.to_string(),
+                None => c.path,
+            };
+            paths.add((0, path, none(), 0), [c.requests, 0, 0]);
         }
         for (ms, n) in p.latency {
             latency.add((ms, none(), none(), 0), [n, 0, 0]);
@@ -453,6 +477,48 @@ pub fn merge_stats(parts: Vec<ShardStats>) -> Stats {
         p50_ms: percentile(&latency, 0.50),
         p95_ms: percentile(&latency, 0.95),
     }
+}
+
+/// When a key was last used, and how much, over a window: one project's
+/// shards answer [`KEY_ACTIVITY_SQL`], [`merge_key_activity`] adds them up
+/// (`GET /keys/activity`, the dashboard's "Last used"). Read from the
+/// roll-ups and the rows that already exist: nothing is written per request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyActivity {
+    pub key_prefix: String,
+    pub requests: u64,
+    pub errors: u64,
+    /// The time of its latest request (epoch ms).
+    pub last_used_at: u64,
+}
+
+/// A shard's [`KeyActivity`] from hour `?1` on: the counts from the path
+/// roll-up, the latest time from the rows of the key's latest hour (the
+/// hour itself when the rows are gone, which never happens in a shard).
+pub const KEY_ACTIVITY_SQL: &str = "SELECT p.key_prefix AS key_prefix, p.r AS requests, p.e AS errors, \
+COALESCE((SELECT MAX(time) FROM rows WHERE key_prefix = p.key_prefix AND time >= p.h), p.h) AS last_used_at \
+FROM (SELECT key_prefix, SUM(requests) AS r, SUM(errors) AS e, MAX(hour) AS h FROM paths \
+WHERE hour >= ?1 AND key_prefix != '' GROUP BY key_prefix) p";
+
+/// The shards' answers added up per key, the most recently used first.
+pub fn merge_key_activity(parts: Vec<Vec<KeyActivity>>) -> Vec<KeyActivity> {
+    let mut out: Vec<KeyActivity> = Vec::new();
+    for k in parts.into_iter().flatten() {
+        match out.iter_mut().find(|o| o.key_prefix == k.key_prefix) {
+            Some(o) => {
+                o.requests += k.requests;
+                o.errors += k.errors;
+                o.last_used_at = o.last_used_at.max(k.last_used_at);
+            }
+            None => out.push(k),
+        }
+    }
+    out.sort_by(|a, b| {
+        b.last_used_at
+            .cmp(&a.last_used_at)
+            .then_with(|| a.key_prefix.cmp(&b.key_prefix))
+    });
+    out
 }
 
 /// A shard's storage: the object's SQLite tables, or memory in tests. Every
@@ -509,6 +575,7 @@ mod tests {
         rows: BTreeMap<String, AuditRow>,
         paths: BTreeMap<(u64, String, String), [u64; 3]>,
         latency: BTreeMap<(u64, String, u64), u64>,
+        latency_gw: BTreeMap<(u64, String, u64), u64>,
     }
 
     impl ShardStore for Mem {
@@ -545,6 +612,12 @@ mod tests {
                     .entry((l.hour, l.key_prefix.clone(), l.ms))
                     .or_default() += l.n;
             }
+            for l in &r.latency_gateway {
+                *self
+                    .latency_gw
+                    .entry((l.hour, l.key_prefix.clone(), l.ms))
+                    .or_default() += l.n;
+            }
             Ok(())
         }
     }
@@ -558,7 +631,7 @@ mod tests {
             let mut hours: BTreeMap<u64, HourCount> = BTreeMap::new();
             let mut paths: BTreeMap<String, u64> = BTreeMap::new();
             for ((h, kp, path), c) in &self.paths {
-                if ok(*h, kp) {
+                if ok(*h, kp) && !(q.exclude_gateway && crate::routes::is_gateway_path(path)) {
                     let e = hours.entry(*h).or_insert(HourCount {
                         hour: *h,
                         ..HourCount::default()
@@ -574,6 +647,14 @@ mod tests {
                 if ok(*h, kp) {
                     *latency.entry(*ms).or_default() += n;
                 }
+            }
+            if q.exclude_gateway {
+                for ((h, kp, ms), n) in &self.latency_gw {
+                    if ok(*h, kp) {
+                        *latency.entry(*ms).or_default() -= n;
+                    }
+                }
+                latency.retain(|_, n| *n > 0);
             }
             ShardStats {
                 hours: hours.into_values().collect(),
@@ -660,6 +741,7 @@ mod tests {
         let all = merge_stats(vec![m.stats(&StatsQuery {
             since_ms: 0,
             key_prefix: None,
+            exclude_gateway: false,
         })]);
         assert_eq!(all.days[0].requests, 3);
         assert_eq!(all.days[0].date, "1970-01-01");
@@ -679,6 +761,7 @@ mod tests {
         let one = merge_stats(vec![m.stats(&StatsQuery {
             since_ms: 0,
             key_prefix: Some("pgk_a".into()),
+            exclude_gateway: false,
         })]);
         assert_eq!((one.p50_ms, one.p95_ms), (Some(5), Some(7)));
         assert_eq!(one.error_share, 0.5);
@@ -711,6 +794,7 @@ mod tests {
         let q = StatsQuery {
             since_ms: 0,
             key_prefix: None,
+            exclude_gateway: false,
         };
         let s = merge_stats(shards.iter().map(|m| m.stats(&q)).collect());
         let mut ms: Vec<u64> = all.iter().map(|r| r.response_time_ms).collect();
@@ -848,5 +932,94 @@ mod tests {
         );
         let ids: Vec<&str> = m.iter().map(|r| r.request_id.as_str()).collect();
         assert_eq!(ids, vec!["c", "b", "d"]);
+    }
+
+    #[test]
+    fn gateway_calls_are_left_out_on_request_and_counted_by_endpoint() {
+        let mut m = Mem::default();
+        let lookup = |i: u32| format!("/_postguard/v1/idempotency/order-{i}");
+        let mut batch = vec![
+            row("p1", HOUR_MS, "/orders", 200, 10, Some("pgk_a")),
+            row("p2", HOUR_MS + 1, "/orders", 503, 30, Some("pgk_a")),
+        ];
+        for i in 0..3u32 {
+            batch.push(row(
+                &format!("g{i}"),
+                HOUR_MS + 2,
+                &lookup(i),
+                200,
+                900,
+                Some("pgk_a"),
+            ));
+        }
+        batch.push(row(
+            "s1",
+            HOUR_MS + 3,
+            "/_postguard/v1/stats",
+            200,
+            700,
+            Some("pgk_a"),
+        ));
+        let done = ingest(&mut m, &batch).unwrap();
+        assert_eq!(
+            done.rollups
+                .latency_gateway
+                .iter()
+                .map(|l| l.n)
+                .sum::<u64>(),
+            4
+        );
+        let q = |exclude_gateway| StatsQuery {
+            since_ms: 0,
+            key_prefix: None,
+            exclude_gateway,
+        };
+        let all = merge_stats(vec![m.stats(&q(false))]);
+        assert_eq!(all.days[0].requests, 6);
+        assert_eq!(
+            all.top_paths[0],
+            PathCount {
+                path: "/_postguard/v1/idempotency/{key}".into(),
+                requests: 3
+            },
+            "one endpoint, not three URLs"
+        );
+        assert_eq!(all.p95_ms, Some(900));
+        let api = merge_stats(vec![m.stats(&q(true))]);
+        assert_eq!(api.days[0].requests, 2);
+        assert_eq!((api.days[0].errors, api.error_share), (1, 0.5));
+        assert_eq!(
+            api.top_paths,
+            vec![PathCount {
+                path: "/orders".into(),
+                requests: 2
+            }]
+        );
+        assert_eq!(
+            (api.p50_ms, api.p95_ms),
+            (Some(10), Some(30)),
+            "the gateway's latencies are subtracted"
+        );
+        // The cross-project roll-up shard gets the same split.
+        let mut total = Mem::default();
+        total.add(&Rollups::sum(vec![done.rollups])).unwrap();
+        assert_eq!(merge_stats(vec![total.stats(&q(true))]), api);
+    }
+
+    #[test]
+    fn key_activity_adds_shards_up_and_puts_the_latest_use_first() {
+        let k = |p: &str, r, e, at| KeyActivity {
+            key_prefix: p.into(),
+            requests: r,
+            errors: e,
+            last_used_at: at,
+        };
+        let day1 = vec![k("pgk_a", 3, 1, 100), k("pgk_b", 1, 0, 150)];
+        let day2 = vec![k("pgk_a", 2, 0, 900)];
+        assert_eq!(
+            merge_key_activity(vec![day1, day2]),
+            vec![k("pgk_a", 5, 1, 900), k("pgk_b", 1, 0, 150)]
+        );
+        assert!(merge_key_activity(vec![]).is_empty());
     }
 }

@@ -31,7 +31,8 @@ pub struct KeyRecord {
     /// Per-key replacements of the plan's numbers.
     #[serde(default)]
     pub overrides: Option<Plan>,
-    /// When the operator last changed the key (epoch ms; 0: as created):
+    /// When the operator last changed the key (epoch ms; `created_at` when
+    /// it was made — 0 for keys made before 0.4, until their first change):
     /// the version its object compares with a worker's cached record.
     #[serde(default)]
     pub updated_at: u64,

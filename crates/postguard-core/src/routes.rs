@@ -52,6 +52,7 @@ pub enum Budget {
 pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys"),
+    ("GET", "/_postguard/v1/keys/activity"),
     ("GET", "/_postguard/v1/keys/{id}"),
     ("DELETE", "/_postguard/v1/keys/{id}"),
     ("PATCH", "/_postguard/v1/keys/{id}"),
@@ -100,6 +101,8 @@ pub enum Route {
     /// Keys the API already issued (docs/live-api.md).
     KeysImport,
     KeysList,
+    /// When each of a project's keys was last used, from its audit roll-ups.
+    KeyActivity,
     KeyGet {
         id: String,
     },
@@ -240,13 +243,27 @@ impl Route {
     /// whatever its sender adds.
     pub fn query_params(&self) -> Option<&'static [&'static str]> {
         use Route::*;
-        const PAGE: &[&str] = &["limit", "cursor"];
         Some(match self {
             KeysList | PortalSessionsList => &["project", "limit", "cursor"],
+            KeyActivity => &["project", "days"],
             PortalSessionsEnd => &["project", "pause_subscriptions"],
-            WebhooksList => PAGE,
-            EventsFeed => &["since", "until", "type", "order", "limit", "cursor"],
-            DeliveriesList => &["status", "event_type", "since", "until", "limit", "cursor"],
+            // `project`: the operator names the project it reads (reader_project).
+            WebhooksList => &["project", "limit", "cursor"],
+            WebhookGet { .. } | DeliveryGet { .. } => &["project"],
+            EventsFeed => &[
+                "project", "since", "until", "type", "order", "limit", "cursor",
+            ],
+            DeliveriesList => &[
+                "project",
+                "status",
+                "event_type",
+                "subscription_id",
+                "event_id",
+                "since",
+                "until",
+                "limit",
+                "cursor",
+            ],
             AuditList => &[
                 "request_id",
                 "method",
@@ -259,8 +276,9 @@ impl Route {
                 "until",
                 "limit",
                 "cursor",
+                "include_gateway",
             ],
-            Stats => &["days", "key_prefix", "project"],
+            Stats => &["days", "key_prefix", "project", "include_gateway"],
             OperationsList => &["state", "key", "limit", "cursor"],
             ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
@@ -284,6 +302,7 @@ impl Route {
             KeysCreate => ("POST", "/_postguard/v1/keys"),
             KeysImport => ("POST", "/_postguard/v1/keys/import"),
             KeysList => ("GET", "/_postguard/v1/keys"),
+            KeyActivity => ("GET", "/_postguard/v1/keys/activity"),
             KeyGet { .. } => ("GET", "/_postguard/v1/keys/{id}"),
             KeyRevoke { .. } => ("DELETE", "/_postguard/v1/keys/{id}"),
             KeyPatch { .. } => ("PATCH", "/_postguard/v1/keys/{id}"),
@@ -334,6 +353,7 @@ impl Route {
             KeysCreate
             | KeysImport
             | KeysList
+            | KeyActivity
             | KeyGet { .. }
             | KeyRevoke { .. }
             | KeyPatch { .. }
@@ -347,10 +367,13 @@ impl Route {
             ExportDownload { .. } => Access::Public,
             EventsPublish => Access::Origin,
             AuditList | Stats => Access::Reader,
+            // What a project's webhooks did, read by the project or the
+            // operator (`?project=`); changing them stays the project's.
+            WebhooksList | WebhookGet { .. } | DeliveriesList | DeliveryGet { .. } | EventsFeed => {
+                Access::Reader
+            }
             InspectCapture { .. } | PortalSessionsCreate | OpenApiDocument => Access::Public,
             WebhooksCreate
-            | WebhooksList
-            | WebhookGet { .. }
             | WebhookDelete { .. }
             | WebhookRotateSecret { .. }
             | WebhookPatch { .. }
@@ -359,11 +382,8 @@ impl Route {
             | WebhookTest { .. }
             | WebhookRecover { .. }
             | TaskGet { .. }
-            | EventsFeed
             | InspectorsCreate
             | InspectorRequests { .. }
-            | DeliveriesList
-            | DeliveryGet { .. }
             | DeliveryRetry { .. }
             | DeliveryRedirect { .. }
             | OperationsList
@@ -436,6 +456,8 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
     let (allow, operations): (&'static str, Vec<(&str, Route)>) = match segments.as_slice() {
         ["v1", "keys"] => ("GET, POST", vec![("POST", KeysCreate), ("GET", KeysList)]),
         ["v1", "keys", "import"] => ("POST", vec![("POST", KeysImport)]),
+        // A key id is `key_…`: this segment never names one.
+        ["v1", "keys", "activity"] => ("GET", vec![("GET", KeyActivity)]),
         ["v1", "keys", k] => (
             "GET, DELETE, PATCH",
             vec![
@@ -565,6 +587,66 @@ pub fn audited_path(c: &Canonical) -> std::borrow::Cow<'_, str> {
         true => CAPTURE.into(),
         false => c.path.as_str().into(),
     }
+}
+
+/// The project a read of an [`Access::Reader`] operation is about: a key's
+/// or a session's own (which may not name another: `project` is then an
+/// unknown parameter, as in `/audit`), or the one the operator names with
+/// `project=` — required where the records live in a project's shards
+/// (webhooks, deliveries, events).
+pub fn reader_project(own: Option<&str>, asked: Option<&str>) -> Result<String, crate::Invalid> {
+    match (own, asked) {
+        (Some(own), None) => Ok(own.to_string()),
+        (Some(_), Some(_)) => Err(crate::Invalid::field(
+            "project",
+            "unknown parameter (an API key or portal session reads its own project)",
+        )),
+        (None, Some(p)) if crate::ids::is_valid_name(p) => Ok(p.to_string()),
+        (None, Some(_)) => Err(crate::Invalid::field(
+            "project",
+            "must be 1-64 characters of [A-Za-z0-9._-]",
+        )),
+        (None, None) => Err(crate::Invalid::field(
+            "project",
+            "required with the operator token: webhooks, deliveries and events belong to a project",
+        )),
+    }
+}
+
+/// Whether an audit row's stored path is a call of the gateway itself
+/// (its own API, the dashboard's calls to it, 404s under the prefix) rather
+/// than a request proxied to the origin: the path the row keeps
+/// ([`audited_path`]) is the reserved prefix, or starts with it followed by
+/// `/` or a percent-encoded character (`/_postguard%2F…`). The
+/// dashboard's "include gateway calls" filter (`include_gateway=false` on
+/// `/audit` and `/stats`) is this test, and [`GATEWAY_PATH_SQL`] is the
+/// same test in SQL (a host test holds the two together).
+pub fn is_gateway_path(stored: &str) -> bool {
+    let prefix = PREFIX.trim_end_matches('/');
+    match stored.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || rest.starts_with('%'),
+        None => false,
+    }
+}
+
+/// [`is_gateway_path`] as an SQL condition on a `path` column (SQLite's
+/// `GLOB` is case-sensitive and treats `_` literally, as paths are compared).
+pub const GATEWAY_PATH_SQL: &str =
+    "(path = '/_postguard' OR path GLOB '/_postguard/*' OR path GLOB '/_postguard%*')";
+
+/// The route pattern of a gateway path (`/_postguard/v1/idempotency/{key}`
+/// for every lookup), for statistics that count endpoints rather than
+/// URLs; `None` for a path that names no operation (a 404 under the prefix
+/// keeps its own path) or is not the gateway's.
+pub fn template_of(stored: &str) -> Option<&'static str> {
+    if !is_gateway_path(stored) {
+        return None;
+    }
+    // The method is not part of a roll-up: a path's operations share one template.
+    ["GET", "POST", "PATCH", "DELETE"]
+        .iter()
+        .find_map(|m| resolve(m, stored).ok())
+        .map(|r| r.operation().1)
 }
 
 #[cfg(test)]
@@ -705,5 +787,126 @@ mod tests {
         assert_eq!(p.code, ErrorCode::NotFound);
         let p = RouteError::MethodNotAllowed { allow: "GET" }.problem("PUT", "/x");
         assert_eq!((p.status(), p.allow), (405, Some("GET")));
+    }
+
+    #[test]
+    fn gateway_paths_are_told_apart_and_named_by_their_template() {
+        for p in [
+            "/_postguard",
+            "/_postguard/",
+            "/_postguard/v1/stats",
+            "/_postguard/v1/idempotency/order-1",
+            "/_postguard%2Fv1/keys",
+            "/_postguard/inspect/{token}",
+        ] {
+            assert!(is_gateway_path(p), "{p}");
+        }
+        for p in [
+            "/",
+            "/orders/1",
+            "/_postguardx",
+            "/_postguard_v1",
+            "/v1/_postguard/x",
+        ] {
+            assert!(!is_gateway_path(p), "{p}");
+        }
+        // Every operation's own path is a gateway path, named by its template.
+        for (method, template) in OPERATIONS {
+            let p = concrete(template);
+            assert!(is_gateway_path(&p), "{method} {template}");
+            assert_eq!(template_of(&p), Some(*template), "{method} {template}");
+        }
+        assert_eq!(
+            template_of("/_postguard/v1/idempotency/6f1c0b9e-0f7a-4c55-9d2f-3a1b2c3d4e5f"),
+            Some("/_postguard/v1/idempotency/{key}")
+        );
+        assert_eq!(template_of("/_postguard/v1/nope"), None);
+        assert_eq!(template_of("/orders/1"), None);
+    }
+
+    /// [`GATEWAY_PATH_SQL`] is [`is_gateway_path`]: the GLOB patterns read
+    /// as SQLite reads them (`*` any characters, everything else literal).
+    #[test]
+    fn the_sql_condition_is_the_same_test() {
+        fn glob(pattern: &str, s: &str) -> bool {
+            match pattern.split_once('*') {
+                None => pattern == s,
+                Some((head, tail)) => {
+                    assert!(tail.is_empty(), "one trailing * only");
+                    s.starts_with(head)
+                }
+            }
+        }
+        let sql_test = |p: &str| -> bool {
+            GATEWAY_PATH_SQL
+                .trim_matches(|c| c == '(' || c == ')')
+                .split(" OR ")
+                .any(
+                    |clause| match clause.split_once(" = ").or(clause.split_once(" GLOB ")) {
+                        Some((_, quoted)) => glob(quoted.trim_matches('\''), p),
+                        None => panic!("{clause}"),
+                    },
+                )
+        };
+        for p in [
+            "/_postguard",
+            "/_postguard/v1/me",
+            "/_postguard%2Fx",
+            "/_postguardx",
+            "/orders",
+            "/",
+            "/_postguard_",
+        ] {
+            assert_eq!(sql_test(p), is_gateway_path(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_reader_reads_its_own_project_and_the_operator_names_one() {
+        assert_eq!(reader_project(Some("acme"), None).as_deref(), Ok("acme"));
+        assert!(
+            reader_project(Some("acme"), Some("other")).is_err(),
+            "a key reads its own"
+        );
+        assert!(
+            reader_project(Some("acme"), Some("acme")).is_err(),
+            "and never names it"
+        );
+        assert_eq!(
+            reader_project(None, Some("shop-1")).as_deref(),
+            Ok("shop-1")
+        );
+        let missing = reader_project(None, None).map_err(|e| e.0);
+        assert!(missing.is_err_and(|m| m.starts_with("project: required")));
+        assert!(
+            reader_project(None, Some("~all")).is_err(),
+            "never a reserved shard name"
+        );
+        for (method, template) in [
+            ("GET", "/_postguard/v1/webhooks"),
+            ("GET", "/_postguard/v1/webhooks/{id}"),
+            ("GET", "/_postguard/v1/deliveries"),
+            ("GET", "/_postguard/v1/deliveries/{id}"),
+            ("GET", "/_postguard/v1/events"),
+        ] {
+            let route = resolve(method, &concrete(template)).unwrap_or(Route::Me);
+            assert_eq!(route.access(), Access::Reader, "{template}");
+            assert!(
+                route
+                    .query_params()
+                    .unwrap_or_default()
+                    .contains(&"project"),
+                "{template}"
+            );
+        }
+        // Changing a project's webhooks stays the project's.
+        for (method, template) in [
+            ("POST", "/_postguard/v1/webhooks"),
+            ("PATCH", "/_postguard/v1/webhooks/{id}"),
+            ("POST", "/_postguard/v1/deliveries/{id}/retry"),
+        ] {
+            let route = resolve(method, &concrete(template)).unwrap_or(Route::Me);
+            assert_eq!(route.access(), Access::Project, "{template}");
+        }
     }
 }

@@ -1,14 +1,16 @@
 // Audit log: search by request_id, filters, newest first, pages by cursor; a
-// row expands to every field.
+// row expands to every field. The gateway's own calls are left out unless
+// "Include gateway calls" is ticked; the operator's rows say whose they are
+// (project and key).
 
 import * as api from '../api';
-import { button, field, fields, fromUtcInput, h, input, replace, scroller, select, status, table, td, time } from '../dom';
+import { button, field, fields, fromUtcInput, gatewayToggle, h, ident, input, replace, scroller, select, status, table, td, when } from '../dom';
 
 const METHODS: Array<[string, string]> = [['', 'any'], ...['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'].map((m): [string, string] => [m, m])];
 const CLASSES: Array<[string, string]> = [['', 'any'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx']];
 
-function row(r: api.AuditRow): HTMLTableRowElement[] {
-  const detail = h('tr', { class: 'detail', hidden: true }, h('td', { colspan: 7 }, fields(r as unknown as Record<string, unknown>)));
+function row(r: api.AuditRow, operator: boolean): HTMLTableRowElement[] {
+  const detail = h('tr', { class: 'detail', hidden: true }, h('td', { colspan: operator ? 9 : 7 }, fields(r as unknown as Record<string, unknown>)));
   const toggle = button('Details', () => {
     const open = toggle.getAttribute('aria-expanded') === 'true';
     toggle.setAttribute('aria-expanded', String(!open));
@@ -19,12 +21,14 @@ function row(r: api.AuditRow): HTMLTableRowElement[] {
     h(
       'tr',
       { 'data-request-id': r.request_id },
-      td(time(r.time)),
+      td(when(r.time)),
+      operator ? h('td', { class: 'project' }, r.project ?? '—') : null,
+      operator ? h('td', { class: 'key' }, r.key_prefix ? h('code', { class: 'nowrap' }, `${r.key_prefix}…`) : '—') : null,
       td(r.method),
       td(h('code', null, r.path)),
       td(h('span', { class: `badge ${cls}` }, r.status)),
-      td(`${r.response_time_ms} ms`),
-      td(h('code', null, r.request_id)),
+      h('td', { class: 'nowrap' }, `${r.response_time_ms} ms`),
+      td(ident(r.request_id)),
       td(toggle),
     ),
     detail,
@@ -58,6 +62,11 @@ export async function audit(main: HTMLElement): Promise<void> {
   const results = h('div', { class: 'results' });
   const pager = h('div', { class: 'row pager' });
   const cursors: string[] = [];
+  const gateway = gatewayToggle(() => {
+    cursors.length = 0;
+    load().catch((e) => status(msg, api.describe(e), 'error'));
+  });
+  form.insertBefore(gateway.box, form.lastElementChild);
 
   const query = (): Record<string, string | number | undefined> => ({
     request_id: requestId.value.trim() || undefined,
@@ -68,18 +77,20 @@ export async function audit(main: HTMLElement): Promise<void> {
     since: fromUtcInput(since.value),
     until: fromUtcInput(until.value),
     project: project?.value.trim() || undefined,
+    include_gateway: String(gateway.include()),
     limit: 25,
   });
 
   const load = async (cursor?: string): Promise<void> => {
     status(msg, 'Searching…');
     const page = await api.call<api.Page<api.AuditRow>>('GET', '/audit', { query: { ...query(), cursor } });
-    const rows = page.data.flatMap(row);
+    const rows = page.data.flatMap((r) => row(r, operator));
+    const headers = ['Time (UTC)', ...(operator ? ['Project', 'Key'] : []), 'Method', 'Path', 'Status', 'Duration', 'Request ID', 'Details'];
     replace(
       results,
       page.data.length
-        ? scroller('Audit log entries', table('Audit log entries, newest first', ['Time (UTC)', 'Method', 'Path', 'Status', 'Duration', 'Request ID', 'Details'], rows))
-        : h('p', null, 'No requests match.'),
+        ? scroller('Audit log entries', table('Audit log entries, newest first', headers, rows))
+        : h('p', null, gateway.include() ? 'No requests match.' : 'No requests match. The gateway’s own calls are left out: tick “Include gateway calls” to see them.'),
     );
     replace(pager);
     if (cursors.length) {

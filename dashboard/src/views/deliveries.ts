@@ -1,9 +1,31 @@
-// Deliveries of the last 14 days, filtered by status; a row expands to the
-// payload and every attempt, with Retry and Redirect buttons that call the API
-// and show what happened.
+// Deliveries, newest first, filtered by status, event type, subscription, event id
+// and time (the last 14 days unless a time is given); a row expands to the payload
+// and every attempt — its response status, excerpt, and its request and response
+// headers (the signature redacted by the gateway) — with Retry and Redirect
+// buttons that call the API and show what happened. The operator picks a project
+// and reads it (Retry and Redirect stay the project's).
 
 import * as api from '../api';
-import { button, field, h, input, replace, scroller, select, show, status, table, td, time } from '../dom';
+import {
+  button,
+  field,
+  fromUtcInput,
+  hashParams,
+  h,
+  headerList,
+  ident,
+  input,
+  projectField,
+  replace,
+  scroller,
+  select,
+  show,
+  status,
+  table,
+  td,
+  toUtcInput,
+  when,
+} from '../dom';
 
 const DAY_MS = 86_400_000;
 const STATUSES: Array<[string, string]> = [
@@ -12,30 +34,50 @@ const STATUSES: Array<[string, string]> = [
   ['delivered', 'delivered'],
   ['failed', 'failed'],
   ['dead_letter', 'dead_letter'],
+  ['paused', 'paused'],
 ];
 /** How long the page watches a delivery after Retry or Redirect. */
 const WATCH_MS = 60_000;
+
+function attemptHeaders(a: api.DeliveryAttempt): HTMLElement {
+  const answer = a.status_code !== null ? `HTTP ${a.status_code}` : `no answer (${a.error ?? 'unknown'})`;
+  return h(
+    'details',
+    { class: 'headers', 'data-attempt': a.attempt },
+    h('summary', null, `Attempt ${a.attempt}: request and response headers`),
+    h('h4', null, 'Request headers'),
+    headerList(`Request headers of attempt ${a.attempt}`, a.request_headers),
+    h('h4', null, `Response: ${answer}`),
+    a.status_code !== null ? headerList(`Response headers of attempt ${a.attempt}`, a.response_headers) : null,
+    a.response_excerpt ? h('pre', { class: 'payload', tabindex: 0, 'aria-label': `Response excerpt of attempt ${a.attempt}` }, a.response_excerpt) : null,
+  );
+}
 
 function attempts(list: api.DeliveryAttempt[]): HTMLElement {
   if (!list.length) return h('p', null, 'No attempts yet.');
   const rows = list.map((a) =>
     h(
       'tr',
-      null,
+      { 'data-attempt': a.attempt },
       td(a.attempt),
-      td(h('code', null, a.url)),
+      h('td', { class: 'url' }, h('code', null, a.url)),
       td(show(a.status_code)),
       td(show(a.error)),
       td(h('pre', { class: 'excerpt' }, show(a.response_excerpt))),
-      td(`${a.duration_ms} ms`),
-      td(h('code', null, a.request_id)),
-      td(time(a.at)),
-      td(time(a.next_retry_at)),
+      h('td', { class: 'nowrap' }, `${a.duration_ms} ms`),
+      td(ident(a.request_id)),
+      td(when(a.at)),
+      td(when(a.next_retry_at)),
     ),
   );
-  return scroller(
-    'Attempts',
-    table('Attempts', ['#', 'URL', 'Status code', 'Error', 'Response excerpt', 'Duration', 'Request ID', 'At (UTC)', 'Next retry (UTC)'], rows),
+  return h(
+    'div',
+    null,
+    scroller(
+      'Attempts',
+      table('Attempts', ['#', 'URL', 'Status code', 'Error', 'Response excerpt', 'Duration', 'Request ID', 'At (UTC)', 'Next retry (UTC)'], rows),
+    ),
+    ...list.map(attemptHeaders),
   );
 }
 
@@ -45,7 +87,7 @@ function showStatus(cell: HTMLElement, status: string): void {
   cell.className = `badge d-${status}`;
 }
 
-function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () => Promise<api.DeliveryDetail>): HTMLElement {
+function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () => Promise<api.DeliveryDetail>, readOnly: boolean): HTMLElement {
   const msg = h('p', { class: 'status' });
   const attemptsBox = h('div', null, attempts(d.attempts));
   const target = input('redirect_url', { type: 'url', placeholder: 'https://…' });
@@ -97,18 +139,19 @@ function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () 
     h('pre', { class: 'payload', tabindex: 0, 'aria-label': 'Payload' }, d.payload === undefined ? '—' : JSON.stringify(d.payload, null, 2)),
     h('h3', null, 'Attempts'),
     attemptsBox,
-    h('div', { class: 'row' }, retry),
-    redirectForm,
+    readOnly ? null : h('div', { class: 'row' }, retry),
+    readOnly ? null : redirectForm,
     msg,
   );
 }
 
-function row(d: api.Delivery, onError: (e: unknown) => void): HTMLTableRowElement[] {
+function row(d: api.Delivery, project: string | undefined, onError: (e: unknown) => void): HTMLTableRowElement[] {
   const detail = h('tr', { class: 'detail', hidden: true });
-  const cell = h('td', { colspan: 7 });
+  const cell = h('td', { colspan: 8 });
   detail.append(cell);
   const statusCell = h('span', { class: `badge d-${d.status}` }, d.status);
-  const fetchOne = (): Promise<api.DeliveryDetail> => api.call<api.DeliveryDetail>('GET', `/deliveries/${encodeURIComponent(d.id)}`);
+  const fetchOne = (): Promise<api.DeliveryDetail> =>
+    api.call<api.DeliveryDetail>('GET', `/deliveries/${encodeURIComponent(d.id)}`, { query: { project } });
   const toggle = button('Details', () => {
     const open = toggle.getAttribute('aria-expanded') === 'true';
     toggle.setAttribute('aria-expanded', String(!open));
@@ -118,7 +161,7 @@ function row(d: api.Delivery, onError: (e: unknown) => void): HTMLTableRowElemen
       fetchOne()
         .then((full) => {
           showStatus(statusCell, full.status);
-          replace(cell, detailView(full, statusCell, fetchOne));
+          replace(cell, detailView(full, statusCell, fetchOne, project !== undefined));
         })
         .catch(onError);
     }
@@ -126,13 +169,14 @@ function row(d: api.Delivery, onError: (e: unknown) => void): HTMLTableRowElemen
   return [
     h(
       'tr',
-      { 'data-delivery-id': d.id },
-      td(time(d.created_at)),
+      { 'data-delivery-id': d.id, 'data-subscription-id': d.subscription_id, 'data-event-id': d.event_id },
+      td(when(d.created_at)),
       td(d.event_type),
-      td(h('code', null, d.url)),
+      td(ident(d.event_id)),
+      h('td', { class: 'url' }, h('code', null, d.url)),
       td(statusCell),
       td(d.attempts_made),
-      td(h('code', null, d.id)),
+      td(ident(d.id)),
       td(toggle),
     ),
     detail,
@@ -140,21 +184,70 @@ function row(d: api.Delivery, onError: (e: unknown) => void): HTMLTableRowElemen
 }
 
 export async function deliveries(main: HTMLElement): Promise<void> {
-  const statusFilter = select('status', STATUSES);
-  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter deliveries' }, field('Status', statusFilter), h('button', { type: 'submit' }, 'Filter'));
+  const operator = api.credential()?.kind === 'operator';
+  const params = hashParams();
+  const project = operator ? projectField() : null;
+  const statusFilter = select('status', STATUSES, params.get('status') ?? '');
+  const eventType = input('event_type', { value: params.get('event_type') ?? '', placeholder: 'payment.succeeded' });
+  const subscription = select('subscription_id', [['', 'any']], '');
+  const eventId = input('event_id', { value: params.get('event_id') ?? '', placeholder: 'evt_…' });
+  const since = input('since', { type: 'datetime-local', step: 1 });
+  const until = input('until', { type: 'datetime-local', step: 1 });
+  if (params.get('since')) since.value = toUtcInput(Number(params.get('since')));
+  const form = h(
+    'form',
+    { class: 'filters', role: 'search', 'aria-label': 'Filter deliveries' },
+    project ? field('Project', project) : null,
+    field('Status', statusFilter),
+    field('Event type', eventType),
+    field('Subscription', subscription),
+    field('Event ID', eventId),
+    field('Since (UTC)', since, 'Empty: the last 14 days'),
+    field('Until (UTC)', until),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
   const msg = h('p', { class: 'status' });
   const list = h('div');
   const pager = h('div', { class: 'row pager' });
   const onError = (e: unknown): void => status(msg, api.describe(e), 'error');
+  const projectNow = (): string | undefined => project?.value.trim() || undefined;
+
+  /** The subscription filter's choices: the project's subscriptions by URL. */
+  const loadSubscriptions = async (): Promise<void> => {
+    if (operator && !projectNow()) return;
+    const subs = await api.call<api.Page<api.Subscription>>('GET', '/webhooks', { query: { project: projectNow(), limit: 100 } });
+    const wanted = subscription.value || params.get('subscription_id') || '';
+    subscription.replaceChildren(h('option', { value: '' }, 'any'));
+    for (const s of subs.data) subscription.append(h('option', { value: s.id }, `${s.url} (${s.id})`));
+    subscription.value = subs.data.some((s) => s.id === wanted) ? wanted : '';
+  };
 
   const load = async (cursor?: string): Promise<void> => {
+    if (operator && !projectNow()) {
+      status(msg, 'Enter a project to see its deliveries.');
+      return;
+    }
+    const from = fromUtcInput(since.value) ?? Date.now() - 14 * DAY_MS;
     const page = await api.call<api.Page<api.Delivery>>('GET', '/deliveries', {
-      query: { status: statusFilter.value || undefined, since: Date.now() - 14 * DAY_MS, limit: 25, cursor },
+      query: {
+        project: projectNow(),
+        status: statusFilter.value || undefined,
+        event_type: eventType.value.trim() || undefined,
+        subscription_id: subscription.value || undefined,
+        event_id: eventId.value.trim() || undefined,
+        since: from,
+        until: fromUtcInput(until.value),
+        limit: 25,
+        cursor,
+      },
     });
     replace(
       list,
       page.data.length
-        ? scroller('Deliveries', table('Deliveries of the last 14 days, newest first', ['Created (UTC)', 'Event', 'URL', 'Status', 'Attempts', 'ID', 'Details'], page.data.flatMap((d) => row(d, onError))))
+        ? scroller(
+            'Deliveries',
+            table('Deliveries, newest first', ['Created (UTC)', 'Event', 'Event ID', 'URL', 'Status', 'Attempts', 'ID', 'Details'], page.data.flatMap((d) => row(d, projectNow(), onError))),
+          )
         : h('p', null, 'No deliveries match.'),
     );
     replace(pager);
@@ -163,12 +256,15 @@ export async function deliveries(main: HTMLElement): Promise<void> {
       const next = page.next_cursor;
       pager.append(button('Older', () => load(next).catch(onError)));
     }
-    status(msg, `${page.data.length} ${page.data.length === 1 ? 'delivery' : 'deliveries'} in the last 14 days`);
+    status(msg, `${page.data.length} ${page.data.length === 1 ? 'delivery matches' : 'deliveries match'}${page.next_cursor ? ' (more on the next page)' : ''}`);
   };
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    load().catch(onError);
+    loadSubscriptions()
+      .then(() => load())
+      .catch(onError);
   });
-  main.append(form, msg, h('h2', null, 'Last 14 days'), list, pager);
+  main.append(form, msg, h('h2', null, 'Deliveries'), list, pager);
+  await loadSubscriptions();
   await load();
 }

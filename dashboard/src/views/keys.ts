@@ -1,5 +1,6 @@
 // Keys (operator only): create (the key shown once); the list with each key's
-// plan, expiry and whether it has metadata; a key's detail (its metadata and
+// plan, expiry, whether it has metadata and when it was last used (from the audit
+// log, `GET /keys/activity`, one call per project on the page); a key's detail (its metadata and
 // overrides as text, each policy's remaining, the in-flight slots) with edit
 // (PATCH) and reroll (the new secret shown once); revoke; per-key statistics;
 // and portal links for integrators (docs/operator-api.md, docs/dashboard-and-portal.md).
@@ -8,6 +9,7 @@ import * as api from '../api';
 import {
   button,
   expiry,
+  relative,
   field,
   fields,
   fromUtcInput,
@@ -67,8 +69,13 @@ function stateOf(k: api.ApiKey, now = Date.now()): string {
 
 const pretty = (v: unknown): string => (v === null || v === undefined ? 'none' : JSON.stringify(v, null, 2));
 
+/** The window "Last used" looks back over (days). */
+const ACTIVITY_DAYS = 30;
+
 /** One list row; `show` refreshes its cells from a newer record of the key. */
 interface Row {
+  key: api.ApiKey;
+  lastUsed: HTMLTableCellElement;
   tr: HTMLTableRowElement;
   toggle: HTMLButtonElement;
   show: (k: api.ApiKey) => void;
@@ -89,7 +96,7 @@ function summary(k: api.ApiKeyDetail): HTMLElement {
       state: stateOf(k),
       expires: expiry(k.expires_at),
       created: time(k.created_at),
-      changed: k.updated_at ? time(k.updated_at) : 'never',
+      changed: (k.updated_at ?? 0) > k.created_at ? time(k.updated_at) : 'never',
     }),
     h('h3', null, 'Limits now'),
     policyTable(k.policies, who),
@@ -365,6 +372,7 @@ export async function keys(main: HTMLElement): Promise<void> {
     const expiresCell = h('td', { class: 'expires' });
     const metaCell = h('td', { class: 'meta' }, k.has_meta ? 'yes' : 'no');
     const stateCell = td();
+    const lastUsed = h('td', { class: 'last-used' }, '…');
     const actions = h('td', { class: 'actions' });
     const show = (r: api.ApiKey): void => {
       planCell.textContent = r.plan;
@@ -418,10 +426,30 @@ export async function keys(main: HTMLElement): Promise<void> {
       metaCell,
       td(time(k.created_at)),
       stateCell,
+      lastUsed,
       actions,
     );
-    const row: Row = { tr, toggle, show, showMeta: (text) => (metaCell.textContent = text) };
+    const row: Row = { key: k, lastUsed, tr, toggle, show, showMeta: (text) => (metaCell.textContent = text) };
     return row;
+  };
+
+  /** Fills each row's "Last used" from its project's key activity. */
+  const showLastUsed = async (these: Row[]): Promise<void> => {
+    const projects = [...new Set(these.map((r) => r.key.project))];
+    await Promise.all(
+      projects.map(async (p) => {
+        const act = await api.call<{ data: api.KeyActivity[] }>('GET', '/keys/activity', { query: { project: p, days: ACTIVITY_DAYS } });
+        for (const r of these.filter((x) => x.key.project === p)) {
+          const a = act.data.find((x) => x.key_prefix === r.key.prefix);
+          if (a) {
+            replace(r.lastUsed, h('span', { class: 'nowrap', title: time(a.last_used_at) }, relative(a.last_used_at)), h('small', { class: 'hint' }, ` ${a.requests} requests`));
+            r.lastUsed.dataset.lastUsedAt = String(a.last_used_at);
+          } else {
+            replace(r.lastUsed, `not in ${ACTIVITY_DAYS} days`);
+          }
+        }
+      }),
+    );
   };
 
   const load = async (cursor?: string): Promise<void> => {
@@ -444,9 +472,14 @@ export async function keys(main: HTMLElement): Promise<void> {
       list,
       scroller(
         'API keys',
-        table('API keys', ['Prefix', 'Project', 'Plan', 'Name', 'Expires (UTC)', 'Meta', 'Created (UTC)', 'State', 'Actions'], rows.map((r) => r.tr)),
+        table('API keys', ['Prefix', 'Project', 'Plan', 'Name', 'Expires (UTC)', 'Meta', 'Created (UTC)', 'State', 'Last used', 'Actions'], rows.map((r) => r.tr)),
       ),
     );
+    const shown = rows;
+    showLastUsed(shown).catch((e) => {
+      for (const r of shown) replace(r.lastUsed, '—');
+      onError(e);
+    });
   };
 
   main.append(create, portal, plans, msg, once, h('h2', null, 'API keys'), list, pager, panel);

@@ -1,10 +1,12 @@
 // Statistics: requests and errors per day over 30 days (uPlot), top endpoints,
 // error share, p50/p95 latency, and the key's limit state when signed in with one
-// (its expiry, each policy's remaining, its in-flight slots).
+// (its expiry, each policy's remaining, its in-flight slots). The gateway's own
+// calls (the dashboard's reads among them) are left out unless "Include gateway
+// calls" is ticked; the chart's legend shows the latest day until a day is hovered.
 
 import uPlot from 'uplot';
 import * as api from '../api';
-import { expiry, field, fields, h, input, scroller, status, table, td } from '../dom';
+import { expiry, field, fields, gatewayToggle, h, input, scroller, status, table, td } from '../dom';
 import { inflightLine, policyTable } from '../limits';
 
 const DAY_MS = 86_400_000;
@@ -49,11 +51,22 @@ function chart(container: HTMLElement, days: api.Stats['days']): void {
       { label: '5xx', stroke: '#6b3fa0', width: 1, dash: [4, 3], points: { show: false } },
     ],
   };
+  // The legend shows the latest day (today) until a day is hovered, and again
+  // when the pointer leaves the chart (uPlot would show "--").
+  const latest = days.length;
+  opts.hooks = {
+    setLegend: [
+      (u) => {
+        if (u.legend.idx === null || u.legend.idx === undefined) u.setLegend({ idx: latest }, false);
+      },
+    ],
+  };
   const plot = new uPlot(
     opts,
     [xs, pad(days.map((d) => d.requests)), pad(days.map((d) => d.errors)), pad(days.map((d) => d.server_errors))],
     container,
   );
+  plot.setLegend({ idx: latest }, false);
   const resize = (): void => {
     if (!container.isConnected) {
       window.removeEventListener('resize', resize);
@@ -98,10 +111,15 @@ export async function statistics(main: HTMLElement): Promise<void> {
   const c = api.credential();
   const box = h('div');
   const msg = h('p', { class: 'status' });
+  let shown: { project?: string; keyPrefix?: string } = {};
+  const gateway = gatewayToggle(() => {
+    load(shown.project, shown.keyPrefix).catch((e) => status(msg, api.describe(e), 'error'));
+  });
   const load = async (project?: string, keyPrefix?: string): Promise<void> => {
+    shown = { project, keyPrefix };
     status(msg, 'Loading…');
     const stats = await api.call<api.Stats>('GET', '/stats', {
-      query: { days: DAYS, project, key_prefix: keyPrefix },
+      query: { days: DAYS, project, key_prefix: keyPrefix, include_gateway: String(gateway.include()) },
     });
     const days = fillDays(stats);
     const total = days.reduce((n, d) => n + d.requests, 0);
@@ -116,6 +134,7 @@ export async function statistics(main: HTMLElement): Promise<void> {
         'section',
         null,
         h('h2', { id: 'summary-title' }, `Last ${DAYS} days${project ? ` — project ${project}` : ''}${keyPrefix ? ` — key ${keyPrefix}…` : ''}`),
+        h('p', { class: 'hint scope' }, gateway.include() ? 'Every request, the gateway’s own calls included.' : 'Requests proxied to the origin; the gateway’s own calls are left out.'),
         fields({
           requests: total,
           'error share': `${(stats.error_share * 100).toFixed(1)} %`,
@@ -139,6 +158,7 @@ export async function statistics(main: HTMLElement): Promise<void> {
       { class: 'filters', 'aria-label': 'Statistics filters' },
       field('Project', project),
       field('Key prefix', keyPrefix),
+      gateway.box,
       h('button', { type: 'submit' }, 'Show statistics'),
     );
     form.addEventListener('submit', (ev) => {
@@ -152,6 +172,6 @@ export async function statistics(main: HTMLElement): Promise<void> {
     await load(undefined, keyPrefix.value || undefined);
     return;
   }
-  main.append(msg, box);
+  main.append(h('div', { class: 'filters row' }, gateway.box), msg, box);
   await load();
 }

@@ -1,11 +1,80 @@
-// Webhooks: the project's subscriptions; create (the secret shown once, with a
-// copy button), rotate the secret, delete; pause/resume, send a test ping and
-// recover the failed deliveries of the last 14 days (docs/operating-webhooks.md).
+// Webhooks: the project's subscriptions with each endpoint's health (its last
+// 24 h: attempts, the share answered 2xx, the last attempt, a state); create
+// (the secret shown once, with a copy button), rotate the secret, delete;
+// pause/resume, send a test ping and recover the failed deliveries of the last
+// 14 days (docs/operating-webhooks.md). The operator picks a project and reads
+// it (changing a project's webhooks stays the project's).
 
 import * as api from '../api';
-import { button, field, h, input, replace, scroller, secretBox, status, table, td, time } from '../dom';
+import { button, field, h, ident, input, projectField, replace, scroller, secretBox, status, table, td, time, when } from '../dom';
+
+/** "97.5 % of 40" — the share of the window's attempts answered 2xx. */
+export function successText(hl: api.SubscriptionHealth | undefined): string {
+  if (!hl || hl.success_rate === null) return 'no attempts';
+  const pct = hl.success_rate * 100;
+  return `${Number.isInteger(pct) ? pct : pct.toFixed(1)} % of ${hl.attempts}`;
+}
+
+function lastAttempt(hl: api.SubscriptionHealth | undefined): HTMLElement | string {
+  if (!hl || hl.last_attempt_at === null) return '—';
+  const outcome = hl.last_status_code !== null ? `HTTP ${hl.last_status_code}` : (hl.last_error ?? 'no answer');
+  return h('span', null, when(hl.last_attempt_at), ' ', h('span', { class: 'nowrap' }, outcome));
+}
+
+/** The operator's view of one project: the list only. */
+async function readOnly(main: HTMLElement): Promise<void> {
+  const project = projectField();
+  const msg = h('p', { class: 'status' });
+  const list = h('div');
+  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Whose webhooks' }, field('Project', project), h('button', { type: 'submit' }, 'Show webhooks'));
+  const load = async (): Promise<void> => {
+    const p = project.value.trim();
+    if (!p) {
+      status(msg, 'Enter a project to see its webhooks.');
+      replace(list);
+      return;
+    }
+    const page = await api.call<api.Page<api.Subscription>>('GET', '/webhooks', { query: { project: p, limit: 100 } });
+    replace(list, page.data.length ? subscriptionTable(page.data, () => null, p) : h('p', null, `Project ${p} has no subscriptions.`));
+    status(msg, `${page.data.length} ${page.data.length === 1 ? 'subscription' : 'subscriptions'} of project ${p}.`);
+  };
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    load().catch((e) => status(msg, api.describe(e), 'error'));
+  });
+  main.append(form, h('p', { class: 'readonly-note' }, 'As the operator you read a project’s webhooks; the project changes them (its API keys or a portal link).'), msg, h('h2', null, 'Subscriptions'), list);
+  await load();
+}
+
+/** The subscriptions with their health; `actions` gives a row's buttons (none for the operator). */
+function subscriptionTable(subs: api.Subscription[], actions: (s: api.Subscription) => HTMLTableCellElement | null, project?: string): HTMLElement {
+  const cells = subs.map(actions);
+  const rows = subs.map((s, i) => {
+    const hl = s.health;
+    const state = s.state === 'disabled' ? `disabled (${s.disabled_reason ?? ''})` : (s.state ?? 'active');
+    const deliveries = new URLSearchParams({ subscription_id: s.id });
+    if (project) deliveries.set('project', project);
+    return h(
+      'tr',
+      { 'data-subscription-id': s.id },
+      h('td', { class: 'url' }, h('code', null, s.url)),
+      td(s.events.join(', ')),
+      td(s.description ?? ''),
+      td(state),
+      h('td', { class: 'health' }, h('span', { class: `badge h-${hl?.state ?? 'idle'}` }, hl?.state ?? 'idle')),
+      h('td', { class: 'success nowrap' }, successText(hl)),
+      h('td', { class: 'last-attempt' }, lastAttempt(hl)),
+      td(ident(s.id), h('br'), h('small', { class: 'hint nowrap' }, `created ${time(s.created_at)}`), h('br'), h('a', { href: `#deliveries?${deliveries}`, 'aria-label': `Deliveries to ${s.url}` }, 'Deliveries')),
+      cells[i],
+    );
+  });
+  const headers = ['URL', 'Events', 'Description', 'State', 'Health (24 h)', 'Success (24 h)', 'Last attempt (UTC)', 'ID'];
+  if (cells.some((c) => c !== null)) headers.push('Actions');
+  return scroller('Subscriptions', table('Subscriptions with their endpoint’s health over the last 24 hours', headers, rows));
+}
 
 export async function webhooks(main: HTMLElement): Promise<void> {
+  if (api.credential()?.kind === 'operator') return readOnly(main);
   const url = input('url', { type: 'url', required: true, placeholder: 'https://example.com/hooks' });
   const events = input('events', { value: '*' });
   const description = input('description');
@@ -28,8 +97,8 @@ export async function webhooks(main: HTMLElement): Promise<void> {
       replace(list, h('p', null, 'No subscriptions yet.'));
       return;
     }
-    const rows = page.data.map((s) => {
-      const actions = h('td', { class: 'actions' });
+    const actionsOf = (s: api.Subscription): HTMLTableCellElement => {
+      const actions = h('td', { class: 'actions stack' });
       const rotate = button('Rotate secret', () => {
         api
           .call<{ secret: string }>('POST', `/webhooks/${encodeURIComponent(s.id)}/rotate-secret`)
@@ -77,19 +146,9 @@ export async function webhooks(main: HTMLElement): Promise<void> {
           .catch((e) => status(msg, api.describe(e), 'error'));
       }, { 'aria-label': `Recover failed deliveries of the last 14 days to ${s.url}` });
       actions.append(toggle, test, recover, rotate, del);
-      return h(
-        'tr',
-        { 'data-subscription-id': s.id },
-        td(h('code', null, s.url)),
-        td(s.events.join(', ')),
-        td(s.description ?? ''),
-        td(s.state === 'disabled' ? `disabled (${s.disabled_reason ?? ''})` : (s.state ?? 'active')),
-        td(time(s.created_at)),
-        td(h('code', null, s.id)),
-        actions,
-      );
-    });
-    replace(list, scroller('Subscriptions', table('Subscriptions', ['URL', 'Events', 'Description', 'State', 'Created (UTC)', 'ID', 'Actions'], rows)));
+      return actions;
+    };
+    replace(list, subscriptionTable(page.data, actionsOf));
   };
 
   /** Reports a recover task until it is done (or failed). */

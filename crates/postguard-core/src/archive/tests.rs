@@ -54,6 +54,8 @@ fn archived(url: &str) -> Archived {
             duration_ms: 3,
             at: NOV30 * DAY_MS + 7,
             next_retry_at: None,
+            signed: None,
+            response_headers: None,
         }],
     }
 }

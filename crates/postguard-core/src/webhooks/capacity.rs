@@ -183,6 +183,9 @@ pub mod measured {
     pub const ATTEMPT_TYPICAL: u64 = 227;
     /// An attempt with an error and a full 512-character excerpt.
     pub const ATTEMPT_MAX: u64 = 755;
+    /// What an attempt keeps of its headers at most (from 0.4): a bound,
+    /// [`crate::webhooks::trace::KEPT_BYTES_MAX`], not a measurement.
+    pub const ATTEMPT_HEADERS: u64 = crate::webhooks::trace::KEPT_BYTES_MAX;
     /// An inspector (223 B measured).
     pub const INSPECTOR: u64 = 250;
     /// A capture beyond its headers (as JSON) and kept body (117 B measured).
@@ -213,11 +216,11 @@ pub fn event_bytes(payload_len: u64, deliveries: u64, s: &Settings) -> u64 {
 pub fn delivery_bytes(s: &Settings) -> u64 {
     use measured::*;
     let automatic = s.webhooks.schedule_s.len() as u64 + 1;
-    DELIVERY + OUTBOX + automatic * ATTEMPT_MAX
+    DELIVERY + OUTBOX + automatic * (ATTEMPT_MAX + ATTEMPT_HEADERS)
 }
 
 /// What one manual attempt (retry or redirect) is charged.
-pub const MANUAL_ATTEMPT_BYTES: u64 = measured::ATTEMPT_MAX;
+pub const MANUAL_ATTEMPT_BYTES: u64 = measured::ATTEMPT_MAX + measured::ATTEMPT_HEADERS;
 
 /// What a project at its full daily quota keeps (ADR 0035): one shard per
 /// project and bucket (a UTC day by default) holds at most a bucket's worth
@@ -387,11 +390,16 @@ mod tests {
     #[test]
     fn shipped_defaults_fit_the_high_water_mark() {
         let s = settings();
-        assert_eq!(event_bytes(1_024, 1, &s), 1_024 + 787 + 727 + 5 * 755);
+        // Each attempt at the largest row and the most its kept headers take (360 B).
+        assert_eq!(measured::ATTEMPT_HEADERS, 360);
+        assert_eq!(
+            event_bytes(1_024, 1, &s),
+            1_024 + 787 + 727 + 5 * (755 + 360)
+        );
         assert_eq!(event_bytes(0, 0, &s), 787);
         let f = footprint(&s);
-        assert_eq!(f.typical_event_bytes, 6_313);
-        assert_eq!(f.largest_event_bytes, 65_536 + 787 + 4_502);
+        assert_eq!(f.typical_event_bytes, 8_113);
+        assert_eq!(f.largest_event_bytes, 65_536 + 787 + 6_302);
         assert_eq!(f.bytes_per_shard, 8 << 30);
         assert_eq!(f.bytes_per_project, 14 * (8 << 30));
         assert!(f.shard_fits);

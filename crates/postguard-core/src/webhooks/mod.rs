@@ -13,7 +13,10 @@
 //! - [`shard`]: which shard holds what, ids that name their shard, paging
 //!   across shards (ADR 0035);
 //! - [`config`]: the `webhooks` section of `POSTGUARD_CONFIG` and its
-//!   validation (re-exported by `crate::config`).
+//!   validation (re-exported by `crate::config`);
+//! - [`trace`]: an attempt's request headers (sent and shown, the signature
+//!   redacted) and the response headers it keeps;
+//! - [`health`]: a subscription's health figure from its attempts.
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -27,9 +30,11 @@ pub mod config;
 pub mod delivery;
 pub mod events;
 pub mod fanout;
+pub mod health;
 pub mod ops;
 pub mod records;
 pub mod retry;
 pub mod shard;
 pub mod signature;
+pub mod trace;
 pub mod url_guard;

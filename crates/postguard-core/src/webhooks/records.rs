@@ -98,6 +98,15 @@ pub struct AttemptRecord {
     pub duration_ms: u64,
     pub at: u64,
     pub next_retry_at: Option<u64>,
+    /// What the request's headers do not say of themselves: its
+    /// `webhook-timestamp` and its `webhook-signature`, redacted
+    /// ([`super::trace`]); `None` for attempts recorded before 0.4 and
+    /// attempts never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<super::trace::Signed>,
+    /// The receiver's response headers, bounded ([`super::trace::response_headers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<Vec<(String, String)>>,
 }
 
 /// The subscription as the shell read it (D1): whether it still exists and
@@ -113,13 +122,67 @@ pub struct SubView {
 pub struct DeliveryQuery {
     pub status: Option<Status>,
     pub event_type: Option<String>,
+    /// One subscription's deliveries (the dashboard's endpoint filter).
+    #[serde(default)]
+    pub subscription_id: Option<String>,
+    /// One event's deliveries (one per matching subscription).
+    #[serde(default)]
+    pub event_id: Option<String>,
     pub since: Option<u64>,
     pub until: Option<u64>,
     /// Rows strictly after this `(created_at, id)` in newest-first order.
     pub before: Option<(u64, String)>,
 }
 
+/// A filter value of `GET /deliveries`: 1-128 visible ASCII characters
+/// (what an event id or a subscription id can be).
+fn filter_value(name: &str, v: &str) -> Result<String, crate::Invalid> {
+    if v.is_empty()
+        || v.len() > super::events::MAX_TYPE_LEN
+        || !v.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(crate::Invalid::field(
+            name,
+            "must be 1-128 visible ASCII characters",
+        ));
+    }
+    Ok(v.to_string())
+}
+
 impl DeliveryQuery {
+    /// `GET /deliveries`' query parameters (`project` already taken out by
+    /// the router's reader rule): the filters and the page size. Unknown
+    /// parameters and malformed values are refused (400).
+    pub fn parse(pairs: &[(String, String)]) -> Result<(DeliveryQuery, u32), crate::Invalid> {
+        use crate::audit::{decode_cursor, parse_time};
+        let mut q = DeliveryQuery::default();
+        let mut limit = crate::page::parse_limit(None)?;
+        for (k, v) in pairs {
+            match k.as_str() {
+                "status" => {
+                    q.status = Some(Status::parse(v).ok_or_else(|| {
+                        crate::Invalid::field(
+                            "status",
+                            &format!("must be one of {}", Status::list()),
+                        )
+                    })?);
+                }
+                "event_type" => q.event_type = Some(filter_value("event_type", v)?),
+                "subscription_id" => q.subscription_id = Some(filter_value("subscription_id", v)?),
+                "event_id" => q.event_id = Some(filter_value("event_id", v)?),
+                "since" => q.since = Some(parse_time("since", v)?),
+                "until" => q.until = Some(parse_time("until", v)?),
+                "limit" => limit = crate::page::parse_limit(Some(v))?,
+                "cursor" => q.before = Some(decode_cursor(v)?),
+                other => {
+                    let name: String = other.chars().take(64).collect();
+                    return Err(crate::Invalid::field(&name, "unknown parameter"));
+                }
+            }
+        }
+        Ok((q, limit))
+    }
+
     /// The query in SQL over a `deliveries` table aliased `d`: ` AND …`
     /// conditions, newest first, at most `limit` rows, with their arguments.
     /// The shard's SQLite and D1's legacy rows run the same text.
@@ -133,6 +196,14 @@ impl DeliveryQuery {
         }
         if let Some(t) = &self.event_type {
             sql.push_str(" AND d.event_type = ?");
+            args.push(Arg::Text(t.clone()));
+        }
+        if let Some(t) = &self.subscription_id {
+            sql.push_str(" AND d.subscription_id = ?");
+            args.push(Arg::Text(t.clone()));
+        }
+        if let Some(t) = &self.event_id {
+            sql.push_str(" AND d.event_id = ?");
             args.push(Arg::Text(t.clone()));
         }
         if let Some(s) = self.since {
@@ -155,6 +226,11 @@ impl DeliveryQuery {
     pub fn matches(&self, d: &DeliveryRecord) -> bool {
         self.status.is_none_or(|s| d.status == s)
             && self.event_type.as_ref().is_none_or(|t| *t == d.event_type)
+            && self
+                .subscription_id
+                .as_ref()
+                .is_none_or(|t| *t == d.subscription_id)
+            && self.event_id.as_ref().is_none_or(|t| *t == d.event_id)
             && self.since.is_none_or(|s| d.created_at >= s)
             && self.until.is_none_or(|u| d.created_at <= u)
             && self
@@ -236,6 +312,13 @@ pub trait WebhookStore {
     /// Inserts the attempt; one already stored (same delivery and request id) stays.
     fn insert_attempt(&mut self, a: &AttemptRecord) -> Result<(), Self::Error>;
     fn attempts(&mut self, delivery_id: &str) -> Result<Vec<AttemptRecord>, Self::Error>;
+    /// The attempts at or after `since` of these subscriptions, counted per
+    /// subscription and URL ([`super::health::TALLY_SQL`]).
+    fn health(
+        &mut self,
+        subscription_ids: &[&str],
+        since: u64,
+    ) -> Result<Vec<super::health::Tally>, Self::Error>;
     /// Deliveries never queued, created at or before `before`, oldest first.
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
     /// `paused` deliveries of a subscription, in creation order.
@@ -1149,6 +1232,22 @@ impl WebhookStore for MemoryStore {
             .filter(|a| a.delivery_id == delivery_id)
             .cloned()
             .collect())
+    }
+    fn health(
+        &mut self,
+        subscription_ids: &[&str],
+        since: u64,
+    ) -> Result<Vec<super::health::Tally>, Self::Error> {
+        let of = |a: &AttemptRecord| {
+            self.deliveries
+                .get(&a.delivery_id)
+                .map(|d| d.subscription_id.as_str())
+                .filter(|s| subscription_ids.contains(s))
+        };
+        Ok(super::health::tally(
+            self.attempts.iter().filter_map(|a| of(a).map(|s| (s, a))),
+            since,
+        ))
     }
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
         let mut v: Vec<_> = self

@@ -52,6 +52,8 @@ fn row(id: &str, number: u32, at: u64) -> AttemptRecord {
         duration_ms: 1,
         at,
         next_retry_at: None,
+        signed: None,
+        response_headers: None,
     }
 }
 
@@ -436,14 +438,67 @@ fn a_delivery_query_in_sql_binds_one_argument_per_placeholder() {
     let q = DeliveryQuery {
         status: Some(Status::Failed),
         event_type: Some("payment.failed".into()),
+        subscription_id: Some("sub_1".into()),
+        event_id: Some("evt_1".into()),
         since: Some(1),
         until: Some(2),
         before: Some((3, "dlv_x".into())),
     };
     let (sql, args) = q.sql_conditions(50);
+    assert!(sql.contains("d.subscription_id = ?") && sql.contains("d.event_id = ?"));
     assert_eq!(sql.matches('?').count(), args.len());
     assert_eq!(args.last(), Some(&crate::audit::Arg::Int(50)));
     let (bare, only_limit) = DeliveryQuery::default().sql_conditions(7);
     assert_eq!(bare, " ORDER BY d.created_at DESC, d.id DESC LIMIT ?");
     assert_eq!(only_limit, vec![crate::audit::Arg::Int(7)]);
+}
+
+#[test]
+fn deliveries_are_filtered_by_subscription_and_event_as_parsed() {
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let (q, limit) = DeliveryQuery::parse(&pairs(&[
+        ("subscription_id", "sub_2"),
+        ("event_id", "evt_9"),
+        ("status", "failed"),
+        ("limit", "10"),
+    ]))
+    .unwrap();
+    assert_eq!(limit, 10);
+    assert_eq!(
+        (q.subscription_id.as_deref(), q.event_id.as_deref()),
+        (Some("sub_2"), Some("evt_9"))
+    );
+    assert_eq!(DeliveryQuery::parse(&[]).unwrap().1, 50);
+    for bad in [
+        ("subscription_id", ""),
+        ("event_id", "a b"),
+        ("status", "lost"),
+        ("project", "acme"),
+        ("bogus", "1"),
+    ] {
+        assert!(DeliveryQuery::parse(&pairs(&[bad])).is_err(), "{bad:?}");
+    }
+    let d = |sub: &str, ev: &str| DeliveryRecord {
+        id: format!("dlv_{sub}_{ev}"),
+        event_id: ev.into(),
+        event_type: "t".into(),
+        subscription_id: sub.into(),
+        url: "https://r.example/h".into(),
+        status: Status::Failed,
+        attempts_made: 1,
+        next_attempt_at: None,
+        created_at: 5,
+        updated_at: 5,
+        queued_at: Some(5),
+        manual: 0,
+        request_id: None,
+        claimed_until: None,
+    };
+    assert!(q.matches(&d("sub_2", "evt_9")));
+    assert!(!q.matches(&d("sub_1", "evt_9")), "another subscription");
+    assert!(!q.matches(&d("sub_2", "evt_8")), "another event");
 }

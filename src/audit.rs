@@ -6,10 +6,11 @@
 use crate::log;
 use futures_util::future::join_all;
 use postguard_core::audit::{
-    bounded, may_queue, must_start_flusher, AuditRow, MAX_PATH_LEN, MAX_PENDING, MAX_ROUNDS,
-    MAX_USER_AGENT_LEN,
+    bounded, may_queue, must_start_flusher, AuditRow, Counted, MAX_PATH_LEN, MAX_PENDING,
+    MAX_ROUNDS, MAX_USER_AGENT_LEN,
 };
-use postguard_core::audit_shard::{self, Ingested, Rollups, Shard};
+use postguard_core::audit_shard::protocol::{self as op, Operation};
+use postguard_core::audit_shard::{self, usage, Rollups, Shard};
 use postguard_core::log::Line;
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -69,8 +70,21 @@ pub fn row(seen: Seen, rc: &RequestCtx, status: u16) -> AuditRow {
         idempotency_key: f.idempotency_key.clone(),
         replayed: f.replayed,
         rate_limit_remaining: f.rate_limit_remaining,
+        origin: f.origin.clone(),
+        would_refuse: f.would_refuse.clone(),
+        counted: counted(&f, status),
     }
     .shortened_if_unauthenticated()
+}
+
+/// How the request counts in `/usage` and `/stats`.
+fn counted(f: &crate::runtime::Facts, status: u16) -> Counted {
+    let forwarded = f.origin_ms.is_some();
+    Counted {
+        forwarded,
+        billable: usage::billable(f.claimed, f.answer_stored, forwarded, status),
+        missing_key: f.missing_idempotency_key,
+    }
 }
 
 thread_local! {
@@ -196,17 +210,16 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
     // Every join here is over `object::call` itself: one join type in the wasm (ADR 0026).
     let bodies = groups
         .iter()
-        .map(|(_, rows)| serde_json::to_vec(rows).map_err(rust_err))
+        .map(|(_, rows)| object::request::<op::Ingest>(rows))
         .collect::<Result<Vec<_>>>()?;
     let calls = groups
         .iter()
         .zip(&bodies)
-        .map(|((shard, _), body)| object::call(env, shard, object::INGEST, body));
+        .map(|((shard, _), body)| object::call(env, shard, op::Ingest::PATH, body));
     // A batch spans one or two buckets: a list, not another map type in the wasm.
     let mut added: Vec<(Shard, Vec<Rollups>)> = Vec::new();
     for (res, (shard, rows)) in join_all(calls).await.into_iter().zip(groups.iter()) {
-        let res =
-            res.and_then(|bytes| serde_json::from_slice::<Ingested>(&bytes).map_err(rust_err));
+        let res = res.and_then(|bytes| object::answer::<op::Ingest>(&bytes));
         match res {
             Ok(done) if !done.rollups.is_empty() => {
                 let all = shard.all_projects();
@@ -226,26 +239,17 @@ async fn write_batch(env: &Env, bucket_ms: u64, rows: Vec<AuditRow>) -> Result<(
     }
     let sums = added
         .into_iter()
-        .map(|(all, parts)| {
-            Ok((
-                all,
-                serde_json::to_vec(&Rollups::sum(parts)).map_err(rust_err)?,
-            ))
-        })
+        .map(|(all, parts)| Ok((all, object::request::<op::Add>(&Rollups::sum(parts))?)))
         .collect::<Result<Vec<_>>>()?;
     let calls = sums
         .iter()
-        .map(|(all, body)| object::call(env, all, object::ADD, body));
+        .map(|(all, body)| object::call(env, all, op::Add::PATH, body));
     for res in join_all(calls).await {
         if let Err(e) = res {
             log::emit(Line::error("audit roll-up write to a cross-project shard failed").err(e));
         }
     }
     Ok(())
-}
-
-fn rust_err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
 }
 
 async fn enter(env: &Env, shards: &[Shard]) -> Result<()> {
@@ -310,7 +314,7 @@ pub async fn sweep(env: &Env, cutoff: u64, archive: Option<&Archiver>) -> Result
         // row whose object failed stays, and the next run drops it again.
         let calls = shards
             .iter()
-            .map(|s| object::call(env, s, object::DROP, b"{}"));
+            .map(|s| object::call(env, s, op::Drop::PATH, b"{}"));
         let mut gone: Vec<&Shard> = Vec::new();
         for (res, shard) in join_all(calls).await.into_iter().zip(&shards) {
             match res {

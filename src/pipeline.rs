@@ -98,7 +98,10 @@ pub async fn proxy(
     let route = claim.and_then(|_| respond::route_of(cfg, &incoming));
     let now_s = now_ms() / 1000;
     let origin = origin_request(cfg, incoming, &identity, claim, &rc.request_id, now_s);
-    rc.note(|f| f.origin = Some(origin.origin.clone()));
+    rc.note(|f| {
+        f.origin = Some(origin.origin.clone());
+        f.claimed = claim.is_some();
+    });
     let sent_at = now_ms();
     let outcome = forward(origin, cfg).await;
     rc.facts.borrow_mut().origin_ms = Some(now_ms().saturating_sub(sent_at));
@@ -263,7 +266,11 @@ async fn record(
     // The request asked for a concurrency slot when its plan has a quota.
     let slot = caller.plan.limits().concurrency.is_some();
     let mut done = match proxy::settle(&cfg.settings, &caller.plan, claim, slot, answered) {
-        Settlement::Complete(done) => done,
+        // The key's final answer: replayed (or 410) from now on, billed once.
+        Settlement::Complete(done) => {
+            rc.note(|f| f.answer_stored = true);
+            done
+        }
         // If the call fails, the lease frees the key.
         Settlement::Release(rel) => {
             release(guard, &rel).await;

@@ -88,6 +88,10 @@ pub struct Facts {
     /// The request was counted against its address already (a key sent to
     /// the origin's verification): a 401 after it is not counted again.
     pub address_charged: bool,
+    /// Forwarded under an Idempotency-Key claim, and (`answer_stored`) its
+    /// final answer recorded: what makes it billable (`usage::billable`).
+    pub claimed: bool,
+    pub answer_stored: bool,
 }
 
 /// What every request carries through the shell.

@@ -20,11 +20,12 @@ use worker::{D1Database, Env, Result};
 use crate::auth::Principal;
 use crate::bindings;
 use crate::d1::{self, num, text};
-use crate::durable::audit_shard::{self as object, KeysQuery, ShardQuery};
+use crate::durable::audit_shard as object;
 use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::request::query_pairs;
 use crate::runtime::now_ms;
+use postguard_core::audit_shard::protocol::{self as op, KeysQuery, Operation, ShardQuery};
 
 /// Whose rows a caller may read.
 enum Scope {
@@ -40,10 +41,6 @@ fn scope(who: &Principal) -> Scope {
         Some(p) => Scope::Project(p.to_string()),
         None => Scope::All,
     }
-}
-
-fn rust_err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
 }
 
 /// A legacy row as D1 returns it (booleans are integers).
@@ -82,6 +79,9 @@ impl From<DbRow> for AuditRow {
             idempotency_key: r.idempotency_key,
             replayed: r.replayed != 0,
             rate_limit_remaining: r.rate_limit_remaining,
+            origin: None,
+            would_refuse: None,
+            counted: Default::default(),
         }
     }
 }
@@ -109,7 +109,7 @@ const MAX_DIRECTORY_ROWS: u64 = 5_000;
 /// between `lo` and `hi`: the shards in the directory (`shards_of`: the
 /// directory's project, None = every project's row shards), and the legacy
 /// table if it still holds such rows. One D1 round trip.
-async fn sources(
+pub(super) async fn sources(
     db: &D1Database,
     shards_of: Option<&str>,
     project: Option<&str>,
@@ -190,9 +190,9 @@ async fn rows_of(
 ) -> Result<Vec<AuditRow>> {
     match source {
         Source::Shard(shard) => {
-            let body = serde_json::to_vec(&ShardQuery { q: q.clone(), take }).map_err(rust_err)?;
-            let bytes = object::call(env, shard, object::QUERY, &body).await?;
-            let mut rows: Vec<AuditRow> = serde_json::from_slice(&bytes).map_err(rust_err)?;
+            let body = object::request::<op::Query>(&ShardQuery { q: q.clone(), take })?;
+            let bytes = object::call(env, shard, op::Query::PATH, &body).await?;
+            let mut rows = object::answer::<op::Query>(&bytes)?;
             let project = shard.row_project();
             for r in &mut rows {
                 r.project.clone_from(&project);
@@ -335,6 +335,8 @@ async fn legacy_stats(
         hours,
         paths,
         latency: latency.into_iter().map(|m| (m.ms, m.n)).collect(),
+        // The legacy table predates the usage counts.
+        missing: Vec::new(),
     })
 }
 
@@ -402,14 +404,14 @@ pub async fn stats(cx: &Ctx<'_>) -> Handled {
         exclude_gateway,
     };
     // A join over `object::call` itself, the type the audit writer joins too (ADR 0026).
-    let body = serde_json::to_vec(&q).map_err(rust_err)?;
+    let body = object::request::<op::Stats>(&q)?;
     let calls = shards_found
         .iter()
-        .map(|s| object::call(env, s, object::STATS_PATH, &body));
+        .map(|s| object::call(env, s, op::Stats::PATH, &body));
     let mut parts = join_all(calls)
         .await
         .into_iter()
-        .map(|r| r.and_then(|b| serde_json::from_slice::<ShardStats>(&b).map_err(rust_err)))
+        .map(|r| r.and_then(|b| object::answer::<op::Stats>(&b)))
         .collect::<Result<Vec<_>>>()?;
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
         parts.push(legacy_stats(&db, since, project.as_deref(), &q).await?);
@@ -452,7 +454,7 @@ pub async fn key_activity(cx: &Ctx<'_>) -> Handled {
     let db = env.d1(bindings::DB)?;
     let max = MAX_STATS_SHARDS as u64;
     let found = sources(&db, Some(project), Some(project), since, u64::MAX, max).await?;
-    let body = serde_json::to_vec(&KeysQuery { since_ms: since }).map_err(rust_err)?;
+    let body = object::request::<op::Keys>(&KeysQuery { since_ms: since })?;
     let shards_found: Vec<&Shard> = found
         .iter()
         .filter_map(|s| match s {
@@ -462,11 +464,11 @@ pub async fn key_activity(cx: &Ctx<'_>) -> Handled {
         .collect();
     let calls = shards_found
         .iter()
-        .map(|s| object::call(env, s, object::KEYS_PATH, &body));
+        .map(|s| object::call(env, s, op::Keys::PATH, &body));
     let mut parts = join_all(calls)
         .await
         .into_iter()
-        .map(|r| r.and_then(|b| serde_json::from_slice::<Vec<KeyActivity>>(&b).map_err(rust_err)))
+        .map(|r| r.and_then(|b| object::answer::<op::Keys>(&b)))
         .collect::<Result<Vec<_>>>()?;
     if found.iter().any(|s| matches!(s, Source::Legacy { .. })) {
         parts.push(

@@ -18,6 +18,7 @@ mod keys;
 mod me;
 mod openapi;
 mod portal;
+mod usage;
 
 use postguard_core::config::Config;
 use postguard_core::proxy::Incoming;
@@ -117,6 +118,7 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
     match route {
         Route::KeysCreate => keys::create(cx).await,
         Route::KeysImport => keys::import(cx).await,
+        Route::Usage => usage::usage(cx).await,
         Route::KeysList => keys::list(cx).await,
         Route::KeyActivity => audit::key_activity(cx).await,
         Route::KeyGet { id } => keys::get(cx, &id).await,

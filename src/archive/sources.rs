@@ -12,10 +12,11 @@ use worker::{Env, Result};
 use crate::admin::audit::DbRow;
 use crate::bindings;
 use crate::d1::{num, opt_text, text};
-use crate::durable::audit_shard::{self as audit_object, PageQuery};
+use crate::durable::audit_shard as audit_object;
 use crate::durable::webhook_shard::ArchiveReq;
 use crate::webhooks::directory::{self, legacy};
 use crate::webhooks::shards::{self, ops};
+use postguard_core::audit_shard::protocol::{self as audit_op, Operation, PageQuery};
 
 /// One page of a source's rows.
 pub struct Page {
@@ -24,10 +25,6 @@ pub struct Page {
     pub rows: u64,
     /// Where the next page starts; `None`: this was the last.
     pub next: Option<(u64, String)>,
-}
-
-fn err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
 }
 
 /// The project's rows of `kind` from `source` with `lo <= time < hi` after
@@ -83,9 +80,9 @@ async fn audit_rows(
                 after: after.clone(),
                 take: PAGE_ROWS,
             };
-            let body = serde_json::to_vec(&q).map_err(err)?;
-            let bytes = audit_object::call(env, &shard, audit_object::PAGE, &body).await?;
-            let mut rows: Vec<AuditRow> = serde_json::from_slice(&bytes).map_err(err)?;
+            let body = audit_object::request::<audit_op::Page>(&q)?;
+            let bytes = audit_object::call(env, &shard, audit_op::Page::PATH, &body).await?;
+            let mut rows = audit_object::answer::<audit_op::Page>(&bytes)?;
             let of = shard.row_project();
             for r in &mut rows {
                 r.project.clone_from(&of);

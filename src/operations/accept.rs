@@ -308,6 +308,12 @@ pub fn answer(rc: &RequestCtx, op: &View, again: bool, preferred: bool, rl: &Ext
     if again {
         extra.push(("Idempotent-Replayed", "true".into()));
         rc.note(|f| f.replayed = true);
+    } else {
+        // A new operation: billed once, here (its attempts run in the queue).
+        rc.note(|f| {
+            f.claimed = true;
+            f.answer_stored = true;
+        });
     }
     handler::json(rc, 202, op, &extra)
 }

@@ -28,6 +28,38 @@ pub struct AuditRow {
     pub idempotency_key: Option<String>,
     pub replayed: bool,
     pub rate_limit_remaining: Option<u32>,
+    /// The origin a proxied request was routed to (`default` or a name).
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Report-only limits: the policy (or `inflight`) that would have
+    /// refused this forwarded request.
+    #[serde(default)]
+    pub would_refuse: Option<String>,
+    /// How the request counts in `/usage` and `/stats`. Not stored with the
+    /// row: its shard's roll-ups keep the counts (a row read back has none).
+    #[serde(default, skip_serializing_if = "Counted::is_none")]
+    pub counted: Counted,
+}
+
+/// What the shell knew of a request that `/usage` and `/stats` count
+/// ([`crate::audit_shard::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counted {
+    /// It was forwarded to the origin (whatever the answer).
+    #[serde(default)]
+    pub forwarded: bool,
+    /// It counts once toward billing (`usage::billable`).
+    #[serde(default)]
+    pub billable: bool,
+    /// It had no Idempotency-Key where the mode is `required`.
+    #[serde(default)]
+    pub missing_key: bool,
+}
+
+impl Counted {
+    pub fn is_none(&self) -> bool {
+        *self == Counted::default()
+    }
 }
 
 pub const MAX_PATH_LEN: usize = 1024;
@@ -569,6 +601,9 @@ mod tests {
             idempotency_key: Some("k".repeat(255)),
             replayed: false,
             rate_limit_remaining: None,
+            origin: None,
+            would_refuse: None,
+            counted: Default::default(),
         };
         let short = row.clone().shortened_if_unauthenticated();
         assert_eq!(short.path.chars().count(), UNAUTHENTICATED_FIELD_LEN);

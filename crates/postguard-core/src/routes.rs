@@ -172,6 +172,8 @@ pub enum Route {
     },
     AuditList,
     Stats,
+    /// What each key used, retries counted once (docs/live-api.md).
+    Usage,
     Me,
     PortalLinksCreate,
     PortalSessionsCreate,
@@ -279,6 +281,7 @@ impl Route {
                 "include_gateway",
             ],
             Stats => &["days", "key_prefix", "project", "include_gateway"],
+            Usage => &["since", "until", "granularity", "project"],
             OperationsList => &["state", "key", "limit", "cursor"],
             ExportDownload { .. } => &["expires", "sig"],
             InspectCapture { .. } => return None,
@@ -330,6 +333,7 @@ impl Route {
             DeliveryRedirect { .. } => ("POST", "/_postguard/v1/deliveries/{id}/redirect"),
             AuditList => ("GET", "/_postguard/v1/audit"),
             Stats => ("GET", "/_postguard/v1/stats"),
+            Usage => ("GET", "/_postguard/v1/usage"),
             Me => ("GET", "/_postguard/v1/me"),
             PortalLinksCreate => ("POST", "/_postguard/v1/portal-links"),
             PortalSessionsCreate => ("POST", "/_postguard/v1/portal-sessions"),
@@ -366,7 +370,7 @@ impl Route {
             // The signed URL is the credential.
             ExportDownload { .. } => Access::Public,
             EventsPublish => Access::Origin,
-            AuditList | Stats => Access::Reader,
+            AuditList | Stats | Usage => Access::Reader,
             // What a project's webhooks did, read by the project or the
             // operator (`?project=`); changing them stays the project's.
             WebhooksList | WebhookGet { .. } | DeliveriesList | DeliveryGet { .. } | EventsFeed => {
@@ -404,7 +408,7 @@ impl Route {
     pub fn cost(&self, costs: &crate::config::RateLimitConfig) -> u32 {
         match self {
             Route::AuditList => costs.audit_cost,
-            Route::Stats => costs.stats_cost,
+            Route::Stats | Route::Usage => costs.stats_cost,
             Route::WebhookTest { .. } => costs.test_cost,
             Route::WebhookRecover { .. } => costs.recover_cost,
             _ => 0,
@@ -511,6 +515,7 @@ pub fn resolve(method: &str, path: &str) -> Result<Route, RouteError> {
         }
         ["v1", "audit"] => ("GET", vec![("GET", AuditList)]),
         ["v1", "stats"] => ("GET", vec![("GET", Stats)]),
+        ["v1", "usage"] => ("GET", vec![("GET", Usage)]),
         ["v1", "me"] => ("GET", vec![("GET", Me)]),
         ["v1", "portal-links"] => ("POST", vec![("POST", PortalLinksCreate)]),
         ["v1", "portal-sessions"] => (

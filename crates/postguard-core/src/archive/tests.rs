@@ -22,6 +22,9 @@ fn row(id: &str, time: u64) -> AuditRow {
         idempotency_key: Some("order-1".into()),
         replayed: false,
         rate_limit_remaining: Some(29),
+        origin: None,
+        would_refuse: None,
+        counted: Default::default(),
     }
 }
 
@@ -215,6 +218,7 @@ fn an_audit_line_is_the_row_as_the_api_shows_it() {
             "idempotency_key",
             "key_prefix",
             "method",
+            "origin",
             "path",
             "project",
             "rate_limit_remaining",
@@ -224,7 +228,8 @@ fn an_audit_line_is_the_row_as_the_api_shows_it() {
             "response_time_ms",
             "status",
             "time",
-            "user_agent"
+            "user_agent",
+            "would_refuse"
         ]
     );
 }

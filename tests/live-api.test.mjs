@@ -350,3 +350,86 @@ describe('subscriptions moved from another system', () => {
     await stays(() => r.requests.length === 1, 1500, 'one delivery');
   });
 });
+
+describe('what the audit log, /stats and /usage say', () => {
+  const auditRow = async (requestId) => poll(async () => {
+    const r = await gw.admin('GET', `/_postguard/v1/audit?request_id=${requestId}`);
+    return r.json?.data?.[0];
+  }, { timeout: 15000, message: `the audit row of ${requestId}` });
+
+  it('a row names its origin, and what report-only limits would have refused', async () => {
+    const { key } = await gw.createKey({ project: uniq('rows'), plan: 'watch' });
+    const routed = await gw.fetch('/billing/x', { headers: bearer(key) });
+    assert.equal((await auditRow(routed.headers['x-request-id'])).origin, 'billing');
+    const plain = await gw.fetch('/v1/x', { headers: bearer(key) });
+    const row = await auditRow(plain.headers['x-request-id']);
+    assert.deepEqual([row.origin, row.would_refuse], ['default', null]);
+    const over = await gw.fetch('/v1/x', { headers: bearer(key) });
+    assert.equal(over.status, 200, 'forwarded all the same');
+    assert.equal((await auditRow(over.headers['x-request-id'])).would_refuse, 'default');
+  });
+
+  it('usage counts each operation once: not its 5xx, its replays or its 409s', async () => {
+    const project = uniq('usage');
+    const { key, prefix } = await gw.createKey({ project, plan: 'big' });
+    const post = (ik, headers = {}) => gw.fetch('/v1/orders', { method: 'POST', headers: { ...bearer(key), 'idempotency-key': ik, ...headers }, body: '{}' });
+    const ik1 = uniq('u1');
+    await fetch(`${origin.url}/__demo/script`, { method: 'POST', body: JSON.stringify({ key: ik1, statuses: [503, 201] }) });
+    assert.equal((await post(ik1)).status, 503);
+    assert.equal((await post(ik1)).status, 201, 'the retry after a 5xx runs');
+    const replay = await post(ik1);
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+    const ik2 = uniq('u2');
+    const slow = post(ik2, { 'x-demo-delay-ms': '1500' });
+    const during = await poll(async () => {
+      const r = await post(ik2);
+      return r.status === 409 ? r : undefined;
+    }, { timeout: 1400, interval: 50, message: 'a 409 while the first runs' });
+    assert.equal(during.status, 409);
+    assert.equal((await slow).status, 201);
+    assert.equal((await gw.fetch('/v1/list', { headers: bearer(key) })).status, 200);
+    assert.equal((await gw.fetch('/v1/list', { headers: { ...bearer(key), 'x-demo-status': '500' } })).status, 500);
+    // 503, 201, replay, 201 (ik2), 409, 200, 500: 7 requests, 5 forwarded, 3 billable, 1 replay.
+    const want = { key_prefix: prefix, project, requests: 7, admitted: 5, billable: 3, replays: 1, refused: 0 };
+    const got = await poll(async () => {
+      const r = await gw.admin('GET', `/_postguard/v1/usage?project=${project}&granularity=hour`);
+      assert.equal(r.status, 200, show(r));
+      const rows = r.json.data.filter((u) => u.key_prefix === prefix);
+      const sum = (f) => rows.reduce((a, u) => a + u[f], 0);
+      return sum('requests') === 7 ? { rows, sum } : undefined;
+    }, { timeout: 20000, message: 'usage of 7 requests' });
+    for (const f of ['requests', 'admitted', 'billable', 'replays', 'refused']) assert.equal(got.sum(f), want[f], f);
+    assert.ok(got.rows.every((u) => u.period_start % 3_600_000 === 0 && u.project === project));
+    // The key reads its own project's usage, and nobody else's.
+    const own = await gw.fetch('/_postguard/v1/usage', { headers: bearer(key) });
+    assert.equal(own.status, 200, show(own));
+    assert.ok(own.json.data.length > 0 && own.json.data.every((u) => u.project === project));
+    problem(await gw.fetch('/_postguard/v1/usage?project=other', { headers: bearer(key) }), { status: 400 });
+    problem(await gw.admin('GET', '/_postguard/v1/usage?granularity=week'), { status: 400, code: 'VALIDATION_ERROR' });
+  });
+
+  it('refusals count as refused, never billable; the operator sees every project', async () => {
+    const project = uniq('usage-strict');
+    const { key, prefix } = await gw.createKey({ project, plan: 'strict' });
+    for (let i = 0; i < 3; i++) await gw.fetch('/v1/x', { headers: bearer(key) });
+    const row = await poll(async () => {
+      const r = await gw.admin('GET', '/_postguard/v1/usage?granularity=day');
+      return r.json.data.find((u) => u.key_prefix === prefix && u.requests === 3);
+    }, { timeout: 20000, message: 'the strict key in the operator\'s usage' });
+    assert.deepEqual([row.project, row.admitted, row.billable, row.refused], [project, 2, 2, 1]);
+  });
+
+  it('/stats names who still sends required requests without an Idempotency-Key', async () => {
+    const project = uniq('missing');
+    const late = await gw.createKey({ project, plan: 'big' });
+    const good = await gw.createKey({ project, plan: 'big' });
+    for (let i = 0; i < 3; i++) await gw.fetch('/v1/orders', { method: 'POST', headers: bearer(late.key), body: '{}' });
+    await gw.fetch('/v1/orders', { method: 'POST', headers: { ...bearer(good.key), 'idempotency-key': uniq('g') }, body: '{}' });
+    const stats = await poll(async () => {
+      const r = await gw.admin('GET', `/_postguard/v1/stats?project=${project}&days=1`);
+      return r.json?.keys_missing_idempotency?.length ? r.json : undefined;
+    }, { timeout: 20000, message: 'keys_missing_idempotency' });
+    assert.deepEqual(stats.keys_missing_idempotency, [{ key_prefix: late.prefix, requests: 3 }]);
+    assert.equal(stats.days.at(-1).missing_idempotency_key, 3);
+  });
+});

@@ -417,6 +417,21 @@ describe('what the audit log, /stats and /usage say', () => {
       return r.json.data.find((u) => u.key_prefix === prefix && u.requests === 3);
     }, { timeout: 20000, message: 'the strict key in the operator\'s usage' });
     assert.deepEqual([row.project, row.admitted, row.billable, row.refused], [project, 2, 2, 1]);
+    // Paged like every list: one entry a page, each once, in order.
+    const seen = [];
+    let cursor = null;
+    for (let pages = 0; pages < 500; pages++) {
+      const r = await gw.admin('GET', `/_postguard/v1/usage?granularity=day&limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+      assert.equal(r.status, 200, show(r));
+      assert.ok(r.json.data.length <= 1);
+      seen.push(...r.json.data.map((u) => `${u.period_start}/${u.project}/${u.key_prefix}`));
+      cursor = r.json.next_cursor;
+      if (!cursor) break;
+    }
+    assert.equal(cursor, null, 'the pages end');
+    assert.equal(new Set(seen).size, seen.length, 'no entry twice');
+    assert.ok(seen.includes(`${row.period_start}/${project}/${prefix}`));
+    problem(await gw.admin('GET', '/_postguard/v1/usage?cursor=nonsense'), { status: 400 });
   });
 
   it('/stats names who still sends required requests without an Idempotency-Key', async () => {

@@ -68,6 +68,7 @@ pub async fn usage(cx: &Ctx<'_>) -> Handled {
         .into_iter()
         .map(|r| r.and_then(|b| object::answer::<Usage>(&b)))
         .collect::<Result<Vec<_>>>()?;
-    let data = usage::merge(parts, params.granularity);
-    handler::json(rc, 200, &serde_json::json!({ "data": data }), &[])
+    let merged = usage::merge(parts, params.granularity);
+    let page = usage::page(merged, params.after.as_ref(), params.limit);
+    handler::json(rc, 200, &page, &[])
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::rollups::{Tally, UsageDelta};
 use super::{DAY_MS, HOUR_MS};
 use crate::audit::{parse_time, AuditRow};
+use crate::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use crate::Invalid;
 
 /// Whether a request is billable: each operation once. A request with an
@@ -76,6 +77,9 @@ pub struct Params {
     pub until_ms: u64,
     pub granularity: Granularity,
     pub project: Option<String>,
+    pub limit: u32,
+    /// After this entry (`period_start`, `project` NUL `key_prefix`).
+    pub after: Option<(u64, String)>,
 }
 
 /// How far back `/usage` reads without `since`: 7 days.
@@ -90,6 +94,7 @@ where
     I: IntoIterator<Item = (&'a str, &'a str)>,
 {
     let (mut since, mut until, mut granularity, mut project) = (None, None, Granularity::Day, None);
+    let (mut limit, mut after) = (parse_limit(None)?, None);
     for (k, v) in pairs {
         match k {
             "since" => since = Some(parse_time(k, v)?),
@@ -110,6 +115,8 @@ where
                 }
                 project = Some(v.to_string());
             }
+            "limit" => limit = parse_limit(Some(v))?,
+            "cursor" => after = Some(decode_cursor(v)?),
             other => return Err(Invalid::unknown_parameter(other)),
         }
     }
@@ -124,6 +131,29 @@ where
         until_ms,
         granularity,
         project,
+        limit,
+        after,
+    })
+}
+
+/// The order of entries and of a cursor: period, then project and key.
+fn position(u: &Usage) -> (u64, String) {
+    (
+        u.period_start,
+        format!("{}\u{0}{}", u.project, u.key_prefix),
+    )
+}
+
+/// One page of the merged entries (in [`merge`]'s order), after `after`.
+pub fn page(entries: Vec<Usage>, after: Option<&(u64, String)>, limit: u32) -> Page<Usage> {
+    let rows: Vec<Usage> = entries
+        .into_iter()
+        .filter(|u| after.is_none_or(|a| position(u) > *a))
+        .take(limit as usize + 1)
+        .collect();
+    Page::of(rows, limit, |u| {
+        let (t, id) = position(u);
+        encode_cursor(t, &id)
     })
 }
 
@@ -274,5 +304,31 @@ mod tests {
             Some("acme")
         );
         assert!(parse([("since", "10"), ("until", "5")], false, now).is_err());
+        assert!(parse([("cursor", "nonsense")], false, now).is_err());
+    }
+
+    #[test]
+    fn pages_follow_the_cursor_to_the_end() {
+        let entry = |t: u64, project: &str, key: &str| Usage {
+            key_prefix: key.into(),
+            project: project.into(),
+            period_start: t,
+            requests: 1,
+            admitted: 1,
+            billable: 1,
+            replays: 0,
+            refused: 0,
+        };
+        let all = vec![
+            entry(0, "a", "k1"),
+            entry(0, "a", "k2"),
+            entry(0, "b", "k1"),
+            entry(HOUR_MS, "a", "k1"),
+        ];
+        let first = page(all.clone(), None, 3);
+        assert_eq!(first.data, all[..3]);
+        let after = decode_cursor(first.next_cursor.as_deref().unwrap_or("")).unwrap();
+        let second = page(all.clone(), Some(&after), 3);
+        assert_eq!((second.data, second.next_cursor), (all[3..].to_vec(), None));
     }
 }

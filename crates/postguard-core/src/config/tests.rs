@@ -381,3 +381,44 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn live_api_fields_are_validated_naming_the_leaf() {
+    for (cfg, field) in [
+        (
+            r#"{"origins":{"billing":{"url":"ftp://x"}}}"#,
+            "origins.billing.url",
+        ),
+        (
+            r#"{"origins":{"billing":{"url":"https://b.example","timeout_ms":5}}}"#,
+            "origins.billing.timeout_ms",
+        ),
+        (
+            r#"{"origins":{"Bad Name":{"url":"https://b.example"}}}"#,
+            "origins.Bad Name",
+        ),
+        (
+            r#"{"origins":{"default":{"url":"https://b.example"}}}"#,
+            "origins.default",
+        ),
+        (
+            r#"{"origin":{"routes":[{"path":"/b/*","origin":"nowhere"}]}}"#,
+            "origin.routes[0].origin",
+        ),
+        (
+            r#"{"auth":{"api_key_from":["bearer","cookie"]}}"#,
+            "auth.api_key_from[1]",
+        ),
+        (r#"{"auth":{"api_key_from":[]}}"#, "auth.api_key_from"),
+        (
+            r#"{"auth":{"verify_unknown_keys":{"path":"no-slash"}}}"#,
+            "auth.verify_unknown_keys.path",
+        ),
+        (
+            r#"{"plans":{"trial":{"requests_per_window":5,"enforce":1}}}"#,
+            "plans.trial.enforce",
+        ),
+    ] {
+        assert_eq!(err_field(cfg), field, "{cfg}");
+    }
+}

@@ -52,6 +52,7 @@ pub enum Budget {
 pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/keys"),
     ("GET", "/_postguard/v1/keys"),
+    ("POST", "/_postguard/v1/keys/import"),
     ("GET", "/_postguard/v1/keys/activity"),
     ("GET", "/_postguard/v1/keys/{id}"),
     ("DELETE", "/_postguard/v1/keys/{id}"),
@@ -79,6 +80,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/_postguard/v1/deliveries/{id}/redirect"),
     ("GET", "/_postguard/v1/audit"),
     ("GET", "/_postguard/v1/stats"),
+    ("GET", "/_postguard/v1/usage"),
     ("GET", "/_postguard/v1/me"),
     ("POST", "/_postguard/v1/portal-links"),
     ("POST", "/_postguard/v1/portal-sessions"),

@@ -14,8 +14,8 @@ use std::cell::{Cell, RefCell};
 use postguard_core::webhooks::capacity::Usage;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::records::{
-    self, AttemptRecord, ClaimJob, DeliveryQuery, DeliveryRecord, EventQuery, EventRecord, FeedRow,
-    Imported, Limits, NewEvent, RecoverStep, Settle, Summary, WebhookStore,
+    self, AttemptRecord, ClaimJob, DeliveryQuery, DeliveryRecord, EventColumns, EventQuery,
+    EventRecord, FeedRow, Imported, Limits, NewEvent, RecoverStep, Settle, Summary, WebhookStore,
 };
 use postguard_core::webhooks::shard::ShardKey;
 use serde::{Deserialize, Serialize};
@@ -492,32 +492,15 @@ impl WebhookStore for Sql<'_> {
     }
 
     fn feed(&mut self, q: &EventQuery, limit: usize) -> Result<Vec<FeedRow>> {
-        let mut filter = String::from("WHERE 1");
-        let mut binds = Vec::new();
-        if let Some(s) = q.since {
-            filter.push_str(" AND created_at >= ?");
-            binds.push(int(s));
-        }
-        if let Some(u) = q.until {
-            filter.push_str(" AND created_at <= ?");
-            binds.push(int(u));
-        }
-        if let Some(t) = &q.event_type {
-            filter.push_str(" AND event_type = ?");
-            binds.push(text(t));
-        }
-        let (cmp, dir) = if q.desc { ("<", "DESC") } else { (">", "ASC") };
-        if let Some((t, id)) = &q.after {
-            filter.push_str(&format!(
-                " AND (created_at {cmp} ? OR (created_at = ? AND id {cmp} ?))"
-            ));
-            binds.extend([int(*t), int(*t), text(id)]);
-        }
-        filter.push_str(&format!(" ORDER BY created_at {dir}, id {dir} LIMIT ?"));
-        binds.push(int(limit as u64));
+        let columns = EventColumns {
+            created_at: "created_at",
+            id: "id",
+            event_type: "event_type",
+        };
+        let (filter, args) = q.sql_conditions(columns, limit as u64);
         let events: Vec<EventRecord> = self.rows(
-            &format!("SELECT {EVENT_COLUMNS} FROM events {filter}"),
-            binds,
+            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1{filter}"),
+            super::sql_args(args),
         )?;
         #[derive(Deserialize)]
         struct Count {

@@ -6,8 +6,8 @@
 use postguard_core::webhooks::capacity::SWEEP_CHUNK;
 use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::records::{
-    AttemptRecord, DeliveryQuery, DeliveryRecord, EventQuery, EventRecord, FeedRow, Imported,
-    Summary,
+    AttemptRecord, DeliveryQuery, DeliveryRecord, EventColumns, EventQuery, EventRecord, FeedRow,
+    Imported, Summary,
 };
 use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
@@ -81,29 +81,15 @@ const LEGACY_EVENT: &str =
 
 /// The legacy page of a project's events with their delivery summaries.
 pub async fn feed(env: &Env, project: &str, q: &EventQuery, take: u32) -> Result<Vec<FeedRow>> {
-    let mut sql = format!("{LEGACY_EVENT} WHERE e.project = ?");
+    let columns = EventColumns {
+        created_at: "e.created_at",
+        id: "e.id",
+        event_type: "e.type",
+    };
+    let (conditions, rest) = q.sql_conditions(columns, u64::from(take));
+    let sql = format!("{LEGACY_EVENT} WHERE e.project = ?{conditions}");
     let mut args: Vec<JsValue> = vec![text(project)];
-    if let Some(s) = q.since {
-        sql.push_str(" AND e.created_at >= ?");
-        args.push(num(s));
-    }
-    if let Some(u) = q.until {
-        sql.push_str(" AND e.created_at <= ?");
-        args.push(num(u));
-    }
-    if let Some(t) = &q.event_type {
-        sql.push_str(" AND e.type = ?");
-        args.push(text(t));
-    }
-    let (cmp, dir) = if q.desc { ("<", "DESC") } else { (">", "ASC") };
-    if let Some((t, id)) = &q.after {
-        sql.push_str(&format!(
-            " AND (e.created_at {cmp} ? OR (e.created_at = ? AND e.id {cmp} ?))"
-        ));
-        args.extend([num(*t), num(*t), text(id)]);
-    }
-    sql.push_str(&format!(" ORDER BY e.created_at {dir}, e.id {dir} LIMIT ?"));
-    args.push(num(u64::from(take)));
+    args.extend(crate::d1::args(&rest));
     let d = db(env)?;
     let events: Vec<LegacyEvent> = crate::d1::all(&d, sql, &args).await?;
     if events.is_empty() {

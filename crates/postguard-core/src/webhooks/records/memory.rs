@@ -223,4 +223,3 @@ impl WebhookStore for MemoryStore {
         Ok(v)
     }
 }
-

@@ -752,9 +752,9 @@ pub fn release<S: WebhookStore>(
 mod memory;
 mod operator;
 mod query;
-mod wire;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub use memory::MemoryStore;
 pub use operator::*;

@@ -252,4 +252,3 @@ pub fn restore<S: WebhookStore>(s: &mut S, r: &Restore) -> Result<u64, S::Error>
     }
     Ok((r.deliveries.len() + r.usage.len()) as u64)
 }
-

@@ -142,7 +142,52 @@ pub struct EventQuery {
     pub after: Option<(u64, String)>,
 }
 
+/// Where a table keeps an event's fields: the shard's `events` and the
+/// legacy D1 table name them differently.
+#[derive(Debug, Clone, Copy)]
+pub struct EventColumns {
+    pub created_at: &'static str,
+    pub id: &'static str,
+    pub event_type: &'static str,
+}
+
 impl EventQuery {
+    /// The conditions after a `WHERE` that selects something (`AND …`), the
+    /// page's order and its `LIMIT`, with their arguments: the one
+    /// translation of the feed's filters, for the shard and the legacy rows.
+    pub fn sql_conditions(&self, c: EventColumns, limit: u64) -> (String, Vec<Arg>) {
+        let int = |v: u64| Arg::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        let (at, id) = (c.created_at, c.id);
+        let mut sql = String::new();
+        let mut args = Vec::new();
+        if let Some(s) = self.since {
+            sql.push_str(&format!(" AND {at} >= ?"));
+            args.push(int(s));
+        }
+        if let Some(u) = self.until {
+            sql.push_str(&format!(" AND {at} <= ?"));
+            args.push(int(u));
+        }
+        if let Some(t) = &self.event_type {
+            sql.push_str(&format!(" AND {} = ?", c.event_type));
+            args.push(Arg::Text(t.clone()));
+        }
+        let (cmp, dir) = if self.desc {
+            ("<", "DESC")
+        } else {
+            (">", "ASC")
+        };
+        if let Some((t, after)) = &self.after {
+            sql.push_str(&format!(
+                " AND ({at} {cmp} ? OR ({at} = ? AND {id} {cmp} ?))"
+            ));
+            args.extend([int(*t), int(*t), Arg::Text(after.clone())]);
+        }
+        sql.push_str(&format!(" ORDER BY {at} {dir}, {id} {dir} LIMIT ?"));
+        args.push(int(limit));
+        (sql, args)
+    }
+
     pub fn matches(&self, e: &EventRecord) -> bool {
         let key = (e.created_at, e.id.as_str());
         self.since.is_none_or(|s| e.created_at >= s)
@@ -190,3 +235,42 @@ pub struct FeedRow {
     pub summary: Summary,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_feed_filters_read_the_same_against_either_table() {
+        let q = EventQuery {
+            since: Some(5),
+            until: Some(9),
+            event_type: Some("order.paid".into()),
+            desc: true,
+            after: Some((7, "evt_1".into())),
+        };
+        let legacy = EventColumns {
+            created_at: "e.created_at",
+            id: "e.id",
+            event_type: "e.type",
+        };
+        let (sql, args) = q.sql_conditions(legacy, 20);
+        assert_eq!(
+            sql,
+            " AND e.created_at >= ? AND e.created_at <= ? AND e.type = ? \
+AND (e.created_at < ? OR (e.created_at = ? AND e.id < ?)) ORDER BY e.created_at DESC, e.id DESC LIMIT ?"
+        );
+        assert_eq!(args.len(), sql.matches('?').count());
+        let oldest_first = EventQuery {
+            desc: false,
+            ..EventQuery::default()
+        };
+        let shard = EventColumns {
+            created_at: "created_at",
+            id: "id",
+            event_type: "event_type",
+        };
+        let (sql, args) = oldest_first.sql_conditions(shard, 3);
+        assert_eq!(sql, " ORDER BY created_at ASC, id ASC LIMIT ?");
+        assert_eq!(args, [Arg::Int(3)]);
+    }
+}

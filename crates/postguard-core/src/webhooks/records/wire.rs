@@ -128,4 +128,3 @@ impl From<AttemptedWire> for Attempted {
         }
     }
 }
-

@@ -185,22 +185,14 @@ pub trait WebhookStore {
 
     /// The stored events among `ids`.
     fn events(&mut self, ids: &[&str]) -> Result<Vec<EventRecord>, Self::Error> {
-        let mut out = Vec::new();
-        for id in ids {
-            out.extend(self.event(id)?);
-        }
-        Ok(out)
+        gather(ids, |id| self.event(id))
     }
     fn insert_events(&mut self, es: &[EventRecord]) -> Result<(), Self::Error> {
         es.iter().try_for_each(|e| self.insert_event(e))
     }
     /// The stored deliveries among `ids`.
     fn deliveries(&mut self, ids: &[&str]) -> Result<Vec<DeliveryRecord>, Self::Error> {
-        let mut out = Vec::new();
-        for id in ids {
-            out.extend(self.delivery(id)?);
-        }
-        Ok(out)
+        gather(ids, |id| self.delivery(id))
     }
     fn put_deliveries(&mut self, ds: &[DeliveryRecord]) -> Result<(), Self::Error> {
         ds.iter().try_for_each(|d| self.put_delivery(d))
@@ -210,12 +202,21 @@ pub trait WebhookStore {
     }
     /// The attempts of these deliveries (any order).
     fn attempts_of(&mut self, ids: &[&str]) -> Result<Vec<AttemptRecord>, Self::Error> {
-        let mut out = Vec::new();
-        for id in ids {
-            out.extend(self.attempts(id)?);
-        }
-        Ok(out)
+        gather(ids, |id| self.attempts(id))
     }
+}
+
+/// Each id's rows from a single-row read, gathered: the default of every
+/// batched read above (an adapter answers each with one statement).
+fn gather<T, I, E>(ids: &[&str], mut one: impl FnMut(&str) -> Result<I, E>) -> Result<Vec<T>, E>
+where
+    I: IntoIterator<Item = T>,
+{
+    let mut out = Vec::new();
+    for id in ids {
+        out.extend(one(id)?);
+    }
+    Ok(out)
 }
 
 /// Deliveries read once for a call, changed in memory, written once: the

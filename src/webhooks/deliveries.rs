@@ -4,10 +4,9 @@
 
 use postguard_core::audit::encode_cursor;
 use postguard_core::config::Config;
-use postguard_core::webhooks::delivery::Status;
 use postguard_core::webhooks::ops::check_target_url;
 use postguard_core::webhooks::records::{
-    AttemptRecord, DeliveryQuery, DeliveryRecord, Detail, Manual,
+    AttemptRecord, DeliveryQuery, DeliveryRecord, DeliveryView, Detail, Manual,
 };
 use postguard_core::webhooks::shard::ShardKey;
 use postguard_core::webhooks::trace;
@@ -23,39 +22,6 @@ use crate::bindings;
 use crate::durable::webhook_shard::ManualReq;
 use crate::reject::Handled;
 use crate::runtime::{now_ms, RequestCtx};
-
-/// A delivery as the log shows it.
-#[derive(Serialize)]
-pub struct Delivery {
-    pub id: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub subscription_id: String,
-    pub url: String,
-    pub status: Status,
-    pub attempts_made: u32,
-    pub next_attempt_at: Option<u64>,
-    pub created_at: u64,
-    /// The X-Request-Id of the publish request that created it (trace).
-    pub request_id: Option<String>,
-}
-
-impl Delivery {
-    fn of(d: DeliveryRecord, request_id: Option<String>) -> Delivery {
-        Delivery {
-            id: d.id,
-            event_id: d.event_id,
-            event_type: d.event_type,
-            subscription_id: d.subscription_id,
-            url: d.url,
-            status: d.status,
-            attempts_made: d.attempts_made,
-            next_attempt_at: d.next_attempt_at,
-            created_at: d.created_at,
-            request_id,
-        }
-    }
-}
 
 #[derive(Serialize)]
 struct Attempt {
@@ -115,7 +81,7 @@ impl Attempt {
 #[derive(Serialize)]
 struct WithAttempts {
     #[serde(flatten)]
-    delivery: Delivery,
+    delivery: DeliveryView,
     /// The body the receiver gets (`{id, type, timestamp, data}`), for the
     /// dashboard's delivery view; null if the event is gone (retention).
     payload: Option<serde_json::Value>,
@@ -124,7 +90,7 @@ struct WithAttempts {
 
 #[derive(Serialize)]
 struct Page {
-    data: Vec<Delivery>,
+    data: Vec<DeliveryView>,
     next_cursor: Option<String>,
 }
 
@@ -139,13 +105,7 @@ pub async fn list(cx: &Ctx<'_>) -> Handled {
     } else {
         None
     };
-    let data = rows
-        .into_iter()
-        .map(|mut d| {
-            let request_id = d.request_id.take();
-            Delivery::of(d, request_id)
-        })
-        .collect();
+    let data = rows.into_iter().map(|d| d.view(None)).collect();
     handler::json(rc, 200, &Page { data, next_cursor }, &[])
 }
 
@@ -172,7 +132,7 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
         .map(|a| Attempt::of(a, delivery, request_id.clone()))
         .collect();
     let body = WithAttempts {
-        delivery: Delivery::of(detail.delivery, request_id),
+        delivery: detail.delivery.view(request_id),
         payload,
         attempts,
     };

@@ -84,6 +84,42 @@ impl DeliveryRecord {
     }
 }
 
+/// A delivery as the log shows it (`GET /deliveries`): the record without
+/// what only the state machine reads, with its event's `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryView {
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub subscription_id: String,
+    pub url: String,
+    pub status: Status,
+    pub attempts_made: u32,
+    pub next_attempt_at: Option<u64>,
+    pub created_at: u64,
+    /// The X-Request-Id of the publish request that created it (trace).
+    pub request_id: Option<String>,
+}
+
+impl DeliveryRecord {
+    /// How the log shows it, with its event's `request_id` (a list fills
+    /// the record's own; a detail reads it from the event).
+    pub fn view(self, request_id: Option<String>) -> DeliveryView {
+        DeliveryView {
+            request_id: request_id.or(self.request_id),
+            id: self.id,
+            event_id: self.event_id,
+            event_type: self.event_type,
+            subscription_id: self.subscription_id,
+            url: self.url,
+            status: self.status,
+            attempts_made: self.attempts_made,
+            next_attempt_at: self.next_attempt_at,
+            created_at: self.created_at,
+        }
+    }
+}
+
 /// One attempt as the delivery log shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {

@@ -8,14 +8,15 @@
 use postguard_core::alerts::{self, Alert, Observed, ShardVitals, MAX_SHARDS};
 use postguard_core::config::Config;
 use postguard_core::log::Line;
+use postguard_core::webhooks::protocol::{self as wire, Done};
 use worker::{Env, Result};
 
 use crate::d1::{num, text};
-use crate::durable::webhook_shard::Vitals;
 use crate::runtime::now_ms;
-use crate::webhooks::shards::{self, ops};
+use crate::webhooks::shards;
 use crate::webhooks::{directory, new_id, write};
 use crate::{bindings, log};
+use postguard_core::webhooks::protocol::Vitals;
 
 /// Observes, evaluates and publishes; how many alerts were published.
 pub async fn check(env: &Env, cfg: &Config) -> Result<u32> {
@@ -40,7 +41,7 @@ async fn observe(env: &Env, cfg: &Config, now: u64) -> Result<Observed> {
     let since = now.saturating_sub(alerts::lag_window_ms(&cfg.settings));
     let mut shards_seen = Vec::new();
     for key in directory::shards_since(env, since, MAX_SHARDS).await? {
-        let v: Vitals = shards::call(env, &key, ops::VITALS, &()).await?;
+        let v: Vitals = shards::call::<wire::VitalsOf>(env, &key, &Done {}).await?;
         shards_seen.push(ShardVitals {
             project: key.project,
             start_ms: key.start_ms,

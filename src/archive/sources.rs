@@ -6,6 +6,7 @@
 use postguard_core::archive::{self, Archived, Kind, Source, PAGE_ROWS};
 use postguard_core::audit::AuditRow;
 use postguard_core::audit_shard::{Shard, UNSCOPED};
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::shard::ShardKey;
 use worker::{Env, Result};
 
@@ -15,7 +16,7 @@ use crate::d1::{num, opt_text, text};
 use crate::durable::audit_shard as audit_object;
 use crate::durable::webhook_shard::ArchiveReq;
 use crate::webhooks::directory::{self, legacy};
-use crate::webhooks::shards::{self, ops};
+use crate::webhooks::shards;
 use postguard_core::audit_shard::protocol::{self as audit_op, Operation, PageQuery};
 
 /// One page of a source's rows.
@@ -133,7 +134,7 @@ async fn deliveries(
                 after: after.clone(),
                 take: PAGE_ROWS,
             };
-            shards::call(env, &key, ops::ARCHIVE, &req).await
+            shards::call::<wire::Archive>(env, &key, &req).await
         }
         Source::Legacy => legacy::archive_page(env, project, lo, hi, after, PAGE_ROWS).await,
     }

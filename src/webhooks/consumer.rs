@@ -20,6 +20,7 @@ use postguard_core::ids;
 use postguard_core::log::Line;
 use postguard_core::webhooks::delivery::{self, Attempted, Claim, FollowUp, CONTENDED_DELAY_S};
 use postguard_core::webhooks::ops::{self, Health};
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::{
     self, AttemptRecord, ClaimJob, Claimed, DeliveryRecord, FirstJob, SubView,
 };
@@ -30,7 +31,7 @@ use worker::{Env, MessageBuilder, MessageExt, Result};
 
 use super::directory::{self, Target};
 use super::sender::{self, Outgoing, Secrets};
-use super::shards::{self, ops as op};
+use super::shards;
 use super::{write, Job, Msg};
 use crate::bindings;
 use crate::durable::webhook_shard::{ClaimReq, SettleReq, UnclaimReq};
@@ -281,7 +282,7 @@ async fn claim_round<'a>(
             now,
             lease_ms,
         };
-        let got: Result<Vec<Claimed>> = shards::call(env, &key, op::CLAIM, &req).await;
+        let got: Result<Vec<Claimed>> = shards::call::<wire::ClaimAttempts>(env, &key, &req).await;
         (key, ps, got)
     });
     let mut out = Vec::new();
@@ -506,7 +507,7 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
                 now,
             };
             let got: Result<Vec<Option<(u64, u64)>>> =
-                shards::call(env, &key, op::SETTLE, &req).await;
+                shards::call::<wire::SettleAttempts>(env, &key, &req).await;
             (idx, got)
         }
     });
@@ -549,7 +550,7 @@ async fn unclaim(env: &Env, r: &Run<'_>) {
         attempt: r.claim.attempt.number,
         now: now_ms(),
     };
-    let got: Result<bool> = shards::call(env, &r.shard, op::UNCLAIM, &req).await;
+    let got: Result<bool> = shards::call::<wire::Unclaim>(env, &r.shard, &req).await;
     if let Err(e) = got {
         log::emit(Line::warn("giving back an unsent attempt's claim failed").err(e));
     }
@@ -830,7 +831,7 @@ pub async fn requeue_stuck(env: &Env, cfg: &Config, after_s: u32) -> Result<u32>
             oldest_day: postguard_core::webhooks::capacity::utc_day(now)
                 .saturating_sub(u64::from(cfg.settings.retention.deliveries_days)),
         };
-        let jobs: Vec<FirstJob> = shards::call(env, &key, op::REQUEUE, &req).await?;
+        let jobs: Vec<FirstJob> = shards::call::<wire::Requeue>(env, &key, &req).await?;
         // A revoked key's subscriptions receive nothing: the consumer acks them.
         write::send_and_mark(env, &key, &jobs, false).await?;
         n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);

@@ -5,6 +5,7 @@
 use postguard_core::audit::encode_cursor;
 use postguard_core::config::Config;
 use postguard_core::webhooks::ops::check_target_url;
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::{
     AttemptRecord, DeliveryQuery, DeliveryRecord, DeliveryView, Detail, Manual,
 };
@@ -16,7 +17,7 @@ use worker::Env;
 
 use crate::handler::{self, Ctx};
 
-use super::shards::{self, ops};
+use super::shards;
 use super::{policy, Job};
 use crate::bindings;
 use crate::durable::webhook_shard::ManualReq;
@@ -162,7 +163,7 @@ async fn queue_manual(
         max: cfg.settings.webhooks.manual_attempts_per_delivery,
         now: now_ms(),
     };
-    let d = match shards::call(env, shard, ops::MANUAL, &req).await? {
+    let d = match shards::call::<wire::ManualAttempt>(env, shard, &req).await? {
         Manual::Queued { delivery } => delivery,
         Manual::LimitReached => {
             return Err(postguard_core::webhooks::capacity::manual_refused(&cfg.settings).into())

@@ -6,6 +6,7 @@ use postguard_core::config::Config;
 use postguard_core::log::Line;
 use postguard_core::webhooks::events::{self, excerpt};
 use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,7 @@ use super::directory::{
     tasks::{self, Task},
 };
 use super::sender::{self, Outgoing, Secrets};
-use super::shards::{self, ops as op};
+use super::shards;
 use super::subscriptions::not_found;
 use super::{new_id, Job, Msg, TaskStep};
 use crate::bindings;
@@ -123,7 +124,7 @@ pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
             since: r.since,
             until,
         };
-        let n: u64 = shards::call(env, &key, op::COUNT_RECOVERABLE, &req).await?;
+        let n: u64 = shards::call::<wire::CountRecoverable>(env, &key, &req).await?;
         total += n;
     }
     let total = u32::try_from(total).unwrap_or(u32::MAX);
@@ -208,7 +209,7 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
             max_manual: cfg.settings.webhooks.manual_attempts_per_delivery,
         };
         let got: Recovered =
-            shards::call(env, &key, op::RECOVER, &RecoverReq { step, now }).await?;
+            shards::call::<wire::Recover>(env, &key, &RecoverReq { step, now }).await?;
         let jobs: Vec<Job> = got
             .queued
             .iter()

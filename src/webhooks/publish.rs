@@ -14,13 +14,14 @@
 
 use crate::log;
 use postguard_core::log::Line;
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::FirstJob;
 use postguard_core::webhooks::{events, fanout};
 use serde::Serialize;
 use worker::{Env, Result};
 
 use super::group::{self, Outcome};
-use super::shards::{self, ops};
+use super::shards;
 use super::{directory, new_id, write};
 use crate::durable::webhook_shard::BeforeReq;
 use crate::handler::{self, Ctx};
@@ -88,7 +89,7 @@ pub async fn sweep_outbox(env: &Env, after_s: u32) -> Result<usize> {
             now,
             oldest_day: 0,
         };
-        let jobs: Vec<FirstJob> = shards::call(env, &key, ops::UNSENT, &req).await?;
+        let jobs: Vec<FirstJob> = shards::call::<wire::Unsent>(env, &key, &req).await?;
         write::send_and_mark(env, &key, &jobs, false).await?;
         n += jobs.len();
     }

@@ -8,6 +8,7 @@
 //! inspectors and old counters.
 
 use postguard_core::webhooks::capacity;
+use postguard_core::webhooks::protocol::{self as wire, Done};
 use worker::{Env, Result};
 
 use postguard_core::archive::{Kind, Source};
@@ -15,7 +16,7 @@ use postguard_core::log::Line;
 use postguard_core::webhooks::shard::ShardKey;
 
 use super::directory;
-use super::shards::{self, ops};
+use super::shards;
 use crate::archive::Archiver;
 use crate::log;
 
@@ -52,7 +53,7 @@ pub async fn sweep(
                     continue;
                 }
             }
-            let _: serde_json::Value = shards::call(env, &key, ops::DROP, &()).await?;
+            shards::call::<wire::Drop>(env, &key, &Done {}).await?;
             directory::forget(env, &key).await?;
             swept.shards += 1;
         }

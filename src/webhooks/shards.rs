@@ -4,28 +4,24 @@
 //! into its shard when it is touched again.
 
 use postguard_core::config::Config;
+use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::{
     DeliveryQuery, DeliveryRecord, EventQuery, FeedRow, Imported, Limits,
 };
 use postguard_core::webhooks::shard::{self, id_time, ShardKey};
 use postguard_core::webhooks::{capacity, health};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use worker::{Env, Result};
 
 use super::directory;
-use crate::durable::webhook_shard::{self, op, FeedReq, ListReq};
+use crate::durable::webhook_shard::{self, FeedReq, ListReq};
 
-pub use webhook_shard::op as ops;
-
-/// Calls operation `path` of `shard`.
-pub async fn call<Q: Serialize, A: DeserializeOwned>(
+/// Calls operation `O` of `shard`.
+pub async fn call<O: wire::Operation>(
     env: &Env,
     shard: &ShardKey,
-    path: &str,
-    req: &Q,
-) -> Result<A> {
-    webhook_shard::call(env, shard, path, req).await
+    req: &O::Request,
+) -> Result<O::Response> {
+    webhook_shard::call::<O>(env, shard, req).await
 }
 
 pub fn bucket_ms(cfg: &Config) -> u64 {
@@ -116,7 +112,7 @@ pub async fn adopt(
     let keys: Vec<ShardKey> = parts.iter().map(|(k, _)| k.clone()).collect();
     directory::enter(env, &keys, bucket, now).await?;
     for (key, part) in &parts {
-        let _: u64 = call(env, key, op::IMPORT, &[part]).await?;
+        call::<wire::Import>(env, key, &vec![(*part).clone()]).await?;
     }
     directory::legacy::delete(env, project, event_id).await?;
     Ok(true)
@@ -142,7 +138,7 @@ pub async fn find(
             let req = webhook_shard::DetailReq {
                 delivery_id: id.to_string(),
             };
-            let found: Option<Detail> = call(env, &key, op::DETAIL, &req).await?;
+            let found: Option<Detail> = call::<wire::DetailOf>(env, &key, &req).await?;
             if let Some(d) = found {
                 return Ok(Some((key, d)));
             }
@@ -186,9 +182,7 @@ pub async fn health(
             start_ms,
         })
         .collect();
-    let calls = keys
-        .iter()
-        .map(|k| call::<_, Vec<health::Tally>>(env, k, op::HEALTH, &req));
+    let calls = keys.iter().map(|k| call::<wire::Health>(env, k, &req));
     let parts = futures_util::future::join_all(calls)
         .await
         .into_iter()
@@ -222,7 +216,7 @@ pub async fn page_deliveries(
             start_ms: *start,
         };
         let page: Vec<DeliveryRecord> =
-            call(env, &k, op::LIST, &ListReq { q: q.clone(), take }).await?;
+            call::<wire::List>(env, &k, &ListReq { q: q.clone(), take }).await?;
         rows.extend(page);
         if shard::page_complete(&mut rows, n, shards.get(i + 1).copied(), true, key)
             && shards.get(i + 1).is_some()
@@ -268,7 +262,8 @@ pub async fn page_events(
             project: project.to_string(),
             start_ms: *start,
         };
-        let page: Vec<FeedRow> = call(env, &k, op::FEED, &FeedReq { q: q.clone(), take }).await?;
+        let page: Vec<FeedRow> =
+            call::<wire::Feed>(env, &k, &FeedReq { q: q.clone(), take }).await?;
         rows.extend(page);
         let next = shards.get(i + 1).copied();
         if next.is_some() && shard::page_complete(&mut rows, n, next, q.desc, key) {

@@ -13,6 +13,7 @@
 
 use crate::log;
 use postguard_core::log::Line;
+use postguard_core::webhooks::protocol as wire;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -26,7 +27,7 @@ use postguard_core::Problem;
 use worker::{Env, Result};
 
 use super::directory::{self, Receiver};
-use super::shards::{self, ops};
+use super::shards;
 use super::{usage, Job};
 use crate::bindings;
 use crate::durable::webhook_shard::{IdsReq, PublishReq, ReleaseReq};
@@ -166,7 +167,7 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
                 limits,
                 now,
             };
-            let got: Result<Vec<Stored>> = shards::call(env, &key, ops::PUBLISH, &req).await;
+            let got: Result<Vec<Stored>> = shards::call::<wire::Publish>(env, &key, &req).await;
             (key, idx, got)
         }
     });
@@ -257,8 +258,7 @@ pub async fn flush_marks(env: &Env) {
     let pending: Vec<(ShardKey, Vec<String>)> = SENT.with(|s| s.borrow_mut().drain().collect());
     let now = now_ms();
     let calls = pending.into_iter().map(|(key, ids)| async move {
-        let r: Result<serde_json::Value> =
-            shards::call(env, &key, ops::MARK_SENT, &IdsReq { ids, now }).await;
+        let r = shards::call::<wire::MarkSent>(env, &key, &IdsReq { ids, now }).await;
         if let Err(e) = r {
             log::emit(
                 Line::warn("outbox marks lost (the sweep re-sends)")
@@ -290,8 +290,7 @@ pub async fn send_and_mark(
         .collect();
     super::enqueue(env, all).await?;
     let ids = jobs.iter().map(|j| j.delivery_id.clone()).collect();
-    let _: serde_json::Value =
-        shards::call(env, key, ops::MARK_SENT, &IdsReq { ids, now: now_ms() }).await?;
+    shards::call::<wire::MarkSent>(env, key, &IdsReq { ids, now: now_ms() }).await?;
     Ok(())
 }
 
@@ -305,7 +304,7 @@ pub async fn release_in(env: &Env, key: &ShardKey, subscription_id: &str, now: u
             limit: 100,
             now,
         };
-        let jobs: Vec<FirstJob> = shards::call(env, key, ops::RELEASE, &req).await?;
+        let jobs: Vec<FirstJob> = shards::call::<wire::Release>(env, key, &req).await?;
         send_and_mark(env, key, &jobs, true).await?;
         n += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
         if jobs.len() < 100 {

@@ -1,37 +1,25 @@
-//! `WebhookShard`: one SQLite-backed Durable Object per (project, time
-//! bucket) holding that bucket's events, deliveries, attempts and outbox
-//! state (ADR 0035). A thin adapter: every write is a function of
-//! `postguard_core::webhooks::records` run over [`Sql`] (the
-//! `WebhookStore` port) inside one `transactionSync`, so a call commits all
-//! or nothing; this file holds the SQL and nothing else decides.
+//! The webhook shard's tables and its storage port: the core's
+//! `WebhookStore` (`webhooks::records`) in SQL. No function here decides
+//! anything: each answers one read or write of the port.
 //!
-//! Concurrency: an object runs one call at a time and these functions never
-//! `await`, so a claim, a hold or a settle is a compare-and-set by
-//! construction. Retention deletes the whole object (`drop`).
-
-use std::cell::{Cell, RefCell};
+//! No `project` column: the shard is one project's. The outbox is the
+//! deliveries with no `queued_at` (a partial index), the manual-attempt
+//! count a column: fewer rows per event than D1's tables (ADR 0035).
 
 use postguard_core::webhooks::capacity::Usage;
 use postguard_core::webhooks::delivery::Status;
+use postguard_core::webhooks::protocol::Dump;
 use postguard_core::webhooks::records::{
-    self, AttemptRecord, ClaimJob, DeliveryQuery, DeliveryRecord, EventColumns, EventQuery,
-    EventRecord, FeedRow, Imported, Limits, NewEvent, RecoverStep, Settle, Summary, WebhookStore,
+    AttemptRecord, DeliveryQuery, DeliveryRecord, EventColumns, EventQuery, EventRecord, FeedRow,
+    Summary, WebhookStore,
 };
-use postguard_core::webhooks::shard::ShardKey;
 use serde::{Deserialize, Serialize};
-use wasm_bindgen::JsValue;
-use worker::{
-    durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
-    SqlStorageValue, State,
-};
-
-use crate::bindings;
-use worker::wasm_bindgen_futures::JsFuture;
+use worker::{Result, SqlStorage, SqlStorageValue};
 
 /// No `project` column: the shard is one project's. The outbox is the
 /// deliveries with no `queued_at` (a partial index), the manual-attempt
 /// count a column: fewer rows per event than D1's tables (ADR 0035).
-const SCHEMA: &str = "
+pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (id TEXT PRIMARY KEY, event_type TEXT NOT NULL, payload TEXT NOT NULL,
   created_at INTEGER NOT NULL, request_id TEXT);
 CREATE INDEX IF NOT EXISTS events_created ON events (created_at, id);
@@ -78,179 +66,6 @@ FROM deliveries d LEFT JOIN events e ON e.id = d.event_id";
 
 const EVENT_COLUMNS: &str = "id, event_type, payload, created_at, request_id";
 
-/// The operations (each one `POST https://webhook-shard/<op>` with a JSON
-/// body, answered with JSON).
-pub mod op {
-    pub const PUBLISH: &str = "/publish";
-    pub const MARK_SENT: &str = "/mark-sent";
-    pub const UNSENT: &str = "/unsent";
-    pub const CLAIM: &str = "/claim";
-    pub const SETTLE: &str = "/settle";
-    pub const RELEASE: &str = "/release";
-    pub const UNCLAIM: &str = "/unclaim";
-    pub const MANUAL: &str = "/manual";
-    pub const RECOVER: &str = "/recover";
-    pub const COUNT_RECOVERABLE: &str = "/count-recoverable";
-    pub const REQUEUE: &str = "/requeue";
-    pub const DETAIL: &str = "/detail";
-    pub const LIST: &str = "/list";
-    pub const FEED: &str = "/feed";
-    pub const IMPORT: &str = "/import";
-    pub const RESTORE: &str = "/restore";
-    pub const DUMP: &str = "/dump";
-    pub const DROP: &str = "/drop";
-    pub const SIZE: &str = "/size";
-    /// A page of delivery records, oldest first (the archive, exports).
-    pub const ARCHIVE: &str = "/archive";
-    /// Attempts of the last 24 h per subscription (`webhooks::health`).
-    pub const HEALTH: &str = "/health";
-    /// Size and the oldest due delivery (the alerts' check).
-    pub const VITALS: &str = "/vitals";
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct PublishReq {
-    /// Delivery ids sent to the queue since this isolate's last call (their
-    /// outbox marks ride in this transaction).
-    pub sent: Vec<String>,
-    pub events: Vec<NewEvent>,
-    pub limits: Limits,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct IdsReq {
-    pub ids: Vec<String>,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct BeforeReq {
-    pub before: u64,
-    pub limit: u32,
-    pub now: u64,
-    /// `/requeue`: day counters before this UTC day go (retention).
-    #[serde(default)]
-    pub oldest_day: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct ClaimReq {
-    pub jobs: Vec<ClaimJob>,
-    pub now: u64,
-    /// How long a claimed scheduled attempt is in flight (a worker of an
-    /// earlier build sends none: then no attempt is marked in flight).
-    #[serde(default)]
-    pub lease_ms: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct SettleReq {
-    pub attempts: Vec<Settle>,
-    pub schedule: Vec<u32>,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct ReleaseReq {
-    pub subscription_id: String,
-    pub limit: u32,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct ManualReq {
-    pub delivery_id: String,
-    pub max: u32,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct RecoverReq {
-    pub step: RecoverStep,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct CountReq {
-    pub subscription_id: String,
-    pub since: u64,
-    pub until: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DetailReq {
-    pub delivery_id: String,
-}
-
-/// `/unclaim`: attempt `attempt` of the delivery was claimed, not sent.
-#[derive(Serialize, Deserialize)]
-pub struct UnclaimReq {
-    pub delivery_id: String,
-    pub attempt: u32,
-    pub now: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct ListReq {
-    pub q: DeliveryQuery,
-    pub take: u32,
-}
-
-/// `/archive`: deliveries created in `[since, until)` after `after`.
-#[derive(Serialize, Deserialize)]
-pub struct ArchiveReq {
-    pub since: u64,
-    pub until: u64,
-    pub after: (u64, String),
-    pub take: u32,
-}
-
-/// `/health`: the attempts at or after `since` of these subscriptions.
-#[derive(Serialize, Deserialize)]
-pub struct HealthReq {
-    pub subscription_ids: Vec<String>,
-    pub since: u64,
-}
-
-/// `/vitals`' answer.
-#[derive(Serialize, Deserialize)]
-pub struct Vitals {
-    pub bytes: u64,
-    pub oldest_due: Option<(u64, String)>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct FeedReq {
-    pub q: EventQuery,
-    pub take: u32,
-}
-
-/// Everything a shard holds (tests, and an operator's export).
-#[derive(Serialize, Deserialize, Default)]
-pub struct Dump {
-    pub events: Vec<EventRecord>,
-    pub deliveries: Vec<DeliveryRecord>,
-    pub attempts: Vec<AttemptRecord>,
-    pub usage: Vec<DayUsage>,
-    pub bytes: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DayUsage {
-    pub day: u64,
-    pub events: u64,
-    pub deliveries: u64,
-    pub bytes: u64,
-}
-
-#[durable_object]
-pub struct WebhookShard {
-    state: State,
-    sql: SqlStorage,
-    schema_ready: Cell<bool>,
-}
-
 fn int(v: u64) -> SqlStorageValue {
     SqlStorageValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
@@ -269,12 +84,12 @@ fn text(v: &str) -> SqlStorageValue {
     SqlStorageValue::String(v.to_string())
 }
 
-fn err(e: impl std::fmt::Display) -> worker::Error {
+pub fn err(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
 }
 
 /// The storage port over the object's tables.
-struct Sql<'a>(&'a SqlStorage);
+pub struct Sql<'a>(pub &'a SqlStorage);
 
 impl Sql<'_> {
     fn rows<T: serde::de::DeserializeOwned>(
@@ -487,7 +302,7 @@ impl WebhookStore for Sql<'_> {
         let (conditions, args) = q.sql_conditions(limit as u64);
         self.rows(
             &format!("{LIST_COLUMNS} WHERE 1{conditions}"),
-            super::sql_args(args),
+            super::super::sql_args(args),
         )
     }
 
@@ -500,7 +315,7 @@ impl WebhookStore for Sql<'_> {
         let (filter, args) = q.sql_conditions(columns, limit as u64);
         let events: Vec<EventRecord> = self.rows(
             &format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1{filter}"),
-            super::sql_args(args),
+            super::super::sql_args(args),
         )?;
         #[derive(Deserialize)]
         struct Count {
@@ -669,28 +484,19 @@ fn json_text<T: Serialize + ?Sized>(v: &T) -> Result<SqlStorageValue> {
     ))
 }
 
-impl WebhookShard {
-    fn store(&self) -> Result<Sql<'_>> {
-        if !self.schema_ready.get() {
-            self.sql.exec(SCHEMA, None)?;
-            self.add_columns()?;
-            self.schema_ready.set(true);
-        }
-        Ok(Sql(&self.sql))
-    }
-
-    /// [`ADDED_COLUMNS`] that a shard made before them lacks, added (an
-    /// additive change: no row is rewritten, old rows read NULL).
-    fn add_columns(&self) -> Result<()> {
+impl Sql<'_> {
+    /// Makes the tables, and adds the [`ADDED_COLUMNS`] a shard made before
+    /// them lacks (an additive change: no row is rewritten, old rows read NULL).
+    pub fn prepare(sql: &SqlStorage) -> Result<()> {
         #[derive(Deserialize)]
         struct Column {
             name: String,
         }
+        sql.exec(SCHEMA, None)?;
         let mut tables: Vec<&str> = ADDED_COLUMNS.iter().map(|(t, _, _)| *t).collect();
         tables.dedup();
         for table in tables {
-            let have: Vec<Column> = self
-                .sql
+            let have: Vec<Column> = sql
                 .exec(
                     &format!("SELECT name FROM pragma_table_info('{table}')"),
                     None,
@@ -698,7 +504,7 @@ impl WebhookShard {
                 .to_array()?;
             for (_, column, kind) in ADDED_COLUMNS.iter().filter(|(t, _, _)| *t == table) {
                 if !have.iter().any(|c| c.name == *column) {
-                    self.sql.exec(
+                    sql.exec(
                         &format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"),
                         None,
                     )?;
@@ -708,243 +514,20 @@ impl WebhookShard {
         Ok(())
     }
 
-    /// Runs `f` over the port in one storage transaction: all or nothing.
-    fn atomically<T>(&self, f: impl FnOnce(&mut Sql<'_>) -> Result<T>) -> Result<T> {
-        let mut store = self.store()?;
-        super::atomically(&self.state.storage(), || f(&mut store), err)
-    }
-
-    fn dump(&self) -> Result<Dump> {
-        let s = self.store()?;
+    /// Everything the shard holds.
+    pub fn dump(&self) -> Result<Dump> {
         Ok(Dump {
-            events: s.rows(
+            events: self.rows(
                 &format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY created_at, id"),
                 vec![],
             )?,
-            deliveries: s.select_deliveries("ORDER BY created_at, id", vec![])?,
-            attempts: s.attempt_rows("ORDER BY at", vec![])?,
-            usage: s.rows(
+            deliveries: self.select_deliveries("ORDER BY created_at, id", vec![])?,
+            attempts: self.attempt_rows("ORDER BY at", vec![])?,
+            usage: self.rows(
                 "SELECT day, events, deliveries, bytes FROM usage ORDER BY day",
                 vec![],
             )?,
-            bytes: self.sql.database_size() as u64,
+            bytes: self.0.database_size() as u64,
         })
     }
-
-    fn answer(&self, path: &str, body: &[u8]) -> Result<String> {
-        fn parse<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T> {
-            serde_json::from_slice(b).map_err(err)
-        }
-        fn json<T: Serialize>(v: &T) -> Result<String> {
-            serde_json::to_string(v).map_err(err)
-        }
-        match path {
-            op::PUBLISH => {
-                let r: PublishReq = parse(body)?;
-                json(&self.atomically(|s| {
-                    records::mark_sent(s, &r.sent, r.now)?;
-                    records::publish(s, &r.events, &r.limits, r.now)
-                })?)
-            }
-            op::MARK_SENT => {
-                let r: IdsReq = parse(body)?;
-                self.atomically(|s| records::mark_sent(s, &r.ids, r.now))?;
-                Ok("{}".into())
-            }
-            op::UNSENT => {
-                let r: BeforeReq = parse(body)?;
-                json(&records::unsent(
-                    &mut self.store()?,
-                    r.before,
-                    r.limit as usize,
-                )?)
-            }
-            op::CLAIM => {
-                let r: ClaimReq = parse(body)?;
-                json(&self.atomically(|s| records::claim(s, &r.jobs, r.now, r.lease_ms))?)
-            }
-            op::SETTLE => {
-                let r: SettleReq = parse(body)?;
-                let follow: Vec<Option<(u64, u64)>> = self
-                    .atomically(|s| records::settle(s, &r.attempts, &r.schedule, r.now))?
-                    .into_iter()
-                    .map(|f| f.map(|f| (f.at, f.delay_s)))
-                    .collect();
-                json(&follow)
-            }
-            op::RELEASE => {
-                let r: ReleaseReq = parse(body)?;
-                json(&self.atomically(|s| {
-                    records::release(s, &r.subscription_id, r.limit as usize, r.now)
-                })?)
-            }
-            op::UNCLAIM => {
-                let r: UnclaimReq = parse(body)?;
-                json(&self.atomically(|s| records::unclaim(s, &r.delivery_id, r.attempt, r.now))?)
-            }
-            op::MANUAL => {
-                let r: ManualReq = parse(body)?;
-                json(&self.atomically(|s| records::manual(s, &r.delivery_id, r.max, r.now))?)
-            }
-            op::RECOVER => {
-                let r: RecoverReq = parse(body)?;
-                json(&self.atomically(|s| records::recover(s, &r.step, r.now))?)
-            }
-            op::COUNT_RECOVERABLE => {
-                let r: CountReq = parse(body)?;
-                json(&records::count_recoverable(
-                    &mut self.store()?,
-                    &r.subscription_id,
-                    r.since,
-                    r.until,
-                )?)
-            }
-            op::REQUEUE => {
-                let r: BeforeReq = parse(body)?;
-                json(&self.atomically(|s| {
-                    records::requeue(s, r.before, r.limit as usize, r.now, r.oldest_day)
-                })?)
-            }
-            op::DETAIL => {
-                let r: DetailReq = parse(body)?;
-                json(&records::detail(&mut self.store()?, &r.delivery_id)?)
-            }
-            op::LIST => {
-                let r: ListReq = parse(body)?;
-                json(&self.store()?.list(&r.q, r.take as usize)?)
-            }
-            op::FEED => {
-                let r: FeedReq = parse(body)?;
-                json(&self.store()?.feed(&r.q, r.take as usize)?)
-            }
-            op::IMPORT => {
-                let r: Vec<Imported> = parse(body)?;
-                json(&self.atomically(|s| records::import(s, &r))?)
-            }
-            op::RESTORE => {
-                let r: records::Restore = parse(body)?;
-                json(&self.atomically(|s| records::restore(s, &r))?)
-            }
-            op::DUMP => json(&self.dump()?),
-            op::ARCHIVE => {
-                let r: ArchiveReq = parse(body)?;
-                json(&records::archive_page(
-                    &mut self.store()?,
-                    r.since,
-                    r.until,
-                    &r.after,
-                    r.take as usize,
-                )?)
-            }
-            op::HEALTH => {
-                let r: HealthReq = parse(body)?;
-                let ids: Vec<&str> = r.subscription_ids.iter().map(String::as_str).collect();
-                json(&self.store()?.health(&ids, r.since)?)
-            }
-            op::VITALS => {
-                let mut s = self.store()?;
-                json(&Vitals {
-                    oldest_due: s.oldest_due()?,
-                    bytes: s.size()?,
-                })
-            }
-            op::SIZE => Ok(format!("{{\"bytes\":{}}}", self.sql.database_size())),
-            _ => Err(err("unknown operation")),
-        }
-    }
-}
-
-/// Called by JS RPC through the class `src/entry.mjs` exports (as `WebhookShard`,
-/// ADRs 0018 and 0035): no Request, Response or body stream on either side.
-#[wasm_bindgen::prelude::wasm_bindgen(
-    wasm_bindgen = ::worker::wasm_bindgen,
-    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
-    js_sys = ::worker::js_sys
-)]
-impl WebhookShard {
-    /// Operation `op` (an [`op`] path) on a JSON request; resolves to the
-    /// JSON answer, rejects with the error's text (the transaction rolled back).
-    pub async fn rpc(&self, op: String, body: String) -> std::result::Result<String, JsValue> {
-        self.dispatch(&op, body.as_bytes())
-            .await
-            .map_err(|e| JsValue::from_str(&e.to_string()))
-    }
-}
-
-impl WebhookShard {
-    /// Every operation, by RPC or by `fetch`.
-    async fn dispatch(&self, path: &str, body: &[u8]) -> Result<String> {
-        if path == op::DROP {
-            // Every record and the schema go with the object's storage.
-            self.state.storage().delete_all().await?;
-            self.schema_ready.set(false);
-            return Ok("{}".to_string());
-        }
-        self.answer(path, body)
-    }
-}
-
-impl DurableObject for WebhookShard {
-    fn new(state: State, _env: Env) -> Self {
-        WebhookShard {
-            sql: state.storage().sql(),
-            state,
-            schema_ready: Cell::new(false),
-        }
-    }
-
-    /// The same operations over HTTP (`POST https://webhook-shard/<op>`): the
-    /// worker calls [`WebhookShard::rpc`]; tests and operators reach the
-    /// object this way through the runtime's Durable Object API.
-    async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let path = req.path();
-        let body = req.bytes().await?;
-        match self.dispatch(&path, &body).await {
-            Ok(text) => Response::ok(text),
-            Err(e) => Ok(Response::error(e.to_string(), 500)?),
-        }
-    }
-}
-
-#[wasm_bindgen::prelude::wasm_bindgen]
-extern "C" {
-    /// A `WebhookShard` stub: `run` is the RPC method of the object's JS
-    /// class (`src/entry.mjs`), which hands the call to [`WebhookShard::rpc`].
-    type ShardStub;
-    #[wasm_bindgen(method, catch)]
-    fn run(this: &ShardStub, op: &str, body: &str) -> std::result::Result<JsValue, JsValue>;
-}
-
-thread_local! {
-    /// The `WEBHOOKS` namespace, held for the isolate ([`bindings::per_isolate`]).
-    static NAMESPACE: RefCell<Option<ObjectNamespace>> = const { RefCell::new(None) };
-}
-
-/// Calls operation `path` on `shard`'s object with `req` as JSON; its answer.
-pub async fn call<Q: Serialize, A: serde::de::DeserializeOwned>(
-    env: &Env,
-    shard: &ShardKey,
-    path: &str,
-    req: &Q,
-) -> Result<A> {
-    let ns = bindings::per_isolate(&NAMESPACE, || env.durable_object(bindings::WEBHOOKS))?;
-    let stub: ShardStub = ns
-        .id_from_name(&shard.name())?
-        .get_stub()?
-        .into_rpc::<ShardStub>();
-    let body = serde_json::to_string(req).map_err(err)?;
-    let pending = stub.run(path, &body).map_err(worker::Error::from)?;
-    // An RPC call answers a thenable, not necessarily a `Promise`.
-    let answer = JsFuture::from(worker::js_sys::Promise::resolve(&pending))
-        .await
-        .map_err(|e| {
-            err(format!(
-                "webhook shard {path}: {}",
-                e.as_string().unwrap_or_else(|| format!("{e:?}"))
-            ))
-        })?;
-    let text = answer
-        .as_string()
-        .ok_or_else(|| err(format!("webhook shard {path} answered no text")))?;
-    serde_json::from_str(&text).map_err(err)
 }

@@ -18,7 +18,9 @@ use crate::log;
 use postguard_core::config::Config;
 use postguard_core::ids;
 use postguard_core::log::Line;
-use postguard_core::webhooks::delivery::{self, Attempted, Claim, FollowUp, CONTENDED_DELAY_S};
+use postguard_core::webhooks::delivery::{
+    self, Attempted, Claim, FollowUp, Place, CONTENDED_DELAY_S,
+};
 use postguard_core::webhooks::ops::{self, Health};
 use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::{
@@ -105,27 +107,29 @@ pub async fn handle(
 /// long it waits in place for its throttle slot.
 type Due<'a> = (&'a Msg, Job, delivery::Job, u64);
 
-/// The batch's jobs to run now, and those to send again later.
+/// The batch's jobs to run now, and those to send again later, as
+/// `delivery::place_batch` places them (a malformed message and a copy of
+/// a running job are acknowledged).
 fn sort(messages: &[Msg], from_dlq: bool) -> (Vec<Due<'_>>, Vec<Later<'_>>) {
+    let parsed: Vec<(&Msg, Job, delivery::Job)> = messages
+        .iter()
+        .filter_map(|m| match parse(m, from_dlq) {
+            Some((job, kind)) => Some((m, job, kind)),
+            None => {
+                m.ack();
+                None
+            }
+        })
+        .collect();
+    let jobs: Vec<&Job> = parsed.iter().map(|p| &p.1).collect();
+    let places = delivery::place_batch(&jobs, |j| &j.delivery_id, |j| j.manual);
     let mut due: Vec<Due> = Vec::new();
     let mut later = Vec::new();
-    for m in messages {
-        let Some((job, kind)) = parse(m, from_dlq) else {
-            m.ack();
-            continue;
-        };
-        if !job.manual && due.iter().any(|(_, d, _, _)| *d == job) {
-            // The same scheduled job twice (manual ones are distinct requests).
-            m.ack();
-        } else if due
-            .iter()
-            .any(|(_, d, _, _)| d.delivery_id == job.delivery_id)
-        {
-            // Another job of a delivery already in this batch: it runs again
-            // a second later, planned on what this one leaves.
-            later.push((m, job, CONTENDED_DELAY_S));
-        } else {
-            due.push((m, job, kind, 0));
+    for ((m, job, kind), place) in parsed.into_iter().zip(places) {
+        match place {
+            Place::Run => due.push((m, job, kind, 0)),
+            Place::Later => later.push((m, job, CONTENDED_DELAY_S)),
+            Place::Copy => m.ack(),
         }
     }
     (due, later)
@@ -759,11 +763,8 @@ async fn health_all(env: &Env, cfg: &Config, records: &[&Recorded]) -> Result<()
         if r.redirect || r.sub_url.is_none() {
             continue;
         }
-        match ops::health(r.failing_since, &r.result, now, after_s) {
-            Some(h @ Health::Healthy) if r.failing_since.is_some() => changes.push((*r, h)),
-            Some(h @ Health::Failing { .. }) if r.failing_since.is_none() => changes.push((*r, h)),
-            Some(h @ Health::Disable { .. }) => changes.push((*r, h)),
-            _ => {}
+        if let Some(h) = ops::health_change(r.failing_since, &r.result, now, after_s) {
+            changes.push((*r, h));
         }
     }
     let list: Vec<(&str, &str, Health)> = changes

@@ -246,32 +246,97 @@ pub async fn targets(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
         .results()
 }
 
-/// Reserves one throttle slot per `(subscription, rate)`: the later of the
-/// subscription's next free slot and `now`, which moves on by one interval
-/// (`ops::interval_ms`). One D1 `batch()`; each statement is atomic.
+/// Reserves one throttle slot per `(subscription, rate)` asked for, as
+/// `ops::reserve` decides from each subscription's next free slot: read
+/// (one D1 `batch()`), decided, and stored only where the slot is still the
+/// one read (a compare-and-set per subscription, one `batch()`); a
+/// subscription another consumer moved meanwhile is read again, at most
+/// [`RESERVE_ROUNDS`] times. `None`: the subscription has no throttle row.
 pub async fn reserve(env: &Env, wanted: &[(String, u32)], now: u64) -> Result<Vec<Option<u64>>> {
+    use postguard_core::webhooks::ops;
     #[derive(Deserialize)]
-    struct Slot {
-        slot: u64,
+    struct Row {
+        next_send_at: Option<u64>,
     }
     let d = db(env)?;
-    let statements = wanted
-        .iter()
-        .map(|(sub, rate)| {
-            let interval = postguard_core::webhooks::ops::interval_ms(*rate);
-            d.prepare(
-                "UPDATE subscription_ops SET next_send_at = MAX(COALESCE(next_send_at, 0), ?) + ? \
-                 WHERE subscription_id = ? RETURNING next_send_at - ? AS slot",
-            )
-            .bind(&[num(now), num(interval), text(sub), num(interval)])
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let results = d.batch(statements).await?;
-    results
-        .iter()
-        .map(|r| Ok(r.results::<Slot>()?.first().map(|s| s.slot)))
-        .collect()
+    let mut out: Vec<Option<u64>> = vec![None; wanted.len()];
+    // Each subscription once, with the positions of its jobs.
+    let mut subs: Vec<(&str, u32, Vec<usize>)> = Vec::new();
+    for (i, (sub, rate)) in wanted.iter().enumerate() {
+        match subs.iter_mut().find(|(s, _, _)| s == sub) {
+            Some((_, _, at)) => at.push(i),
+            None => subs.push((sub, *rate, vec![i])),
+        }
+    }
+    for _ in 0..RESERVE_ROUNDS {
+        if subs.is_empty() {
+            return Ok(out);
+        }
+        let reads = subs
+            .iter()
+            .map(|(sub, _, _)| {
+                d.prepare("SELECT next_send_at FROM subscription_ops WHERE subscription_id = ?")
+                    .bind(&[text(sub)])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let read: Vec<Option<Option<u64>>> = d
+            .batch(reads)
+            .await?
+            .iter()
+            .map(|r| Ok(r.results::<Row>()?.first().map(|row| row.next_send_at)))
+            .collect::<Result<_>>()?;
+        // Subscriptions without a row are not throttled: nothing to reserve.
+        let plans: Vec<(usize, Option<u64>, ops::Reserved)> = read
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| {
+                r.map(|next| (k, next, ops::reserve(next, now, subs[k].1, subs[k].2.len())))
+            })
+            .collect();
+        let writes = plans
+            .iter()
+            .map(|(k, old, plan)| {
+                let was = old.map_or(wasm_bindgen::JsValue::NULL, num);
+                d.prepare(
+                    "UPDATE subscription_ops SET next_send_at = ? WHERE subscription_id = ? AND next_send_at IS ?",
+                )
+                .bind(&[num(plan.next_free), text(subs[*k].0), was])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let stored: Vec<bool> = d
+            .batch(writes)
+            .await?
+            .iter()
+            .map(|r| Ok(r.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0))
+            .collect::<Result<_>>()?;
+        let mut done = vec![false; subs.len()];
+        for ((k, _, plan), ok) in plans.iter().zip(stored) {
+            if ok {
+                for (at, slot) in subs[*k].2.iter().zip(&plan.slots) {
+                    out[*at] = Some(*slot);
+                }
+                done[*k] = true;
+            }
+        }
+        for (k, r) in read.iter().enumerate() {
+            done[k] |= r.is_none();
+        }
+        let mut k = 0;
+        subs.retain(|_| {
+            k += 1;
+            !done[k - 1]
+        });
+    }
+    match subs.is_empty() {
+        true => Ok(out),
+        false => Err(worker::Error::RustError(
+            "throttle slots contended: the batch is retried".into(),
+        )),
+    }
 }
+
+/// Rounds of [`reserve`] before a batch gives up (and the queue retries it).
+const RESERVE_ROUNDS: usize = 4;
 
 /// Writes each subscription's health change (`ops::health`): the failure
 /// clock reset or started, or the subscription disabled (only while it is

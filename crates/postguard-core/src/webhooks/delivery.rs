@@ -275,6 +275,49 @@ pub fn attempt_lease_ms(timeout_ms: u32) -> u64 {
 /// its delivery in the same batch) runs again, on a fresh snapshot.
 pub const CONTENDED_DELAY_S: u64 = 1;
 
+/// Where a job of one queue batch goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Runs in this batch.
+    Run,
+    /// A copy of a scheduled job already running in this batch (a duplicate
+    /// message): acknowledged, nothing more.
+    Copy,
+    /// Another job of a delivery that runs in this batch: sent again
+    /// [`CONTENDED_DELAY_S`] later, planned on what that one leaves.
+    Later,
+}
+
+/// The places of a batch's jobs, in the batch's order: the first job of
+/// each delivery runs; a repeat of a scheduled job that runs is a copy
+/// (manual jobs are distinct requests, never copies); any other job of a
+/// delivery that runs waits.
+pub fn place_batch<J: PartialEq>(
+    jobs: &[J],
+    delivery_of: impl Fn(&J) -> &str,
+    manual: impl Fn(&J) -> bool,
+) -> Vec<Place> {
+    let mut places: Vec<Place> = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        let running = || {
+            jobs[..i]
+                .iter()
+                .zip(&places)
+                .filter(|(_, p)| **p == Place::Run)
+                .map(|(j, _)| j)
+        };
+        let place = if !manual(job) && running().any(|j| j == job) {
+            Place::Copy
+        } else if running().any(|j| delivery_of(j) == delivery_of(job)) {
+            Place::Later
+        } else {
+            Place::Run
+        };
+        places.push(place);
+    }
+    places
+}
+
 /// What `job` does to `d` at `now` (epoch ms). A scheduled attempt it
 /// claims is in flight for `lease_ms` (the attempt's timeout and a margin):
 /// until then another copy of the job — a duplicate message, a batch

@@ -115,6 +115,45 @@ pub fn interval_ms(rate_per_s: u32) -> u64 {
     (1_000 + THROTTLE_MARGIN_MS).div_ceil(u64::from(rate_per_s.max(1)))
 }
 
+/// Throttle slots reserved for `n` jobs of one subscription at `now`: the
+/// first is the later of its next free slot and `now`, each next one
+/// interval later; the subscription's next free slot follows the last. The
+/// shell stores `next_free` only if the subscription's slot is still the one
+/// it read (compare-and-set), so concurrent consumers never share a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    pub slots: Vec<u64>,
+    pub next_free: u64,
+}
+
+pub fn reserve(next_free: Option<u64>, now: u64, rate_per_s: u32, n: usize) -> Reserved {
+    let interval = interval_ms(rate_per_s);
+    let first = next_free.unwrap_or(0).max(now);
+    let slots: Vec<u64> = (0..n as u64)
+        .map(|i| first.saturating_add(i.saturating_mul(interval)))
+        .collect();
+    let next_free = slots.last().map_or(first, |s| s.saturating_add(interval));
+    Reserved { slots, next_free }
+}
+
+/// Whether a subscription's health changed: the write `health` asks for,
+/// only when it differs from what the subscription records (a healthy
+/// subscription that stays healthy, or a failing one that keeps failing,
+/// costs no write).
+pub fn health_change(
+    failing_since: Option<u64>,
+    result: &Attempted,
+    now: u64,
+    disable_after_s: u32,
+) -> Option<Health> {
+    match health(failing_since, result, now, disable_after_s)? {
+        h @ Health::Healthy if failing_since.is_some() => Some(h),
+        h @ Health::Failing { .. } if failing_since.is_none() => Some(h),
+        h @ Health::Disable { .. } => Some(h),
+        _ => None,
+    }
+}
+
 /// How a throttled attempt waits for its reserved `slot` (epoch ms) at `now`:
 /// whole seconds in the queue (a hop frees the consumer for everyone else),
 /// the remaining fraction of a second in place, or, when it came back too
@@ -447,6 +486,60 @@ mod tests {
     }
 
     #[test]
+    fn reservations_follow_the_next_free_slot_or_now() {
+        let r = reserve(None, T, 5, 3);
+        assert_eq!(
+            r,
+            Reserved {
+                slots: vec![T, T + 220, T + 440],
+                next_free: T + 660
+            }
+        );
+        let r = reserve(Some(T + 1_000), T, 5, 1);
+        assert_eq!(
+            r,
+            Reserved {
+                slots: vec![T + 1_000],
+                next_free: T + 1_220
+            }
+        );
+        assert_eq!(
+            reserve(Some(T - 5_000), T, 5, 0).next_free,
+            T,
+            "nothing reserved"
+        );
+    }
+
+    #[test]
+    fn only_a_change_of_health_is_written() {
+        let answered = |code| {
+            Attempted::Sent(AttemptResult::Status {
+                code,
+                retry_after: None,
+            })
+        };
+        let (ok, failed) = (answered(200), answered(500));
+        assert_eq!(
+            health_change(None, &ok, T, 60),
+            None,
+            "healthy stays healthy"
+        );
+        assert_eq!(
+            health_change(Some(T - 1), &ok, T, 60),
+            Some(Health::Healthy)
+        );
+        assert_eq!(
+            health_change(None, &failed, T, 60),
+            Some(Health::Failing { since: T })
+        );
+        assert_eq!(
+            health_change(Some(T - 1), &failed, T, 60),
+            None,
+            "failing keeps failing"
+        );
+    }
+
+    #[test]
     fn throttle_spacing_and_waits() {
         assert_eq!(interval_ms(5), 220);
         assert_eq!(interval_ms(3), 367);
@@ -467,13 +560,14 @@ mod tests {
             late in proptest::collection::vec(0u64..=THROTTLE_LATE_MS, 1..200),
             gaps in proptest::collection::vec(0u64..3_000, 1..200),
         ) {
-            let interval = interval_ms(rate);
-            let (mut next, mut sends) = (T, Vec::new());
-            for (i, l) in late.iter().enumerate() {
+            // Reserved one or a few at a time, as batches do, through the
+            // function the shell calls.
+            let (mut next, mut sends) = (Some(T), Vec::new());
+            for (i, chunk) in late.chunks(3).enumerate() {
                 let now = T + gaps.iter().take(i + 1).sum::<u64>() / 4;
-                let slot = next.max(now);
-                next = slot + interval;
-                sends.push(slot + l);
+                let r = reserve(next, now, rate, chunk.len());
+                next = Some(r.next_free);
+                sends.extend(r.slots.iter().zip(chunk).map(|(slot, l)| slot + l));
             }
             sends.sort_unstable();
             let r = rate as usize;

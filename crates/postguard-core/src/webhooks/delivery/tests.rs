@@ -639,3 +639,69 @@ proptest! {
         prop_assert!(d.attempts_made <= max);
     }
 }
+
+mod batches {
+    use super::super::{place_batch, Place};
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct J {
+        delivery: String,
+        attempt: u32,
+        manual: bool,
+    }
+
+    fn places(jobs: &[J]) -> Vec<Place> {
+        place_batch(jobs, |j| &j.delivery, |j| j.manual)
+    }
+
+    #[test]
+    fn copies_are_acknowledged_and_contenders_wait() {
+        let j = |d: &str, attempt, manual| J {
+            delivery: d.into(),
+            attempt,
+            manual,
+        };
+        let jobs = [
+            j("a", 1, false),
+            j("a", 1, false),
+            j("a", 2, false),
+            j("b", 1, false),
+            j("b", 1, true),
+            j("b", 1, true),
+        ];
+        assert_eq!(
+            places(&jobs),
+            [
+                Place::Run,
+                Place::Copy,
+                Place::Later,
+                Place::Run,
+                Place::Later,
+                Place::Later
+            ]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn one_job_per_delivery_runs_and_nothing_is_lost(
+            raw in proptest::collection::vec((0u8..4, 1u32..3, any::<bool>()), 0..40)
+        ) {
+            let jobs: Vec<J> = raw
+                .into_iter()
+                .map(|(d, attempt, manual)| J { delivery: format!("d{d}"), attempt, manual })
+                .collect();
+            let p = places(&jobs);
+            prop_assert_eq!(p.len(), jobs.len());
+            for (i, (job, place)) in jobs.iter().zip(&p).enumerate() {
+                let runs_before: Vec<&J> = jobs[..i].iter().zip(&p[..i]).filter(|(_, q)| **q == Place::Run).map(|(j, _)| j).collect();
+                match place {
+                    Place::Run => prop_assert!(runs_before.iter().all(|r| r.delivery != job.delivery), "two runs of one delivery"),
+                    Place::Copy => prop_assert!(!job.manual && runs_before.contains(&job), "a copy of nothing running"),
+                    Place::Later => prop_assert!(runs_before.iter().any(|r| r.delivery == job.delivery), "waits for nothing"),
+                }
+            }
+        }
+    }
+}

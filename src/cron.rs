@@ -88,7 +88,7 @@ pub async fn run(env: &Env, cfg: &Config, cron: &str) {
             Err(e) => log::emit(Line::error("archive expiry failed").err(e)),
         }
     }
-    match webhooks::consumer::requeue_stuck(env, cfg, cfg.settings.webhooks.requeue_after_s).await {
+    match webhooks::requeue::requeue_stuck(env, cfg, cfg.settings.webhooks.requeue_after_s).await {
         Ok(0) => {}
         Ok(n) => log::emit(Line::warn("re-queued overdue deliveries").field("deliveries", n)),
         Err(e) => log::emit(Line::error("re-queueing overdue deliveries failed").err(e)),

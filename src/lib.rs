@@ -19,6 +19,7 @@ mod log;
 mod metrics;
 mod operations;
 mod pipeline;
+mod queue;
 mod reject;
 mod replays;
 mod request;
@@ -155,11 +156,7 @@ async fn preflight(
 #[event(queue)]
 async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) -> Result<()> {
     match runtime::config(&env) {
-        Ok(cfg) if batch.queue() == bindings::OPERATIONS_QUEUE => {
-            operations::consumer::handle(batch, &env, &cfg).await;
-            Ok(())
-        }
-        Ok(cfg) => webhooks::consumer::handle(batch, &env, &cfg).await,
+        Ok(cfg) => queue::handle(batch, &env, &cfg).await,
         Err(e) => {
             // Not acknowledged: the queue retries once the configuration is fixed.
             log::emit(Line::error("deliveries paused: configuration invalid").err(e));

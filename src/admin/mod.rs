@@ -136,7 +136,7 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::WebhookResume { id } => subscriptions::resume(cx, &id).await,
         Route::WebhookTest { id } => ops::test(cx, &id).await,
         Route::WebhookRecover { id } => ops::recover(cx, &id).await,
-        Route::TaskGet { id } => ops::get_task(cx, &id).await,
+        Route::TaskGet { id } => crate::webhooks::tasks::get_task(cx, &id).await,
         Route::EventsPublish => publish::publish(cx).await,
         Route::EventsFeed => feed::list(cx).await,
         Route::InspectorsCreate => inspectors::create(cx).await,

@@ -204,11 +204,6 @@ async fn set_state(env: &Env, id: &str, state: ExportState, now: u64) -> Result<
     Ok(())
 }
 
-/// Whether a queue message is an export step.
-pub fn is_step(m: &Msg) -> bool {
-    m.body().get("export_id").is_some()
-}
-
 /// Runs one export message: acknowledged once written; retried by the
 /// queue when it fails; from the dead-letter queue the export is `failed`.
 pub async fn run_message(env: &Env, m: &Msg, from_dlq: bool) {

@@ -12,13 +12,16 @@ pub mod deliveries;
 pub mod directory;
 pub mod feed;
 pub mod group;
+pub mod health;
 pub mod inspectors;
 pub mod ops;
 pub mod publish;
+pub mod requeue;
 pub mod retention;
 pub mod sender;
 pub mod shards;
 pub mod subscriptions;
+pub mod tasks;
 pub mod usage;
 pub mod write;
 

@@ -1,18 +1,14 @@
-//! Operations on one subscription (docs/operating-webhooks.md): the test ping and bulk
-//! recover (a background task through the queue), and `GET /tasks/{id}`.
+//! Operations on one subscription (docs/operating-webhooks.md): the test ping, and
+//! bulk recover's start (its steps run as a background task: `tasks.rs`).
 
-use crate::log;
-use postguard_core::config::Config;
-use postguard_core::log::Line;
 use postguard_core::webhooks::events::{self, excerpt};
-use postguard_core::webhooks::ops::{self, TaskState, RECOVER_CHUNK};
+use postguard_core::webhooks::ops::{self, TaskState};
 use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
-use serde::{Deserialize, Serialize};
-use worker::{Env, MessageExt, Result};
+use serde::Serialize;
+use worker::{Env, Result};
 
-use postguard_core::webhooks::records::{RecoverStep, Recovered};
 use postguard_core::webhooks::shard::ShardKey;
 
 use super::directory::{
@@ -22,12 +18,15 @@ use super::directory::{
 use super::sender::{self, Outgoing, Secrets};
 use super::shards;
 use super::subscriptions::not_found;
-use super::{new_id, Job, Msg, TaskStep};
+use super::{new_id, TaskStep};
 use crate::bindings;
-use crate::durable::webhook_shard::{CountReq, RecoverReq};
+use crate::durable::webhook_shard::CountReq;
 use crate::handler::{self, Ctx};
 use crate::reject::Handled;
 use crate::runtime::now_ms;
+
+/// A task that has not moved for this long is no longer running (ms).
+const TASK_STALE_MS: u64 = 10 * 60_000;
 
 #[derive(Serialize)]
 struct Ping {
@@ -83,7 +82,12 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
 
 /// The project's shards that may hold deliveries created in `[since, until]`,
 /// oldest first.
-async fn shards_in(env: &Env, project: &str, since: u64, until: u64) -> Result<Vec<ShardKey>> {
+pub(super) async fn shards_in(
+    env: &Env,
+    project: &str,
+    since: u64,
+    until: u64,
+) -> Result<Vec<ShardKey>> {
     let all = directory::shards_of(env, project).await?;
     let visit = postguard_core::webhooks::shard::visit_order(all, Some(since), Some(until), false);
     Ok(visit
@@ -161,126 +165,9 @@ pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
         };
         if let Err(e) = env.queue(bindings::DELIVERIES)?.send(step).await {
             // Not left `queued` with no step to run it.
-            fail(env, &task.id).await?;
+            super::tasks::fail(env, &task.id).await?;
             return Err(e.into());
         }
     }
     handler::json(rc, 202, &task, &[])
-}
-
-/// A task that has not moved for this long is no longer running (ms).
-const TASK_STALE_MS: u64 = 10 * 60_000;
-
-/// `GET /tasks/{id}` (own project only).
-pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
-    let task = tasks::get(env, project, id)
-        .await?
-        .ok_or_else(|| Problem::not_found("task", id))?;
-    handler::json(rc, 200, &task, &[])
-}
-
-/// One step of a task: the next chunk after its cursor re-sent (a manual
-/// attempt claimed in its shard for each, within the bound: a delivery past
-/// it is counted as failed), the cursor and counts moved on, and the next
-/// step queued while more remain. A crash re-runs the step from the stored
-/// cursor (at least once; a manual attempt on an already delivered delivery
-/// sends nothing).
-async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
-    let Some(t) = tasks::progress(env, task_id).await? else {
-        return Ok(());
-    };
-    if matches!(t.state, TaskState::Done | TaskState::Failed) {
-        return Ok(());
-    }
-    let mut after = (t.cursor_at.unwrap_or(0), t.cursor_id.unwrap_or_default());
-    let from = t.since.max(after.0);
-    let mut left = RECOVER_CHUNK;
-    let (mut done, mut skipped) = (0u64, 0u64);
-    let now = now_ms();
-    for key in shards_in(env, &t.project, from, t.until).await? {
-        let step = RecoverStep {
-            subscription_id: t.subscription_id.clone(),
-            since: t.since,
-            until: t.until,
-            after: after.clone(),
-            limit: left,
-            max_manual: cfg.settings.webhooks.manual_attempts_per_delivery,
-        };
-        let got: Recovered =
-            shards::call::<wire::Recover>(env, &key, &RecoverReq { step, now }).await?;
-        let jobs: Vec<Job> = got
-            .queued
-            .iter()
-            .map(|j| Job {
-                project: Some(key.project.clone()),
-                subscription_id: Some(j.subscription_id.clone()),
-                ..Job::manual(j.delivery_id.clone(), None)
-            })
-            .collect();
-        super::enqueue(env, jobs).await?;
-        let n = got.queued.len() as u32 + got.skipped;
-        done += got.queued.len() as u64;
-        skipped += u64::from(got.skipped);
-        if let Some(last) = got.last {
-            after = last;
-        }
-        left -= n.min(left);
-        if left == 0 {
-            break;
-        }
-    }
-    let more = left == 0;
-    let state = if more {
-        TaskState::Running
-    } else {
-        TaskState::Done
-    };
-    let cursor = Some(&after).filter(|a| !a.1.is_empty());
-    tasks::advance(env, task_id, state, done, skipped, cursor, now_ms()).await?;
-    if more {
-        env.queue(bindings::DELIVERIES)?
-            .send(TaskStep {
-                task_id: task_id.to_string(),
-            })
-            .await?;
-    }
-    Ok(())
-}
-
-/// Runs one task message: acknowledged when its step is done; retried by
-/// the queue when it fails; from the dead-letter queue, the task is `failed`.
-pub async fn run_task_message(env: &Env, cfg: &Config, m: &Msg, from_dlq: bool) {
-    let Some(t) = task_step(m) else {
-        m.ack();
-        return;
-    };
-    let outcome = if from_dlq {
-        fail(env, &t.task_id).await
-    } else {
-        step(env, cfg, &t.task_id).await
-    };
-    match outcome {
-        Ok(()) => m.ack(),
-        Err(e) => {
-            log::emit(
-                Line::error("task step failed, will retry")
-                    .field("task_id", t.task_id.as_str())
-                    .err(e),
-            );
-            m.retry();
-        }
-    }
-}
-
-async fn fail(env: &Env, task_id: &str) -> Result<()> {
-    tasks::fail(env, task_id, now_ms()).await
-}
-
-/// A task message's body, or `None` (logged) when malformed.
-pub fn task_step(m: &Msg) -> Option<TaskStep> {
-    TaskStep::deserialize(m.body())
-        .map_err(|e| log::emit(Line::error("dropping a malformed task message").err(e)))
-        .ok()
 }

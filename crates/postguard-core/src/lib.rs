@@ -32,6 +32,7 @@ pub mod pattern;
 pub mod portal;
 pub mod problem;
 pub mod proxy;
+pub mod queue;
 pub mod rate_limit;
 pub mod response_events;
 pub mod routes;

@@ -1,0 +1,259 @@
+//! The consumer's claim phase: each due job claimed in its delivery's shard
+//! (one call per shard, in parallel; a legacy delivery adopted first), holds
+//! rechecked, and the per-subscription throttle's slots reserved.
+
+use super::*;
+
+/// One job on its way to its shard's claim.
+struct Pending<'a> {
+    m: &'a Msg,
+    job: Job,
+    sleep_ms: u64,
+    target: Option<&'a Target>,
+    candidates: Vec<ShardKey>,
+    req: ClaimJob,
+}
+
+/// Claims every job in its shard (one call per shard, in parallel; a job
+/// whose delivery is not in the shard its id names is tried in the next
+/// candidate, then moved from D1). Acknowledges what has nothing to do.
+pub(super) async fn claim_all<'a>(
+    env: &Env,
+    cfg: &Config,
+    due: Vec<Due<'a>>,
+    targets: &'a [Target],
+    later: &mut Vec<Later<'a>>,
+) -> Vec<Run<'a>> {
+    let mut pending: Vec<Pending<'a>> = Vec::new();
+    for (m, job, kind, sleep_ms) in due {
+        let target = job
+            .subscription_id
+            .as_deref()
+            .and_then(|s| targets.iter().find(|t| t.id == s));
+        // Its key was revoked: nothing is sent (a redirect included); the
+        // delivery stays as it is, and the re-queue skips it too.
+        if target.is_some_and(|t| t.key_revoked_at.is_some()) {
+            m.ack();
+            continue;
+        }
+        let project = job.project.clone().unwrap_or_default();
+        let sub = SubView {
+            subscribed: target.is_some(),
+            held: target.is_some_and(Target::holds),
+        };
+        let req = ClaimJob {
+            delivery_id: job.delivery_id.clone(),
+            job: kind.into(),
+            sub,
+        };
+        let candidates = shards::candidates(cfg, &project, &job.delivery_id);
+        pending.push(Pending {
+            m,
+            job,
+            sleep_ms,
+            target,
+            candidates,
+            req,
+        });
+    }
+    let mut runs = Vec::new();
+    let mut held: Vec<(ShardKey, String)> = Vec::new();
+    let lease_ms = delivery::attempt_lease_ms(cfg.settings.webhooks.timeout_ms);
+    for round in 0..2 {
+        if pending.is_empty() {
+            break;
+        }
+        let mut missing = Vec::new();
+        for (p, shard, answer) in claim_round(env, pending, round, lease_ms).await {
+            match answer {
+                Err(e) => retry_all("claiming", [p.m], &e),
+                Ok(Claimed::Send {
+                    claim,
+                    gave_up,
+                    delivery,
+                    payload,
+                }) => runs.push(Run {
+                    m: p.m,
+                    job: p.job,
+                    shard,
+                    target: p.target,
+                    claim: claim.into(),
+                    gave_up: gave_up.map(Into::into),
+                    delivery: *delivery,
+                    payload,
+                    sleep_ms: p.sleep_ms,
+                }),
+                Ok(Claimed::Wait { delay_s }) => later.push((p.m, p.job, delay_s)),
+                Ok(Claimed::Held) => {
+                    if let Some(t) = p.target {
+                        held.push((shard, t.id.clone()));
+                    }
+                    p.m.ack();
+                }
+                Ok(Claimed::Dropped) => p.m.ack(),
+                Ok(Claimed::Missing) if round + 1 < p.candidates.len() => missing.push(p),
+                Ok(Claimed::Missing) => adopt_then_retry(env, cfg, p, later).await,
+            }
+        }
+        pending = missing;
+    }
+    recheck_holds(env, held).await;
+    runs
+}
+
+/// One round of claims: each job in its `round`-th candidate shard.
+async fn claim_round<'a>(
+    env: &Env,
+    pending: Vec<Pending<'a>>,
+    round: usize,
+    lease_ms: u64,
+) -> Vec<(Pending<'a>, ShardKey, Result<Claimed>)> {
+    let now = now_ms();
+    let mut by_shard: Vec<(ShardKey, Vec<Pending<'a>>)> = Vec::new();
+    let mut orphans = Vec::new();
+    for p in pending {
+        let Some(key) = p.candidates.get(round).cloned() else {
+            orphans.push(p);
+            continue;
+        };
+        match by_shard.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(p),
+            None => by_shard.push((key, vec![p])),
+        }
+    }
+    let calls = by_shard.into_iter().map(|(key, ps)| async move {
+        let req = ClaimReq {
+            jobs: ps.iter().map(|p| p.req.clone()).collect(),
+            now,
+            lease_ms,
+        };
+        let got: Result<Vec<Claimed>> = shards::call::<wire::ClaimAttempts>(env, &key, &req).await;
+        (key, ps, got)
+    });
+    let mut out = Vec::new();
+    for (key, ps, got) in futures_util::future::join_all(calls).await {
+        match got {
+            Ok(answers) => {
+                let mut answers = answers.into_iter();
+                for p in ps {
+                    let a = answers.next().unwrap_or(Claimed::Missing);
+                    out.push((p, key.clone(), Ok(a)));
+                }
+            }
+            Err(e) => {
+                for p in ps {
+                    out.push((p, key.clone(), Err(worker::Error::RustError(e.to_string()))));
+                }
+            }
+        }
+    }
+    for p in orphans {
+        p.m.ack();
+    }
+    out
+}
+
+/// A delivery in none of the shards its id names: a legacy row moved into
+/// its shard now, its job run again a second later; gone (retention): acked.
+async fn adopt_then_retry<'a>(env: &Env, cfg: &Config, p: Pending<'a>, later: &mut Vec<Later<'a>>) {
+    match directory::legacy::find(env, &p.job.delivery_id).await {
+        Ok(Some(r)) => match shards::adopt(env, cfg, &r.project, &r.event_id, now_ms()).await {
+            Ok(_) => later.push((p.m, p.job, CONTENDED_DELAY_S)),
+            Err(e) => retry_all("moving a legacy delivery", [p.m], &e),
+        },
+        Ok(None) => p.m.ack(),
+        Err(e) => retry_all("reading a legacy delivery", [p.m], &e),
+    }
+}
+
+/// A hold races a resume: the subscription was read held, then resumed and
+/// released before the hold was written. Read again after the holds; what
+/// is active by now is released here (the shard's release is a
+/// compare-and-set on `paused`, so a release by the resume as well is
+/// harmless).
+async fn recheck_holds(env: &Env, mut held: Vec<(ShardKey, String)>) {
+    held.sort();
+    held.dedup();
+    if held.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = held.iter().map(|(_, s)| s.as_str()).collect();
+    let Ok(now_targets) = directory::targets(env, &ids).await else {
+        return;
+    };
+    for (key, sub) in &held {
+        let active = now_targets.iter().any(|t| t.id == *sub && !t.holds());
+        if active {
+            if let Err(e) = write::release_in(env, key, sub, now_ms()).await {
+                log::emit(Line::error("releasing a hold after a resume failed").err(e));
+            }
+        }
+    }
+}
+
+/// The per-subscription throttle (`rate_limit_per_s`), before the claim:
+/// each job to a throttled subscription reserves the next slot (one D1
+/// `batch()` for the batch's unreserved ones; none when nothing is
+/// throttled), slots one [`ops::interval_ms`] apart. Whole seconds of
+/// waiting go back to the queue with the slot kept, so the consumer is free
+/// for every other delivery; the rest (under a second) is waited in place
+/// before sending; a job back too late for its slot reserves again
+/// ([`ops::Wait::Stale`]), so no one-second span holds more than the rate.
+pub(super) async fn throttle<'a>(
+    env: &Env,
+    due: Vec<Due<'a>>,
+    targets: &[Target],
+    later: &mut Vec<Later<'a>>,
+) -> std::result::Result<Vec<Due<'a>>, (worker::Error, Vec<Due<'a>>)> {
+    let rate = |j: &Job| {
+        let t = targets
+            .iter()
+            .find(|t| Some(&t.id) == j.subscription_id.as_ref())?;
+        t.rate_limit_per_s
+            .filter(|_| j.redirect_url.is_none())
+            .map(|r| (t.id.clone(), r))
+    };
+    let now = now_ms();
+    let fresh = |j: &Job| {
+        j.slot
+            .is_some_and(|s| ops::throttle_wait(s, now) != ops::Wait::Stale)
+    };
+    let wanted: Vec<(usize, (String, u32))> = due
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !fresh(&d.1))
+        .filter_map(|(i, d)| rate(&d.1).map(|r| (i, r)))
+        .collect();
+    let mut slots: Vec<Option<u64>> = due
+        .iter()
+        .map(|d| d.1.slot.filter(|_| fresh(&d.1)))
+        .collect();
+    if !wanted.is_empty() {
+        let subs: Vec<(String, u32)> = wanted.iter().map(|(_, r)| r.clone()).collect();
+        match directory::reserve(env, &subs, now).await {
+            Ok(got) => wanted.iter().zip(got).for_each(|((i, _), s)| slots[*i] = s),
+            Err(e) => return Err((e, due)),
+        }
+    }
+    let now = now_ms();
+    let mut out = Vec::new();
+    for (mut d, slot) in due.into_iter().zip(slots) {
+        match slot
+            .filter(|_| rate(&d.1).is_some())
+            .map(|s| (s, ops::throttle_wait(s, now)))
+        {
+            Some((s, ops::Wait::Hop { delay_s })) => {
+                d.1.slot = Some(s);
+                later.push((d.0, d.1, delay_s));
+            }
+            Some((s, ops::Wait::Sleep { ms })) => {
+                d.1.slot = Some(s);
+                d.3 = ms;
+                out.push(d);
+            }
+            // Reserved just now, so not stale; sent at once if it were.
+            Some((_, ops::Wait::Stale)) | None => out.push(d),
+        }
+    }
+    Ok(out)
+}

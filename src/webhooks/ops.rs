@@ -7,9 +7,6 @@ use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::Problem;
 use serde::Serialize;
-use worker::{Env, Result};
-
-use postguard_core::webhooks::shard::ShardKey;
 
 use super::directory::{
     self,
@@ -80,25 +77,6 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
     handler::json(rc, 200, &ping, &[])
 }
 
-/// The project's shards that may hold deliveries created in `[since, until]`,
-/// oldest first.
-pub(super) async fn shards_in(
-    env: &Env,
-    project: &str,
-    since: u64,
-    until: u64,
-) -> Result<Vec<ShardKey>> {
-    let all = directory::shards_of(env, project).await?;
-    let visit = postguard_core::webhooks::shard::visit_order(all, Some(since), Some(until), false);
-    Ok(visit
-        .into_iter()
-        .map(|(start_ms, _)| ShardKey {
-            project: project.to_string(),
-            start_ms,
-        })
-        .collect())
-}
-
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
@@ -122,7 +100,7 @@ pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
         }
     }
     let mut total = 0u64;
-    for key in shards_in(env, project, r.since, until).await? {
+    for key in shards::in_range(env, project, r.since, until).await? {
         let req = CountReq {
             subscription_id: id.to_string(),
             since: r.since,

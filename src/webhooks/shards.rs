@@ -276,3 +276,17 @@ pub async fn page_events(
     shard::page_complete(&mut rows, n, None, q.desc, key);
     Ok(rows)
 }
+
+/// The project's shards that may hold deliveries created in `[since, until]`,
+/// oldest first.
+pub async fn in_range(env: &Env, project: &str, since: u64, until: u64) -> Result<Vec<ShardKey>> {
+    let all = directory::shards_of(env, project).await?;
+    let visit = postguard_core::webhooks::shard::visit_order(all, Some(since), Some(until), false);
+    Ok(visit
+        .into_iter()
+        .map(|(start_ms, _)| ShardKey {
+            project: project.to_string(),
+            start_ms,
+        })
+        .collect())
+}

@@ -49,7 +49,7 @@ async fn step(env: &Env, cfg: &Config, task_id: &str) -> Result<()> {
     let mut left = RECOVER_CHUNK;
     let (mut done, mut skipped) = (0u64, 0u64);
     let now = now_ms();
-    for key in super::ops::shards_in(env, &t.project, from, t.until).await? {
+    for key in shards::in_range(env, &t.project, from, t.until).await? {
         let step = RecoverStep {
             subscription_id: t.subscription_id.clone(),
             since: t.since,

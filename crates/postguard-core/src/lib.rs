@@ -38,6 +38,7 @@ pub mod response_events;
 pub mod routes;
 pub mod routing;
 pub mod store;
+pub mod times;
 pub mod unauthenticated;
 pub mod url_host;
 pub mod webhooks;

@@ -19,6 +19,7 @@
 pub mod protocol;
 mod rollups;
 mod stats;
+mod tally;
 #[cfg(test)]
 mod tests;
 pub mod usage;
@@ -43,11 +44,8 @@ pub const UNSCOPED: &str = "~none";
 pub const ALL_PROJECTS: &str = "~all";
 pub const HOUR_MS: u64 = 3_600_000;
 pub const DAY_MS: u64 = 86_400_000;
-/// Default bucket: one UTC day (ADR 0016 has the numbers).
-pub const DEFAULT_BUCKET_MS: u64 = DAY_MS;
-/// The smallest and largest `audit.bucket_ms` accepted (tests use seconds).
-pub const MIN_BUCKET_MS: u64 = 1_000;
-pub const MAX_BUCKET_MS: u64 = 31 * DAY_MS;
+// The bucket's bounds are the configuration's (`audit.bucket_ms`).
+pub use crate::config::{DEFAULT_BUCKET_MS, MAX_BUCKET_MS, MIN_BUCKET_MS};
 /// Response times above this are counted as this in the latency roll-up
 /// (bounds its distinct values; far beyond any origin timeout).
 pub const MAX_LATENCY_MS: u64 = 600_000;

@@ -8,8 +8,9 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::rollups::{Rollups, UsageDelta};
+use super::rollups::Rollups;
 use super::stats::{KeyActivity, ShardStats, StatsQuery};
+use super::usage::UsageDelta;
 use super::usage::UsageQuery;
 use super::Ingested;
 use crate::audit::{AuditQuery, AuditRow};

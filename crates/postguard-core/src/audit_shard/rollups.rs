@@ -2,10 +2,10 @@
 //! path), latency histograms, and the usage counts `/usage` and `/stats`
 //! read. Only rows a batch really inserted are counted.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
+use super::tally::Tally;
+use super::usage::UsageDelta;
 use super::{HOUR_MS, MAX_LATENCY_MS};
 use crate::audit::AuditRow;
 
@@ -27,35 +27,6 @@ pub struct Rollups {
     pub usage: Vec<UsageDelta>,
 }
 
-/// One key's proxied requests in one hour, as `/usage` counts them
-/// (`usage::counts_of`). `project` names the key's project, so the
-/// cross-project shard of a bucket can attribute them too.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageDelta {
-    pub hour: u64,
-    pub project: String,
-    pub key_prefix: String,
-    pub requests: u64,
-    pub admitted: u64,
-    pub billable: u64,
-    pub replays: u64,
-    pub refused: u64,
-    pub missing_key: u64,
-}
-
-impl UsageDelta {
-    fn counts(&self) -> [u64; 6] {
-        [
-            self.requests,
-            self.admitted,
-            self.billable,
-            self.replays,
-            self.refused,
-            self.missing_key,
-        ]
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathDelta {
     pub hour: u64,
@@ -72,24 +43,6 @@ pub struct LatencyDelta {
     pub key_prefix: String,
     pub ms: u64,
     pub n: u64,
-}
-
-/// Counts summed by key, in key order. Every roll-up here (a batch's paths,
-/// latency and usage, `/stats`' days, paths and latency, `/usage`'s periods)
-/// is one of these, so the wasm holds one `BTreeMap` type for all of them
-/// (ADR 0026). A use
-/// leaves the key parts and counts it does not need at 0 or "".
-#[derive(Default)]
-pub(super) struct Tally(pub(super) BTreeMap<(u64, String, String, u64), [u64; 6]>);
-
-impl Tally {
-    /// Adds `counts` (at most six) to the sums of `key`.
-    pub(super) fn add(&mut self, key: (u64, String, String, u64), counts: &[u64]) {
-        let sum = self.0.entry(key).or_default();
-        for (s, c) in sum.iter_mut().zip(counts) {
-            *s += c;
-        }
-    }
 }
 
 impl Rollups {

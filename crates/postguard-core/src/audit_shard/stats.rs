@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rollups::Tally;
+use super::tally::Tally;
 use super::DAY_MS;
 
 /// What `/stats` asks a shard: roll-ups from `since_ms` (hour-aligned), for

@@ -1,6 +1,7 @@
 use super::*;
 use crate::audit::StatusFilter;
 use std::collections::BTreeMap;
+use usage::UsageDelta;
 
 /// The in-memory backend: rows and roll-ups as the object keeps them.
 #[derive(Default)]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rollups::{Tally, UsageDelta};
+use super::tally::Tally;
 use super::{DAY_MS, HOUR_MS};
 use crate::audit::{parse_time, AuditRow};
 use crate::page::{decode_cursor, encode_cursor, parse_limit, Page};
@@ -43,6 +43,35 @@ pub fn counts_of(r: &AuditRow, hour: u64) -> Option<UsageDelta> {
         refused: u64::from(r.status == 429),
         missing_key: u64::from(c.missing_key),
     })
+}
+
+/// One key's proxied requests in one hour, as `/usage` counts them
+/// (`usage::counts_of`). `project` names the key's project, so the
+/// cross-project shard of a bucket can attribute them too.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageDelta {
+    pub hour: u64,
+    pub project: String,
+    pub key_prefix: String,
+    pub requests: u64,
+    pub admitted: u64,
+    pub billable: u64,
+    pub replays: u64,
+    pub refused: u64,
+    pub missing_key: u64,
+}
+
+impl UsageDelta {
+    pub(super) fn counts(&self) -> [u64; 6] {
+        [
+            self.requests,
+            self.admitted,
+            self.billable,
+            self.replays,
+            self.refused,
+            self.missing_key,
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

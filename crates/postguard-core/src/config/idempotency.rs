@@ -75,7 +75,7 @@ impl IdempotencyConfig {
     /// only when it is absent).
     pub fn required_from_ms(&self) -> Option<u64> {
         let at = self.required_from.as_deref()?;
-        crate::audit::parse_time("idempotency.required_from", at).ok()
+        crate::times::parse_time("idempotency.required_from", at).ok()
     }
 
     /// The idempotency mode for a request: the first matching route rule,

@@ -53,7 +53,9 @@ pub use limits::{CostRule, LimitsConfig, RateLimitConfig};
 pub use named::Named;
 pub use origin::{NamedOrigin, OriginConfig, OriginRoute, DEFAULT_ORIGIN};
 pub use plans::{validate_plan, GatewaySpec, Plan, PolicySpec, DEFAULT_GATEWAY};
-pub use retention::{ArchiveConfig, AuditConfig, RetentionConfig};
+pub use retention::{
+    ArchiveConfig, AuditConfig, RetentionConfig, DEFAULT_BUCKET_MS, MAX_BUCKET_MS, MIN_BUCKET_MS,
+};
 
 /// The raw inputs, as the runtime hands them over (all strings, all optional).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]

@@ -6,7 +6,12 @@
 use serde::Deserialize;
 
 use super::check::{range, ConfigError};
-use crate::audit_shard::{DEFAULT_BUCKET_MS, MAX_BUCKET_MS, MIN_BUCKET_MS};
+const DAY_MS: u64 = 86_400_000;
+/// Default audit bucket: one UTC day (ADR 0016 has the numbers).
+pub const DEFAULT_BUCKET_MS: u64 = DAY_MS;
+/// The smallest and largest `audit.bucket_ms` accepted (tests use seconds).
+pub const MIN_BUCKET_MS: u64 = 1_000;
+pub const MAX_BUCKET_MS: u64 = 31 * DAY_MS;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::records::AttemptRecord;
-
 /// The window of the figures: 24 hours.
 pub const WINDOW_MS: u64 = 86_400_000;
 /// A success rate at or above this, with a successful last attempt, is healthy.
@@ -46,21 +44,29 @@ pub struct Tally {
     pub last_error: Option<String>,
 }
 
-/// [`TALLY_SQL`] over attempts in memory: `(subscription_id, attempt)`.
-pub fn tally<'a>(
-    attempts: impl IntoIterator<Item = (&'a str, &'a AttemptRecord)>,
-    since: u64,
-) -> Vec<Tally> {
+/// One attempt as the tally reads it (a stored attempt and its delivery's
+/// subscription).
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    pub subscription_id: &'a str,
+    pub url: &'a str,
+    pub at: u64,
+    pub status_code: Option<u16>,
+    pub error: Option<&'a str>,
+}
+
+/// [`TALLY_SQL`] over attempts in memory.
+pub fn tally<'a>(attempts: impl IntoIterator<Item = Seen<'a>>, since: u64) -> Vec<Tally> {
     let mut out: Vec<Tally> = Vec::new();
-    for (sub, a) in attempts.into_iter().filter(|(_, a)| a.at >= since) {
+    for a in attempts.into_iter().filter(|a| a.at >= since) {
         let one = Tally {
-            subscription_id: sub.to_string(),
-            url: a.url.clone(),
+            subscription_id: a.subscription_id.to_string(),
+            url: a.url.to_string(),
             attempts: 1,
             succeeded: u64::from(succeeded(a.status_code)),
             last_at: a.at,
             last_status_code: a.status_code,
-            last_error: a.error.clone(),
+            last_error: a.error.map(str::to_string),
         };
         out = merge([out, vec![one]].concat());
     }
@@ -178,20 +184,13 @@ pub fn of(merged: &[Tally], id: &str, url: &str) -> Health {
 mod tests {
     use super::*;
 
-    fn attempt(url: &str, at: u64, code: Option<u16>) -> AttemptRecord {
-        AttemptRecord {
-            delivery_id: format!("dlv_{at}"),
-            request_id: format!("req_{at}"),
-            attempt: 1,
-            url: url.into(),
-            status_code: code,
-            error: code.is_none().then(|| "network error".to_string()),
-            response_excerpt: None,
-            duration_ms: 5,
+    fn attempt(url: &str, at: u64, code: Option<u16>) -> Seen<'_> {
+        Seen {
+            subscription_id: "sub_1",
+            url,
             at,
-            next_retry_at: None,
-            signed: None,
-            response_headers: None,
+            status_code: code,
+            error: code.is_none().then_some("network error"),
         }
     }
 
@@ -211,11 +210,7 @@ mod tests {
             attempt(A, now - 10, Some(204)),
             attempt("https://elsewhere.example/x", now - 5, Some(500)), // a redirect
         ];
-        let parts = [
-            tally(one.iter().map(|a| ("sub_1", a)), day_ago),
-            tally(two.iter().map(|a| ("sub_1", a)), day_ago),
-        ]
-        .concat();
+        let parts = [tally(one, day_ago), tally(two, day_ago)].concat();
         let merged = merge(parts);
         let h = of(&merged, "sub_1", A);
         assert_eq!((h.attempts, h.succeeded, h.failed), (3, 2, 1));
@@ -237,16 +232,15 @@ mod tests {
     fn the_state_follows_the_last_attempt_and_the_rate() {
         let now = 3 * WINDOW_MS;
         let figure = |codes: &[Option<u16>]| {
-            let list: Vec<AttemptRecord> = codes
+            let list: Vec<Seen> = codes
                 .iter()
                 .enumerate()
-                .map(|(i, c)| attempt(A, now - 100 + i as u64, *c))
+                .map(|(i, c)| Seen {
+                    subscription_id: "s",
+                    ..attempt(A, now - 100 + i as u64, *c)
+                })
                 .collect();
-            of(
-                &merge(tally(list.iter().map(|a| ("s", a)), since(now))),
-                "s",
-                A,
-            )
+            of(&merge(tally(list, since(now))), "s", A)
         };
         assert_eq!(figure(&[Some(200); 20]).state, State::Healthy);
         let mut mostly = vec![Some(200); 19];

@@ -72,10 +72,16 @@ impl WebhookStore for MemoryStore {
                 .map(|d| d.subscription_id.as_str())
                 .filter(|s| subscription_ids.contains(s))
         };
-        Ok(crate::webhooks::health::tally(
-            self.attempts.iter().filter_map(|a| of(a).map(|s| (s, a))),
-            since,
-        ))
+        let seen = self.attempts.iter().filter_map(|a| {
+            of(a).map(|s| crate::webhooks::health::Seen {
+                subscription_id: s,
+                url: &a.url,
+                at: a.at,
+                status_code: a.status_code,
+                error: a.error.as_deref(),
+            })
+        });
+        Ok(crate::webhooks::health::tally(seen, since))
     }
     fn unsent(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
         let mut v: Vec<_> = self

@@ -83,6 +83,8 @@ function auditRow(project, i, time) {
     idempotency_key: i % 2 ? `idem-${i}` : null,
     replayed: i % 5 === 0,
     rate_limit_remaining: i % 7 === 0 ? null : 5000 - i,
+    origin: i % 3 ? 'default' : null,
+    would_refuse: i % 11 === 0 ? 'minute' : null,
   };
 }
 

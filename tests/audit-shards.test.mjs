@@ -114,7 +114,8 @@ describe('shard rollover', () => {
       const paths = new Map();
       for (const r of rs) {
         const date = new Date(r.time).toISOString().slice(0, 10);
-        const d = days.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0 };
+        // Every request here is a GET: none lacks a required Idempotency-Key.
+        const d = days.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0, missing_idempotency_key: 0 };
         d.requests++;
         d.errors += r.status >= 400 ? 1 : 0;
         d.server_errors += r.status >= 500 ? 1 : 0;
@@ -130,6 +131,7 @@ describe('shard rollover', () => {
         error_share: rs.filter((r) => r.status >= 400).length / rs.length,
         p50_ms: at(0.5),
         p95_ms: at(0.95),
+        keys_missing_idempotency: [],
       };
     };
     const asKey = await gw.fetch('/_postguard/v1/stats?days=2', { headers: bearer(key.key) });

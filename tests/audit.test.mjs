@@ -258,7 +258,7 @@ describe('GET /_postguard/v1/stats', () => {
     assert.equal(r.status, 200, r.text);
     const s = r.json;
     const today = new Date().toISOString().slice(0, 10);
-    assert.deepEqual(s.days, [{ date: today, requests: 8, errors: 2, server_errors: 1 }]);
+    assert.deepEqual(s.days, [{ date: today, requests: 8, errors: 2, server_errors: 1, missing_idempotency_key: 0 }]);
     assert.deepEqual(s.top_paths, [{ path: '/hot', requests: 6 }, { path: '/cold', requests: 2 }]);
     assert.equal(s.error_share, 2 / 8);
     assert.ok(Number.isInteger(s.p50_ms) && Number.isInteger(s.p95_ms) && s.p50_ms <= s.p95_ms);

@@ -380,12 +380,11 @@ describe('what the audit log, /stats and /usage say', () => {
     const replay = await post(ik1);
     assert.equal(replay.headers['idempotent-replayed'], 'true');
     const ik2 = uniq('u2');
-    const slow = post(ik2, { 'x-demo-delay-ms': '1500' });
-    const during = await poll(async () => {
-      const r = await post(ik2);
-      return r.status === 409 ? r : undefined;
-    }, { timeout: 1400, interval: 50, message: 'a 409 while the first runs' });
-    assert.equal(during.status, 409);
+    const slow = post(ik2, { 'x-demo-delay-ms': '3000' });
+    // Gated on the origin holding the first: the second is then a 409 whatever the load.
+    await poll(() => origin.stats.count(ik2) === 1, { timeout: 10000, message: 'the first at the origin' });
+    const during = await post(ik2);
+    assert.equal(during.status, 409, show(during));
     assert.equal((await slow).status, 201);
     assert.equal((await gw.fetch('/v1/list', { headers: bearer(key) })).status, 200);
     assert.equal((await gw.fetch('/v1/list', { headers: { ...bearer(key), 'x-demo-status': '500' } })).status, 500);

@@ -9,7 +9,7 @@ use worker::{Env, Request};
 
 use crate::auth::Principal;
 use crate::http::respond;
-use crate::reject::{Handled, Reject};
+use crate::reject::Handled;
 use crate::runtime::RequestCtx;
 
 /// What a handler of a gateway operation is given: the request, its caller
@@ -29,15 +29,33 @@ pub struct Ctx<'a> {
     pub lookup: Option<Box<postguard_core::guard::Lookup>>,
 }
 
-impl Ctx<'_> {
-    /// The caller's project: that of the key or session of an
-    /// `Access::Project` operation (the router let no other caller in).
-    pub fn project(&self) -> Handled<&str> {
-        self.who.project().ok_or_else(|| {
-            Reject::Internal(worker::Error::RustError(
-                "a project operation reached its handler without a project".into(),
-            ))
-        })
+/// The project an `Access::Project` operation acts in, extracted once by
+/// the router from the key or session that called it (an axum-style
+/// extractor): a handler that needs a project takes one as an argument, so
+/// none can run without it. A caller without a project is answered 403.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project(String);
+
+impl Project {
+    pub fn of(cx: &Ctx<'_>) -> Handled<Project> {
+        match cx.who.project() {
+            Some(p) => Ok(Project(p.to_string())),
+            None => Err(postguard_core::Problem::new(
+                postguard_core::ErrorCode::Forbidden,
+                "this endpoint belongs to a project: call it with one of the project's API keys",
+            )
+            .into()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Project {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 

@@ -27,7 +27,7 @@ use worker::{Env, Request};
 
 use crate::archive::exports;
 use crate::auth;
-use crate::handler::Ctx;
+use crate::handler::{Ctx, Project};
 use crate::http;
 use crate::operations::api as operations;
 use crate::reject::{Handled, Reject};
@@ -126,26 +126,30 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::KeyPatch { id } => keys::patch(cx, &id).await,
         Route::KeyReroll { id } => keys::reroll(cx, &id).await,
         Route::IdempotencyLookup { .. } => me::idempotency(cx).await,
-        Route::WebhooksCreate => subscriptions::create(cx).await,
+        Route::WebhooksCreate => subscriptions::create(cx, &Project::of(cx)?).await,
         Route::WebhooksList => subscriptions::list(cx).await,
         Route::WebhookGet { id } => subscriptions::get(cx, &id).await,
-        Route::WebhookDelete { id } => subscriptions::delete(cx, &id).await,
-        Route::WebhookRotateSecret { id } => subscriptions::rotate(cx, &id).await,
-        Route::WebhookPatch { id } => subscriptions::patch(cx, &id).await,
-        Route::WebhookPause { id } => subscriptions::pause(cx, &id).await,
-        Route::WebhookResume { id } => subscriptions::resume(cx, &id).await,
-        Route::WebhookTest { id } => ops::test(cx, &id).await,
-        Route::WebhookRecover { id } => ops::recover(cx, &id).await,
-        Route::TaskGet { id } => crate::webhooks::tasks::get_task(cx, &id).await,
+        Route::WebhookDelete { id } => subscriptions::delete(cx, &Project::of(cx)?, &id).await,
+        Route::WebhookRotateSecret { id } => {
+            subscriptions::rotate(cx, &Project::of(cx)?, &id).await
+        }
+        Route::WebhookPatch { id } => subscriptions::patch(cx, &Project::of(cx)?, &id).await,
+        Route::WebhookPause { id } => subscriptions::pause(cx, &Project::of(cx)?, &id).await,
+        Route::WebhookResume { id } => subscriptions::resume(cx, &Project::of(cx)?, &id).await,
+        Route::WebhookTest { id } => ops::test(cx, &Project::of(cx)?, &id).await,
+        Route::WebhookRecover { id } => ops::recover(cx, &Project::of(cx)?, &id).await,
+        Route::TaskGet { id } => crate::webhooks::tasks::get_task(cx, &Project::of(cx)?, &id).await,
         Route::EventsPublish => publish::publish(cx).await,
         Route::EventsFeed => feed::list(cx).await,
-        Route::InspectorsCreate => inspectors::create(cx).await,
-        Route::InspectorRequests { id } => inspectors::requests(cx, &id).await,
+        Route::InspectorsCreate => inspectors::create(cx, &Project::of(cx)?).await,
+        Route::InspectorRequests { id } => inspectors::requests(cx, &Project::of(cx)?, &id).await,
         Route::InspectCapture { token } => inspectors::capture(cx, &token).await,
         Route::DeliveriesList => Ok(deliveries::list(cx).await?),
         Route::DeliveryGet { id } => Ok(deliveries::get(cx, &id).await?),
-        Route::DeliveryRetry { id } => Ok(deliveries::retry(cx, &id).await?),
-        Route::DeliveryRedirect { id } => Ok(deliveries::redirect(cx, &id).await?),
+        Route::DeliveryRetry { id } => Ok(deliveries::retry(cx, &Project::of(cx)?, &id).await?),
+        Route::DeliveryRedirect { id } => {
+            Ok(deliveries::redirect(cx, &Project::of(cx)?, &id).await?)
+        }
         Route::AuditList => audit::list(cx).await,
         Route::Stats => audit::stats(cx).await,
         Route::Me => me::get(cx).await,
@@ -155,9 +159,9 @@ async fn dispatch(route: Route, cx: &Ctx<'_>) -> Handled {
         Route::PortalSessionsEnd => portal::end_sessions(cx).await,
         Route::PortalSessionEnd { id } => portal::end_session(cx, &id).await,
         Route::OpenApiDocument => openapi::get(cx).await,
-        Route::OperationsList => operations::list(cx).await,
-        Route::OperationGet { id } => operations::get(cx, &id).await,
-        Route::OperationResult { id } => operations::result(cx, &id).await,
+        Route::OperationsList => operations::list(cx, &Project::of(cx)?).await,
+        Route::OperationGet { id } => operations::get(cx, &Project::of(cx)?, &id).await,
+        Route::OperationResult { id } => operations::result(cx, &Project::of(cx)?, &id).await,
         Route::ExportsCreate => exports::create(cx).await,
         Route::ExportGet { id } => exports::get(cx, &id).await,
         Route::ExportDownload { id } => exports::download(cx, &id).await,

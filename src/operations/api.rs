@@ -19,17 +19,22 @@ use postguard_core::{Invalid, Problem};
 
 use crate::auth;
 use crate::durable::client::Guard;
-use crate::handler::{json, Ctx};
+use crate::handler::{json, Ctx, Project};
 use crate::reject::{Handled, Reject};
 use crate::runtime::now_ms;
 use crate::{bindings, http, replays};
 
 /// The operation `id` of the caller's project, with its kept result body
 /// when `body` (and kept in the object).
-async fn find(cx: &Ctx<'_>, id: &str, body: bool) -> Handled<(Box<Operation>, Vec<u8>)> {
+async fn find(
+    cx: &Ctx<'_>,
+    project: &Project,
+    id: &str,
+    body: bool,
+) -> Handled<(Box<Operation>, Vec<u8>)> {
     let not_found = || Reject::from(Problem::not_found("operation", id));
     let key_id = operations::key_id_of(id).ok_or_else(not_found)?;
-    let project = cx.project()?.to_string();
+    let project = project.to_string();
     if auth::key_project(cx.env, &key_id).await?.as_deref() != Some(project.as_str()) {
         return Err(not_found());
     }
@@ -44,8 +49,8 @@ async fn find(cx: &Ctx<'_>, id: &str, body: bool) -> Handled<(Box<Operation>, Ve
 
 /// `{id, state, status?, request_id, created_at, completed_at?, method,
 /// path, attempts}`; `Retry-After` while it is not done.
-pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (op, _) = find(cx, id, false).await?;
+pub async fn get(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
+    let (op, _) = find(cx, project, id, false).await?;
     let mut extra = Vec::new();
     if !op.state.is_done() {
         let s = operations::retry_after_s(&op, now_ms());
@@ -57,8 +62,8 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
 /// The kept answer, byte for byte (its status, stored headers and body; a
 /// large one streamed from R2); 409 `OPERATION_NOT_DONE` before, 502 for a
 /// failed operation that never got an answer.
-pub async fn result(cx: &Ctx<'_>, id: &str) -> Handled {
-    let (op, body) = find(cx, id, true).await?;
+pub async fn result(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
+    let (op, body) = find(cx, project, id, true).await?;
     let timeout_ms = cx.cfg.settings.async_ops.timeout_ms;
     let stored = match operations::result(&op, now_ms(), timeout_ms) {
         ResultAnswer::Problem(p) => return Err(p.into()),
@@ -90,8 +95,8 @@ pub async fn result(cx: &Ctx<'_>, id: &str) -> Handled {
 
 /// `GET /_postguard/v1/operations?state=&key=&limit=&cursor=`: the
 /// project's operations, newest first.
-pub async fn list(cx: &Ctx<'_>) -> Handled {
-    let project = cx.project()?.to_string();
+pub async fn list(cx: &Ctx<'_>, project: &Project) -> Handled {
+    let project = project.to_string();
     let mut page = operations::Page {
         project: project.clone(),
         before: None,

@@ -15,7 +15,7 @@ use postguard_core::{Invalid, Problem};
 use serde::{Deserialize, Serialize};
 use worker::Env;
 
-use crate::handler::{self, Ctx};
+use crate::handler::{self, Ctx, Project};
 
 use super::shards;
 use super::{policy, Job};
@@ -185,9 +185,9 @@ async fn queue_manual(
 }
 
 /// `POST /{id}/retry`: one more attempt now, numbered after the last one.
-pub async fn retry(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn retry(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let (shard, detail) = load(env, cfg, project, id).await?;
     queue_manual(env, cfg, rc, &shard, &detail.delivery.id, None).await
 }
@@ -200,9 +200,9 @@ struct RedirectBody {
 
 /// `POST /{id}/redirect {url}`: send the event once to another URL (signed,
 /// same webhook-id); the delivery's receiver and status stay as they are.
-pub async fn redirect(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn redirect(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     // The URL rules, with the configured public URL's capture URLs exempt
     // (never the origin a request's `Host` claims); the consumer checks again
     // right before it sends.

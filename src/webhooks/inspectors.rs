@@ -21,7 +21,7 @@ use worker::{Env, Result};
 
 use super::directory::inspectors as rows;
 use super::new_id;
-use crate::handler::{self, Ctx};
+use crate::handler::{self, Ctx, Project};
 use crate::reject::{Handled, Reject};
 use crate::runtime::{now_ms, random_bytes};
 
@@ -35,9 +35,9 @@ struct Created {
 /// `POST /inspectors` → 201 `{id, url, expires_at}`. The URL is on the
 /// configured `public_url` (relative without one), never on the host a
 /// request named.
-pub async fn create(cx: &Ctx<'_>) -> Handled {
+pub async fn create(cx: &Ctx<'_>, project: &Project) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let bytes =
         random_bytes::<24>().map_err(|e| worker::Error::RustError(format!("random: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -173,9 +173,9 @@ struct Captured {
 }
 
 /// `GET /inspectors/{id}/requests` → `{data: [...]}`, oldest first (own project only).
-pub async fn requests(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn requests(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     rows::of_project(env, id, project)
         .await?
         .ok_or_else(|| Problem::not_found("inspector", id))?;

@@ -18,7 +18,7 @@ use super::subscriptions::not_found;
 use super::{new_id, TaskStep};
 use crate::bindings;
 use crate::durable::webhook_shard::CountReq;
-use crate::handler::{self, Ctx};
+use crate::handler::{self, Ctx, Project};
 use crate::reject::Handled;
 use crate::runtime::now_ms;
 
@@ -36,9 +36,9 @@ struct Ping {
 /// `POST /webhooks/{id}/test`: one signed `postguard.ping` to the
 /// subscription's URL now, whatever its state; answers with the outcome.
 /// Not a delivery: nothing is recorded or retried.
-pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn test(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let sub = directory::subscriptions::secrets(env, project, id)
         .await?
         .ok_or_else(|| not_found(id))?;
@@ -80,9 +80,9 @@ pub async fn test(cx: &Ctx<'_>, id: &str) -> Handled {
 /// `POST /webhooks/{id}/recover {since, until?}` → 202, the task: one that
 /// re-sends (a new manual attempt each) every failed or dead-lettered
 /// delivery of the subscription created in the range, 100 per queue step.
-pub async fn recover(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn recover(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let r = ops::parse_recover(&cx.body)?;
     super::subscriptions::load(env, project, id)
         .await?

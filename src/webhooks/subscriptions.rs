@@ -15,7 +15,7 @@ use worker::{Env, Result};
 use super::directory::subscriptions as rows;
 use super::{new_id, policy};
 use crate::auth::Principal;
-use crate::handler::{self, Ctx};
+use crate::handler::{self, Ctx, Project};
 use crate::reject::Handled;
 use crate::request::query_param;
 use crate::runtime::{now_ms, random_bytes};
@@ -70,9 +70,9 @@ fn new_secret() -> Result<String> {
 /// Creates a subscription owned by the calling key, within the project's
 /// `webhooks.max_subscriptions_per_project` (checked in the INSERT itself,
 /// so concurrent creates cannot pass the cap together).
-pub async fn create(cx: &Ctx<'_>) -> Handled {
+pub async fn create(cx: &Ctx<'_>, project: &Project) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     // Its owner: the calling key, or for a portal session the project itself
     // (ending the project's sessions, or revoking its last key, pauses it).
     let owner = match &cx.who {
@@ -169,9 +169,9 @@ pub async fn get(cx: &Ctx<'_>, id: &str) -> Handled {
     handler::json(rc, 200, &one[0], &[])
 }
 
-pub async fn delete(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn delete(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     if !rows::delete(env, project, id).await? {
         return Err(not_found(id).into());
     }
@@ -183,9 +183,9 @@ struct Rotated {
     secret: String,
 }
 
-pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn rotate(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let secret = new_secret()?;
     let until = now_ms() + u64::from(cfg.settings.webhooks.secret_overlap_s) * 1_000;
     if !rows::rotate(env, project, id, &secret, until).await? {
@@ -196,9 +196,9 @@ pub async fn rotate(cx: &Ctx<'_>, id: &str) -> Handled {
 
 /// `PATCH /webhooks/{id}` `{url?, events?, description?, rate_limit_per_s?}`:
 /// the same rules as create on the merged result; the secret is kept.
-pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn patch(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let body = &cx.body;
     let current = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     let p = ops::parse_patch(body, &current.url, &current.events, &policy(cfg))?;
@@ -209,9 +209,9 @@ pub async fn patch(cx: &Ctx<'_>, id: &str) -> Handled {
 
 /// `POST /webhooks/{id}/pause`: new events still create deliveries, held as
 /// `paused`; scheduled attempts already queued hold theirs when they run.
-pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn pause(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     rows::set_state(env, project, id, SubState::Paused, None).await?;
     let sub = load(env, project, id).await?.ok_or_else(|| not_found(id))?;
@@ -221,9 +221,9 @@ pub async fn pause(cx: &Ctx<'_>, id: &str) -> Handled {
 /// `POST /webhooks/{id}/resume`: active again (from paused or disabled), then
 /// every held delivery back on its schedule, due now, queued in creation
 /// order (ADR 0014).
-pub async fn resume(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn resume(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     load(env, project, id).await?.ok_or_else(|| not_found(id))?;
     // First active (a hold written after this fails its compare-and-set and
     // sends instead), then release what was held before.

@@ -17,14 +17,14 @@ use super::shards;
 use super::{Job, Msg, TaskStep};
 use crate::bindings;
 use crate::durable::webhook_shard::RecoverReq;
-use crate::handler::{self, Ctx};
+use crate::handler::{self, Ctx, Project};
 use crate::reject::Handled;
 use crate::runtime::now_ms;
 
 /// `GET /tasks/{id}` (own project only).
-pub async fn get_task(cx: &Ctx<'_>, id: &str) -> Handled {
+pub async fn get_task(cx: &Ctx<'_>, project: &Project, id: &str) -> Handled {
     let (env, rc) = (cx.env, cx.rc);
-    let project = cx.project()?;
+    let project = project.as_str();
     let task = tasks::get(env, project, id)
         .await?
         .ok_or_else(|| Problem::not_found("task", id))?;

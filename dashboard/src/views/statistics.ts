@@ -19,7 +19,7 @@ export function fillDays(stats: api.Stats, now = Date.now()): api.Stats['days'] 
   const out: api.Stats['days'] = [];
   for (let i = DAYS - 1; i >= 0; i--) {
     const date = new Date(today - i * DAY_MS).toISOString().slice(0, 10);
-    out.push(byDate.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0 });
+    out.push(byDate.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0, missing_idempotency_key: 0 });
   }
   return out;
 }

@@ -19,6 +19,7 @@ const PY = path.join(ROOT, '.tools', 'py-sdk', 'bin', 'python');
 const PKG = path.join(ROOT, 'clients', 'python');
 const DIST = path.join(ROOT, 'target', 'python-dist');
 const FAULT_SEED = 20261201;
+const REQUIRED_FROM = '2099-01-01T00:00:00Z';
 const CONFIG = {
   plans: {
     // Its gateway policy too: the tests poll the audit log and the delivery log.
@@ -35,6 +36,8 @@ const CONFIG = {
   origin: { timeout_ms: 10000 },
   // Issue 26: asynchronous operations on /reports/* (request(..., async_=True)).
   async: { routes: [{ method: 'POST', path: '/reports/*' }], timeout_ms: 10000, requeue_after_s: 2 },
+  // Issue 34: a POST without an Idempotency-Key is forwarded (and counted by /stats) until then.
+  idempotency: { required_from: REQUIRED_FROM },
 };
 
 let origin;
@@ -135,6 +138,7 @@ describe('Python SDK (clients/python)', () => {
         PG_PLAN_TINY: 'tiny',
         PG_PLAN_TIERED: 'tiered',
         PG_PLAN_SINGLE: 'single',
+        PG_REQUIRED_FROM: REQUIRED_FROM,
         PG_RECEIVER_URL: receiver.url,
         PG_CAPTURES_URL: captures.url,
         PG_REPORT: reportFile,

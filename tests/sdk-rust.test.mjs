@@ -18,6 +18,7 @@ import { startGateway, cfg, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN } from './support/ga
 const MANIFEST = path.join(ROOT, 'clients', 'rust', 'Cargo.toml');
 const PROJECT = 'rust-sdk';
 const FAULT_SEED = 20261202;
+const REQUIRED_FROM = '2099-01-01T00:00:00Z';
 const CONFIG = {
   plans: {
     // Its gateway policy too: the tests poll the audit log and the delivery log.
@@ -34,6 +35,8 @@ const CONFIG = {
   origin: { timeout_ms: 10000 },
   // Issue 26: asynchronous operations on /reports/* (Client::request_async).
   async: { routes: [{ method: 'POST', path: '/reports/*' }], timeout_ms: 10000, requeue_after_s: 2 },
+  // Issue 34: a POST without an Idempotency-Key is forwarded (and counted by /stats) until then.
+  idempotency: { required_from: REQUIRED_FROM },
 };
 
 let origin;
@@ -99,6 +102,7 @@ describe('Rust SDK (clients/rust)', () => {
       POSTGUARD_ADMIN_TOKEN: ADMIN_TOKEN,
       POSTGUARD_ORIGIN_TOKEN: ORIGIN_TOKEN,
       POSTGUARD_PROJECT: PROJECT,
+      POSTGUARD_REQUIRED_FROM: REQUIRED_FROM,
     };
     // The integration tests mostly wait (on windows, retries, deliveries): run them all at once.
     const r = await run('cargo', ['test', '--locked', '--manifest-path', MANIFEST, '--', '--include-ignored', '--nocapture', '--test-threads=8'], { env });

@@ -40,6 +40,8 @@ const CONFIG = {
   webhooks: { schedule_s: [1, 1], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   // Issue 26: asynchronous operations on /reports/* (request(…, { async: true })).
   async: { routes: [{ method: 'POST', path: '/reports/*' }], timeout_ms: 10000, requeue_after_s: 2 },
+  // Issue 34: a POST without an Idempotency-Key is forwarded (and counted by /stats) until then.
+  idempotency: { required_from: '2099-01-01T00:00:00Z' },
 };
 
 let origin;
@@ -632,6 +634,83 @@ describe('side by side', { concurrency: true }, () => {
       assert.deepEqual(handled, [e2.id, e1.id]);
       // A republished id is a no-op at the gateway: no second delivery.
       assert.deepEqual(await publisher.events.publish({ project: me.project, type: 'payment.succeeded', data: { amount: 42 }, id: e1.id }), { id: e1.id });
+    });
+  });
+
+  describe('moving an existing API (issue 34)', () => {
+    it('keys.import: a key and a hash, one used through the gateway, a re-run says exists; usage() counts each operation once; /stats names the key without Idempotency-Keys', async () => {
+      const admin = new Postguard({ baseUrl: gw.url, adminToken: ADMIN_TOKEN });
+      const project = uniq('sdk-ts-import');
+      const legacy = `sk_live_${crypto.randomBytes(12).toString('hex')}`;
+      const hashed = `sk_live_${crypto.randomBytes(12).toString('hex')}`;
+      const entries = [
+        { key: legacy, project, plan: 'big', name: 'legacy', meta: { customer: 'cus_42' } },
+        { sha256: crypto.createHash('sha256').update(hashed).digest('hex'), prefix: hashed.slice(0, 10), project, plan: 'big' },
+      ];
+      const first = await admin.keys.import(entries);
+      assert.deepEqual(first.map((k) => [k.prefix, k.status]), [[legacy.slice(0, 12), 'created'], [hashed.slice(0, 10), 'created']]);
+      assert.ok(first.every((k) => /^key_[0-9A-Z]{26}$/.test(k.id)), JSON.stringify(first));
+
+      // The integrator keeps its key: it works through the gateway from the answer on.
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: legacy });
+      const me = await pg.me();
+      assert.deepEqual([me.project, me.prefix, me.plan], [project, legacy.slice(0, 12), 'big']);
+      const ik = uniq('sdk-ts-order');
+      const made = await pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: ik });
+      const again = await pg.request('POST', '/orders', { body: { n: 1 }, idempotencyKey: ik });
+      assert.deepEqual([made.status, made.replayed, again.status, again.replayed], [201, false, 201, true]);
+      assert.equal((await pg.request('GET', '/items/1')).status, 200);
+      // An old client that sends no key: forwarded until idempotency.required_from, and told so.
+      const keyless = await pg.request('POST', '/orders', { body: { n: 2 }, idempotencyKey: null });
+      assert.equal(keyless.status, 201);
+      assert.equal(keyless.headers.get('postguard-idempotency-key-required-from'), '2099-01-01T00:00:00Z');
+      assert.equal((await new Postguard({ baseUrl: gw.url, apiKey: hashed }).request('GET', '/items/2')).status, 200, 'the key imported by its hash works too');
+
+      // The export re-run (after a timeout, say): nothing changes, the same ids.
+      const rerun = await admin.keys.import(entries);
+      assert.deepEqual(rerun.map((k) => k.status), ['exists', 'exists']);
+      assert.deepEqual(rerun.map((k) => k.id), first.map((k) => k.id));
+
+      // POST 201, its replay, GET 200, keyless POST 201: 4 requests, 3 forwarded, 3 billable, 1 replay.
+      // The audit rows are written after each answer: poll.
+      const sum = (rows, f) => rows.reduce((n, u) => n + u[f], 0);
+      const mine = await poll(async () => {
+        const rows = (await pg.usage({ granularity: 'hour' })).filter((u) => u.key_prefix === me.prefix);
+        return sum(rows, 'requests') === 4 && rows;
+      }, { timeout: 20000, message: 'the usage of four requests' });
+      assert.deepEqual(['requests', 'admitted', 'billable', 'replays', 'refused'].map((f) => sum(mine, f)), [4, 3, 3, 1, 0]);
+      assert.ok(mine.every((u) => u.project === project && u.period_start % 3_600_000 === 0), JSON.stringify(mine));
+      // The operator: the project's keys by day, both imported keys.
+      const byDay = await poll(async () => {
+        const rows = await admin.usage({ project, granularity: 'day' });
+        return sum(rows, 'requests') === 5 && rows;
+      }, { timeout: 20000, message: 'both keys in the operator\'s usage' });
+      assert.deepEqual(new Set(byDay.map((u) => u.key_prefix)), new Set([me.prefix, hashed.slice(0, 10)]));
+      assert.ok(byDay.every((u) => u.period_start % 86_400_000 === 0));
+      const stats = await poll(async () => {
+        const s = await pg.stats({ days: 1 });
+        return s.keys_missing_idempotency.length > 0 && s;
+      }, { timeout: 20000, message: 'keys_missing_idempotency' });
+      assert.deepEqual(stats.keys_missing_idempotency, [{ key_prefix: me.prefix, requests: 1 }]);
+      assert.equal(stats.days.reduce((n, d) => n + d.missing_idempotency_key, 0), 1);
+      // The audit row says where the request went, and that no report-only limit would have refused it.
+      const row = await poll(async () => (await pg.audit.list({ idempotency_key: ik, limit: 5 })).data.find((r) => !r.replayed), { message: 'the order\'s audit row' });
+      assert.deepEqual([row.origin, row.would_refuse], ['default', null]);
+    });
+
+    it('webhooks.create with the secret of a subscription moved from another system: deliveries are signed with it', async () => {
+      const rcv = await startReceiver();
+      closers.push(() => rcv.close());
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('big', 'moved-secret') });
+      const publisher = new Postguard({ baseUrl: gw.url, originToken: ORIGIN_TOKEN });
+      const moved = `whsec_${crypto.randomBytes(32).toString('base64')}`;
+      const sub = await pg.webhooks.create({ url: rcv.url, events: ['*'], secret: moved });
+      assert.equal(sub.secret, moved, 'the answer shows the secret it was given');
+      const { id } = await publisher.events.publish({ project: (await pg.me()).project, type: 'moved.ping', data: { n: 1 } });
+      const d = await deliveryOf(rcv, id);
+      assert.equal(verifyWebhook(d.body, d.headers, moved).id, id, 'the receiver keeps verifying with the secret it had');
+      const stranger = `whsec_${crypto.randomBytes(32).toString('base64')}`;
+      assert.throws(() => verifyWebhook(d.body, d.headers, stranger), WebhookVerificationError);
     });
   });
 

@@ -163,4 +163,5 @@ export type {
   SubscriptionHealth,
   Task,
   TestResult,
+  Usage,
 } from '../../clients/typescript/src/types';

@@ -10,6 +10,7 @@ import { deliveries } from './views/deliveries';
 import { events } from './views/events';
 import { keys } from './views/keys';
 import { operations } from './views/operations';
+import { usage } from './views/usage';
 
 type View = (main: HTMLElement) => void | Promise<void>;
 
@@ -23,6 +24,7 @@ interface Route {
 
 const ROUTES: Route[] = [
   { hash: 'statistics', name: 'Statistics', view: statistics },
+  { hash: 'usage', name: 'Usage', view: usage },
   { hash: 'audit', name: 'Audit log', view: audit },
   // A project's webhooks: the operator reads them for the project it names.
   { hash: 'webhooks', name: 'Webhooks', view: webhooks },

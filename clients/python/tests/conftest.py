@@ -7,6 +7,8 @@ PG_PROXY_URL, PG_PROXY_CONTROL_URL       the TCP fault proxy in front of the gat
 PG_ADMIN_TOKEN, PG_ORIGIN_TOKEN          operator and origin credentials
 PG_PLAN_BIG, PG_PLAN_SMALL, PG_PLAN_TINY plan names: generous, 10 requests per 5 s, 5 per 5 s
 PG_PLAN_TIERED, PG_PLAN_SINGLE           several named policies with concurrency 2; concurrency 1
+PG_REQUIRED_FROM                         idempotency.required_from (in the future: a POST
+                                         without an Idempotency-Key is forwarded and counted)
 PG_RECEIVER_URL, PG_CAPTURES_URL         a webhook receiver (paths under /reject/ answer 400);
                                          GET the captures URL for what it received
 PG_REPORT                                a file to write the measured figures into (JSON lines)
@@ -43,6 +45,7 @@ class Env:
     plan_tiny: str
     plan_tiered: str
     plan_single: str
+    required_from: str
     receiver: str
     captures: str
     report_file: str | None
@@ -67,6 +70,7 @@ def env() -> Env:
         plan_tiny=e["PG_PLAN_TINY"],
         plan_tiered=e["PG_PLAN_TIERED"],
         plan_single=e["PG_PLAN_SINGLE"],
+        required_from=e["PG_REQUIRED_FROM"],
         receiver=e["PG_RECEIVER_URL"],
         captures=e["PG_CAPTURES_URL"],
         report_file=e.get("PG_REPORT"),

@@ -279,6 +279,12 @@ def test_a_mutating_call_without_a_key_is_not_retried_after_a_lost_answer() -> N
 
 GATEWAY_CALLS: list[tuple[str, Callable[[Client], object]]] = [
     ("create_key", lambda c: c.create_key("p", "trial")),
+    (
+        "import_keys",
+        lambda c: c.import_keys(
+            [{"key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "project": "p", "plan": "trial"}]
+        ),
+    ),
     ("update_key", lambda c: c.update_key("key_1", {"plan": "pro"})),
     ("reroll_key", lambda c: c.reroll_key("key_1", grace_s=60)),
     ("revoke_key", lambda c: c.revoke_key("key_1")),
@@ -542,3 +548,145 @@ async def test_async_status_and_key_lifecycle() -> None:
     assert seen[0].url.raw_path == b"/_postguard/v1/idempotency/a%2Fb"
     assert [r.method for r in seen] == ["GET", "PATCH", "POST", "GET"]
     assert seen[1].headers["idempotency-key"] and seen[2].headers["idempotency-key"]
+
+
+# --- moving an existing API (issue 34): import, usage, a subscription's given secret ---------
+
+
+IMPORTED = {
+    "data": [
+        {"id": "key_1", "prefix": "sk_live_4eC3", "status": "created"},
+        {"id": "key_2", "prefix": "sk_live_9f", "status": "exists"},
+    ]
+}
+
+
+def test_import_keys_sends_the_entries_as_the_operator_and_returns_the_data_in_order() -> None:
+    from datetime import datetime, timezone
+
+    seen, handler = scripted([httpx.Response(200, json=IMPORTED)])
+    c = client(handler, [])
+    got = c.import_keys(
+        [
+            {
+                "key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+                "project": "acme",
+                "plan": "business",
+                "name": "prod",
+            },
+            {
+                "sha256": "a" * 64,
+                "prefix": "sk_live_9f",
+                "project": "acme",
+                "plan": "trial",
+                "expires_at": datetime(2030, 1, 1, tzinfo=timezone.utc),
+                "meta": {"customer": "cus_1"},
+                "overrides": {"enforce": False},
+            },
+        ],
+        idempotency_key="import-batch-7",
+    )
+    assert got == IMPORTED["data"]
+    (req,) = seen
+    assert (req.method, req.url.path) == ("POST", "/_postguard/v1/keys/import")
+    assert req.headers["authorization"] == "Bearer adm"
+    assert req.headers["idempotency-key"] == "import-batch-7"
+    assert json.loads(req.content) == {
+        "keys": [
+            {
+                "key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+                "project": "acme",
+                "plan": "business",
+                "name": "prod",
+            },
+            {
+                "sha256": "a" * 64,
+                "prefix": "sk_live_9f",
+                "project": "acme",
+                "plan": "trial",
+                "expires_at": 1893456000000,
+                "meta": {"customer": "cus_1"},
+                "overrides": {"enforce": False},
+            },
+        ]
+    }
+
+
+def test_import_keys_refuses_an_unknown_member_or_a_naive_expiry_before_sending() -> None:
+    from datetime import datetime
+
+    seen, handler = scripted([])
+    c = client(handler, [])
+    bad: Any = [{"key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "project": "p", "plan": "trial"}, {"plann": "x"}]
+    with pytest.raises(postguard.ConfigurationError, match=r"keys\[1\]\.plann"):
+        c.import_keys(bad)
+    naive: Any = [
+        {"sha256": "a" * 64, "prefix": "p", "project": "p", "plan": "t", "expires_at": datetime(2030, 1, 1)}
+    ]
+    with pytest.raises(postguard.ConfigurationError, match=r"keys\[0\]\.expires_at"):
+        c.import_keys(naive)
+    assert seen == []
+
+
+def test_usage_reads_the_keys_project_by_default_and_as_the_operator_when_a_project_is_named() -> None:
+    from datetime import datetime, timezone
+
+    row = {
+        "key_prefix": "pgk_a",
+        "project": "acme",
+        "period_start": 1796083200000,
+        "requests": 7,
+        "admitted": 5,
+        "billable": 3,
+        "replays": 1,
+        "refused": 0,
+    }
+    seen, handler = scripted([httpx.Response(200, json={"data": [row]})] * 3)
+    c = client(handler, [])
+    assert c.usage() == [row]
+    since = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert c.usage(since=since, until="2026-11-08T00:00:00Z", granularity="hour", project="acme") == [row]
+    c.usage(granularity="day", auth="admin")
+    own, named, every = seen
+    assert all((r.method, r.url.path) == ("GET", "/_postguard/v1/usage") for r in seen)
+    assert all("idempotency-key" not in r.headers for r in seen), "a read carries no key"
+    assert own.url.query == b"" and own.headers["authorization"] == "Bearer pgk_test"
+    assert dict(named.url.params) == {
+        "since": "1793491200000",
+        "until": "2026-11-08T00:00:00Z",
+        "granularity": "hour",
+        "project": "acme",
+    }
+    assert named.headers["authorization"] == "Bearer adm", "only the operator may name a project"
+    assert dict(every.url.params) == {"granularity": "day"} and every.headers["authorization"] == "Bearer adm"
+
+
+def test_create_webhook_sends_a_given_secret_and_none_otherwise() -> None:
+    secret = "whsec_" + "B" * 44
+    seen, handler = scripted([httpx.Response(201, json={"id": "sub_1", "secret": secret})] * 2)
+    c = client(handler, [])
+    assert c.create_webhook("https://r.example/h", ["*"], secret=secret)["secret"] == secret
+    c.create_webhook("https://r.example/h", ["*"])
+    assert json.loads(seen[0].content) == {"url": "https://r.example/h", "events": ["*"], "secret": secret}
+    assert "secret" not in json.loads(seen[1].content)
+
+
+@pytest.mark.anyio
+async def test_async_import_keys_and_usage() -> None:
+    seen, handler = scripted([httpx.Response(200, json=IMPORTED), httpx.Response(200, json={"data": []})])
+
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)
+
+    transport = httpx.MockTransport(ahandler)
+    async with AsyncClient("http://gw.test", api_key="k", admin_token="adm", transport=transport) as c:
+        entry: Any = {"key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "project": "p", "plan": "trial"}
+        assert [k["status"] for k in await c.import_keys([entry])] == ["created", "exists"]
+        assert await c.usage(project="p") == []
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("POST", "/_postguard/v1/keys/import"),
+        ("GET", "/_postguard/v1/usage"),
+    ]
+    assert seen[0].headers["idempotency-key"] and all(
+        r.headers["authorization"] == "Bearer adm" for r in seen
+    )

@@ -5,6 +5,8 @@ No mocks: every answer here comes from the built worker."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import httpx
 import pytest
 
 import postguard
+import postguard.types
 from postguard import AsyncClient, AttemptInfo, Client, RetryPolicy
 
 pytestmark = pytest.mark.integration
@@ -688,6 +691,129 @@ def test_a_concurrency_refusal_is_retried_after_retry_after(env: Any, new_key: A
         assert a.headers["ratelimit"].startswith('"inflight";r=0')
     assert sum(r.attempts for r in results) == 2 + len(refusals)
     report("concurrency_1", attempts=[r.attempts for r in results], refusals=len(refusals))
+
+
+# --- moving an existing API (issue 34): imported keys, usage, a moved subscription secret -----
+
+
+def test_imported_keys_work_a_rerun_says_exists_and_usage_counts_each_operation_once(
+    env: Any, admin: Client
+) -> None:
+    project = f"py-import-{uuid.uuid4().hex[:8]}"
+    legacy = f"sk_live_{uuid.uuid4().hex[:24]}"
+    hashed = f"sk_live_{uuid.uuid4().hex[:24]}"
+    entries: list[postguard.types.ImportKey] = [
+        {
+            "key": legacy,
+            "project": project,
+            "plan": env.plan_big,
+            "name": "legacy",
+            "meta": {"customer": "c1"},
+        },
+        {
+            "sha256": hashlib.sha256(hashed.encode()).hexdigest(),
+            "prefix": hashed[:10],
+            "project": project,
+            "plan": env.plan_big,
+        },
+    ]
+    first = admin.import_keys(entries)
+    assert [(k["prefix"], k["status"]) for k in first] == [(legacy[:12], "created"), (hashed[:10], "created")]
+
+    # The integrator keeps its key: it works through the gateway from the answer on.
+    with Client(env.gateway, api_key=legacy) as c:
+        me = c.me()
+        assert (me["project"], me["prefix"], me["plan"]) == (project, legacy[:12], env.plan_big)
+        ik = f"py-order-{uuid.uuid4()}"
+        made = c.request("POST", "/py/orders", {"n": 1}, idempotency_key=ik)
+        again = c.request("POST", "/py/orders", {"n": 1}, idempotency_key=ik)
+        assert (made.status, made.replayed, again.status, again.replayed) == (201, False, 201, True)
+        assert c.request("GET", "/py/items/1").status == 200
+        # An old client sending no key: forwarded until idempotency.required_from, and told so.
+        keyless = c.request("POST", "/py/orders", {"n": 2}, idempotency_key=False)
+        assert keyless.status == 201
+        assert keyless.headers["postguard-idempotency-key-required-from"] == env.required_from
+    with Client(env.gateway, api_key=hashed) as c:
+        assert c.request("GET", "/py/items/2").status == 200, "the key imported by its hash works too"
+
+    # The export re-run (after a timeout, say): nothing changes, the same ids.
+    rerun = admin.import_keys(entries)
+    assert [k["status"] for k in rerun] == ["exists", "exists"]
+    assert [k["id"] for k in rerun] == [k["id"] for k in first]
+
+    # POST 201, its replay, GET 200, keyless POST 201: 4 requests, 3 forwarded, 3 billable,
+    # 1 replay. The audit rows are written after each answer: poll.
+    def sums(rows: list[postguard.types.Usage]) -> tuple[int, int, int, int, int]:
+        """requests, admitted, billable, replays, refused: summed over the periods."""
+        return (
+            sum(u["requests"] for u in rows),
+            sum(u["admitted"] for u in rows),
+            sum(u["billable"] for u in rows),
+            sum(u["replays"] for u in rows),
+            sum(u["refused"] for u in rows),
+        )
+
+    with Client(env.gateway, api_key=legacy) as c:
+        mine = poll(
+            lambda: (
+                (r := [u for u in c.usage(granularity="hour") if u["key_prefix"] == me["prefix"]])
+                and sums(r)[0] == 4
+                and r
+            ),
+            timeout=20,
+            what="the usage of four requests",
+        )
+        assert sums(mine) == (4, 3, 3, 1, 0)
+        assert all(u["project"] == project and u["period_start"] % 3_600_000 == 0 for u in mine)
+        stats = poll(
+            lambda: (s := c.stats(days=1))["keys_missing_idempotency"] and s, timeout=20, what="/stats"
+        )
+        assert stats["keys_missing_idempotency"] == [{"key_prefix": me["prefix"], "requests": 1}]
+        assert sum(d["missing_idempotency_key"] for d in stats["days"]) == 1
+        row = poll(
+            lambda: next((r for r in c.iter_audit(idempotency_key=ik) if not r["replayed"]), None),
+            what="the order's audit row",
+        )
+        assert (row.get("origin"), row.get("would_refuse")) == ("default", None)
+    # The operator: the project's keys by day, both imported keys.
+    by_day = poll(
+        lambda: (r := admin.usage(project=project, granularity="day")) and sums(r)[0] == 5 and r,
+        timeout=20,
+        what="both keys in the operator's usage",
+    )
+    assert {u["key_prefix"] for u in by_day} == {me["prefix"], hashed[:10]}
+    assert all(u["period_start"] % 86_400_000 == 0 for u in by_day)
+
+
+@pytest.mark.anyio
+async def test_async_import_and_usage(env: Any) -> None:
+    project = f"py-aimport-{uuid.uuid4().hex[:8]}"
+    legacy = f"sk_live_{uuid.uuid4().hex[:24]}"
+    entry: postguard.types.ImportKey = {"key": legacy, "project": project, "plan": env.plan_big}
+    async with AsyncClient(env.gateway, admin_token=env.admin_token) as op:
+        assert [k["status"] for k in await op.import_keys([entry])] == ["created"]
+        async with AsyncClient(env.gateway, api_key=legacy) as c:
+            assert (await c.request("GET", "/py/aitems")).status == 200
+        deadline = time.monotonic() + 20
+        while not (rows := await op.usage(project=project)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert [(u["key_prefix"], u["requests"]) for u in rows] == [(legacy[:12], 1)]
+        assert [k["status"] for k in await op.import_keys([entry])] == ["exists"]
+
+
+def test_a_subscription_created_with_a_moved_secret_delivers_signed_with_it(
+    env: Any, new_key: Any, admin: Client
+) -> None:
+    k = new_key()
+    moved = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    with Client(env.gateway, api_key=k.key) as c:
+        sub = c.create_webhook(f"{env.receiver}/py-moved/{k.project}", ["py.moved"], secret=moved)
+        assert sub["secret"] == moved, "the answer shows the secret it was given"
+        event = admin.publish_event(k.project, "py.moved", {"n": 1})["id"]
+        d = captured(env, event)
+        assert postguard.verify(d["body"], d["headers"], moved).id == event
+        with pytest.raises(postguard.WebhookVerificationError):
+            postguard.verify(d["body"], d["headers"], "whsec_" + base64.b64encode(os.urandom(32)).decode())
 
 
 # --- the examples run as documented ------------------------------------------------------

@@ -103,6 +103,11 @@ pub struct PlanOverrides {
     pub gateway: Option<GatewaySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_ttl_s: Option<u32>,
+    /// `Some(false)`: report-only — every policy and the concurrency quota are counted and
+    /// advertised, but a request they would refuse is forwarded (its audit row says
+    /// `would_refuse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce: Option<bool>,
 }
 
 /// An API key (operator view).
@@ -181,6 +186,114 @@ impl NewKey {
         self.overrides = Some(overrides);
         self
     }
+}
+
+/// One key an API already issued, for [`Client::import_keys`]: the key itself
+/// ([`ImportKey::from_key`]: 16–256 visible ASCII characters, any format; its prefix defaults
+/// to its first 12) or, when you do not want to send keys, the lowercase hex SHA-256 of its
+/// bytes with the prefix logs and dashboards show ([`ImportKey::from_sha256`]). The other
+/// members mean what they mean in [`NewKey`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportKey {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// 1–12 visible ASCII characters (required with `sha256`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    pub project: String,
+    pub plan: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Epoch ms, in the future.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<PlanOverrides>,
+}
+
+impl ImportKey {
+    fn new(project: String, plan: String) -> Self {
+        ImportKey {
+            key: None,
+            sha256: None,
+            prefix: None,
+            project,
+            plan,
+            name: None,
+            expires_at: None,
+            meta: None,
+            overrides: None,
+        }
+    }
+    /// The key itself (stored as its SHA-256 only).
+    pub fn from_key(
+        key: impl Into<String>,
+        project: impl Into<String>,
+        plan: impl Into<String>,
+    ) -> Self {
+        ImportKey {
+            key: Some(key.into()),
+            ..ImportKey::new(project.into(), plan.into())
+        }
+    }
+    /// The key's lowercase hex SHA-256, with the prefix shown in logs and dashboards.
+    pub fn from_sha256(
+        sha256: impl Into<String>,
+        prefix: impl Into<String>,
+        project: impl Into<String>,
+        plan: impl Into<String>,
+    ) -> Self {
+        ImportKey {
+            sha256: Some(sha256.into()),
+            prefix: Some(prefix.into()),
+            ..ImportKey::new(project.into(), plan.into())
+        }
+    }
+    /// Another prefix than the key's first 12 characters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// When the key stops working, in epoch milliseconds.
+    pub fn expires_at(mut self, epoch_ms: u64) -> Self {
+        self.expires_at = Some(epoch_ms);
+        self
+    }
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+    pub fn overrides(mut self, overrides: PlanOverrides) -> Self {
+        self.overrides = Some(overrides);
+        self
+    }
+}
+
+/// One entry of [`Client::import_keys`]' answer, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ImportedKey {
+    /// Derived from the key's hash: the same key has the same id in every call.
+    pub id: String,
+    pub prefix: String,
+    pub status: ImportStatus,
+}
+
+/// What an import did with one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ImportStatus {
+    Created,
+    /// A key with this hash was known and is left unchanged: an import can be re-run.
+    Exists,
 }
 
 /// What `PATCH /keys/{id}` changes: each member set replaces the key's, a `clear_…` sends
@@ -293,13 +406,39 @@ pub struct Subscription {
     pub state: Option<String>,
 }
 
-/// A new subscription.
-#[derive(Debug, Clone, Serialize)]
+/// A new subscription: `NewSubscription::new(url, ["order.*"]).description("billing")`.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct NewSubscription {
     pub url: String,
     pub events: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A subscription moved from another system keeps its secret: `whsec_` + the standard
+    /// base64 of 24–64 bytes; deliveries are signed with it. `None`: the gateway makes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl NewSubscription {
+    pub fn new<E: Into<String>>(
+        url: impl Into<String>,
+        events: impl IntoIterator<Item = E>,
+    ) -> Self {
+        NewSubscription {
+            url: url.into(),
+            events: events.into_iter().map(Into::into).collect(),
+            ..NewSubscription::default()
+        }
+    }
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+    /// The secret the receiver already verifies with (`whsec_…`).
+    pub fn secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
 }
 
 /// A webhook delivery (one event to one subscription).
@@ -348,6 +487,14 @@ pub struct AuditRow {
     pub idempotency_key: Option<String>,
     pub replayed: bool,
     pub rate_limit_remaining: Option<i64>,
+    /// The origin a proxied request was routed to (`default` or an `origins` name); `None`
+    /// when not forwarded (or recorded before gateway 0.4).
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Report-only limits: the policy (or `inflight`) that would have refused this forwarded
+    /// request.
+    #[serde(default)]
+    pub would_refuse: Option<String>,
 }
 
 /// `GET /stats`.
@@ -358,6 +505,10 @@ pub struct Stats {
     pub error_share: f64,
     pub p50_ms: Option<f64>,
     pub p95_ms: Option<f64>,
+    /// The keys that sent required requests without an Idempotency-Key in the period, most
+    /// first: whom to tell.
+    #[serde(default)]
+    pub keys_missing_idempotency: Vec<KeyMissingIdempotency>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -366,6 +517,101 @@ pub struct StatsDay {
     pub requests: u64,
     pub errors: u64,
     pub server_errors: u64,
+    /// Proxied requests without an Idempotency-Key where the mode is `required`: forwarded
+    /// before `idempotency.required_from`, refused after.
+    #[serde(default)]
+    pub missing_idempotency_key: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KeyMissingIdempotency {
+    pub key_prefix: String,
+    pub requests: u64,
+}
+
+/// `GET /usage`'s periods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    Hour,
+    Day,
+}
+
+/// `GET /usage`'s parameters: `UsageQuery::default().granularity(Granularity::Hour)`. Without
+/// `since`, the last 7 days; `project` is the operator's (an API key reads its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageQuery {
+    /// Epoch ms.
+    pub since: Option<u64>,
+    /// Epoch ms.
+    pub until: Option<u64>,
+    pub granularity: Option<Granularity>,
+    pub project: Option<String>,
+}
+
+impl UsageQuery {
+    pub fn since(mut self, epoch_ms: u64) -> Self {
+        self.since = Some(epoch_ms);
+        self
+    }
+    pub fn until(mut self, epoch_ms: u64) -> Self {
+        self.until = Some(epoch_ms);
+        self
+    }
+    pub fn granularity(mut self, granularity: Granularity) -> Self {
+        self.granularity = Some(granularity);
+        self
+    }
+    /// The operator's: one project (default every project).
+    pub fn project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+    fn path(&self) -> String {
+        let since = self.since.map(|v| v.to_string());
+        let until = self.until.map(|v| v.to_string());
+        let granularity = self.granularity.map(|g| match g {
+            Granularity::Hour => "hour",
+            Granularity::Day => "day",
+        });
+        let pairs: Vec<(&str, &str)> = [
+            ("since", since.as_deref()),
+            ("until", until.as_deref()),
+            ("granularity", granularity),
+            ("project", self.project.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+        with_query(&format!("{V1}/usage"), &pairs, None)
+    }
+}
+
+/// One key's proxied requests in one period (`GET /usage`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    pub key_prefix: String,
+    pub project: String,
+    /// The period's first millisecond (UTC, epoch ms).
+    pub period_start: u64,
+    /// Every request.
+    pub requests: u64,
+    /// Forwarded to the origin.
+    pub admitted: u64,
+    /// Each operation once: with an Idempotency-Key, the execution whose final answer was
+    /// stored (never its replays, 409s or retries after a 5xx); without, forwarded and
+    /// answered below 500.
+    pub billable: u64,
+    /// Stored answers replayed.
+    pub replays: u64,
+    /// 429s.
+    pub refused: u64,
+}
+
+/// `{"data": [...]}` answers that are not pages.
+#[derive(Deserialize)]
+struct Data<T> {
+    data: Vec<T>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -681,6 +927,15 @@ impl Client {
         self.call(Method::GET, &format!("{V1}/stats?days={days}"), Body::Empty)
             .await
     }
+    /// `GET /usage`: per key and hour or day (default), its proxied requests — all,
+    /// forwarded, billable (each operation once: never a replay, a 409 or a retry after a
+    /// 5xx), replays and 429s — oldest period first. An API key reads its project; the
+    /// operator one project ([`UsageQuery::project`]) or every project. The counts come from
+    /// the audit log, written just after each answer.
+    pub async fn usage(&self, query: &UsageQuery) -> Result<Vec<Usage>, Error> {
+        let d: Data<Usage> = self.call(Method::GET, &query.path(), Body::Empty).await?;
+        Ok(d.data)
+    }
 
     // --- operator (ADMIN_TOKEN) ---
 
@@ -723,6 +978,28 @@ impl Client {
         let path = format!("{V1}/keys");
         self.call_with(Method::POST, &path, Body::json(key)?, opts)
             .await
+    }
+    /// `POST /keys/import`: 1–1,000 keys the API already issued, usable from the answer on.
+    /// The whole call is validated first: one invalid entry is a 400 `VALIDATION_ERROR`
+    /// naming it (`keys[3].plan`) and nothing is imported. Each entry's status is
+    /// [`ImportStatus::Created`], or [`ImportStatus::Exists`] when the key was known (left
+    /// unchanged): a re-run is safe, and the call's retries carry one Idempotency-Key.
+    pub async fn import_keys(&self, keys: &[ImportKey]) -> Result<Vec<ImportedKey>, Error> {
+        self.import_keys_with(keys, RequestOptions::default()).await
+    }
+    pub async fn import_keys_with(
+        &self,
+        keys: &[ImportKey],
+        opts: RequestOptions,
+    ) -> Result<Vec<ImportedKey>, Error> {
+        #[derive(Serialize)]
+        struct Import<'a> {
+            keys: &'a [ImportKey],
+        }
+        let path = format!("{V1}/keys/import");
+        let body = Body::json(&Import { keys })?;
+        let d: Data<ImportedKey> = self.call_with(Method::POST, &path, body, opts).await?;
+        Ok(d.data)
     }
     /// `PATCH /keys/{id}`: name, plan, meta, overrides, expiry; applies from the key's next
     /// request.
@@ -893,6 +1170,81 @@ mod tests {
         assert_eq!(
             update.body().to_string(),
             r#"{"expires_at":null,"plan":"pro"}"#
+        );
+    }
+
+    #[test]
+    fn import_entries_subscriptions_and_usage_queries_send_what_is_set() {
+        let by_key = ImportKey::from_key("sk_live_4eC39HqLyjWDarjtT1zdp7dc", "acme", "business")
+            .name("prod")
+            .meta(serde_json::json!({"customer": "cus_1"}))
+            .overrides(PlanOverrides {
+                enforce: Some(false),
+                ..PlanOverrides::default()
+            });
+        assert_eq!(
+            serde_json::to_value(&by_key).unwrap(),
+            serde_json::json!({"key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "project": "acme",
+                "plan": "business", "name": "prod", "meta": {"customer": "cus_1"},
+                "overrides": {"enforce": false}})
+        );
+        let by_hash = ImportKey::from_sha256("a".repeat(64), "sk_live_9f", "acme", "trial")
+            .expires_at(1_893_456_000_000);
+        assert_eq!(
+            serde_json::to_value(&by_hash).unwrap(),
+            serde_json::json!({"sha256": "a".repeat(64), "prefix": "sk_live_9f", "project": "acme",
+                "plan": "trial", "expires_at": 1_893_456_000_000_u64})
+        );
+        let moved = NewSubscription::new("https://r.example/h", ["order.*"])
+            .secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        assert_eq!(
+            serde_json::to_value(&moved).unwrap(),
+            serde_json::json!({"url": "https://r.example/h", "events": ["order.*"],
+                "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+        );
+        assert_eq!(UsageQuery::default().path(), "/_postguard/v1/usage");
+        assert_eq!(
+            UsageQuery::default()
+                .until(5)
+                .granularity(Granularity::Day)
+                .path(),
+            "/_postguard/v1/usage?until=5&granularity=day"
+        );
+    }
+
+    #[test]
+    fn the_answers_of_issue_34_decode() {
+        let stats: Stats = serde_json::from_str(
+            r#"{"days":[{"date":"2026-12-04","requests":4,"errors":0,"server_errors":0,"missing_idempotency_key":1}],
+                "top_paths":[],"error_share":0,"p50_ms":3,"p95_ms":9,
+                "keys_missing_idempotency":[{"key_prefix":"sk_live_4eC3","requests":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(stats.days[0].missing_idempotency_key, 1);
+        assert_eq!(
+            stats.keys_missing_idempotency,
+            [KeyMissingIdempotency {
+                key_prefix: "sk_live_4eC3".into(),
+                requests: 1
+            }]
+        );
+        let row: AuditRow = serde_json::from_str(
+            r#"{"request_id":"req_1","time":1,"method":"GET","path":"/x","status":200,"response_bytes":2,
+                "response_time_ms":3,"client_ip":null,"user_agent":null,"key_prefix":"pgk_a","project":"p",
+                "idempotency_key":null,"replayed":false,"rate_limit_remaining":9,"origin":"billing",
+                "would_refuse":"minute"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (row.origin.as_deref(), row.would_refuse.as_deref()),
+            (Some("billing"), Some("minute"))
+        );
+        let imported: ImportedKey =
+            serde_json::from_str(r#"{"id":"key_1","prefix":"p","status":"exists"}"#).unwrap();
+        assert_eq!(imported.status, ImportStatus::Exists);
+        assert!(
+            serde_json::from_str::<ImportedKey>(r#"{"id":"k","prefix":"p","status":"maybe"}"#)
+                .is_err()
         );
     }
 

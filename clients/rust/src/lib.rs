@@ -12,7 +12,8 @@ pub mod throttle;
 pub mod webhook;
 
 pub use api::{
-    IdempotencyState, IdempotencyStatus, KeyUpdate, NewKey, Page, PlanOverrides, Query, RerolledKey,
+    Granularity, IdempotencyState, IdempotencyStatus, ImportKey, ImportStatus, ImportedKey,
+    KeyUpdate, NewKey, NewSubscription, Page, PlanOverrides, Query, RerolledKey, Usage, UsageQuery,
 };
 pub use client::{
     AttemptEvent, Body, Client, ClientBuilder, Metrics, RequestOptions, Response, USER_AGENT,

@@ -15,8 +15,9 @@ use futures_util::TryStreamExt;
 use postguard_client::api::NewSubscription;
 use postguard_client::webhook::{self, VerifyError};
 use postguard_client::{
-    AttemptEvent, Body, Client, Error, HeaderMap, IdempotencyState, KeyUpdate, MemoryDedupe,
-    Method, NewKey, RequestOptions, RetryPolicy, ThrottleConfig, Verifier,
+    AttemptEvent, Body, Client, Error, Granularity, HeaderMap, IdempotencyState, ImportKey,
+    ImportStatus, KeyUpdate, MemoryDedupe, Method, NewKey, RequestOptions, RetryPolicy,
+    ThrottleConfig, Usage, UsageQuery, Verifier,
 };
 use serde_json::{json, Value};
 
@@ -334,11 +335,10 @@ async fn gateway_calls_whose_first_answer_is_cut_take_effect_once() {
     assert_eq!(client.me().await.unwrap().project, project, "the key works");
 
     // create_webhook: one subscription.
-    let new = NewSubscription {
-        url: format!("{}/reject/{project}", env("POSTGUARD_RECEIVER_URL")),
-        events: vec!["*".into()],
-        description: None,
-    };
+    let new = NewSubscription::new(
+        format!("{}/reject/{project}", env("POSTGUARD_RECEIVER_URL")),
+        ["*"],
+    );
     let (sub, a_sub) = cut_once("create_webhook", &events, |o| {
         client.create_webhook_with(&new, o)
     })
@@ -933,11 +933,13 @@ async fn webhook_deliveries_verify_and_tampering_is_refused() {
         .build()
         .unwrap();
     let sub = client
-        .create_webhook(&NewSubscription {
-            url: format!("{}/rust-sdk", env("POSTGUARD_RECEIVER_URL")),
-            events: vec!["rust.*".into()],
-            description: Some("rust sdk test".into()),
-        })
+        .create_webhook(
+            &NewSubscription::new(
+                format!("{}/rust-sdk", env("POSTGUARD_RECEIVER_URL")),
+                ["rust.*"],
+            )
+            .description("rust sdk test"),
+        )
         .await
         .unwrap();
     let old = sub.secret.clone().unwrap();
@@ -1373,4 +1375,242 @@ async fn a_concurrency_refusal_is_retried_after_retry_after() {
 
 fn uuid_like() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+// -------------------------------------------------------------------------------------------
+// 7. Moving an existing API (issue 34): imported keys, usage, a subscription's moved secret.
+
+fn sums(rows: &[Usage]) -> [u64; 5] {
+    rows.iter().fold([0; 5], |a, u| {
+        [
+            a[0] + u.requests,
+            a[1] + u.admitted,
+            a[2] + u.billable,
+            a[3] + u.replays,
+            a[4] + u.refused,
+        ]
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn imported_keys_work_a_rerun_says_exists_and_usage_counts_each_operation_once() {
+    let project = unique_project("import");
+    let legacy = format!("sk_live_{}", &uuid_like()[..24]);
+    let hashed = format!("sk_live_{}", &uuid_like()[..24]);
+    let sha256: String = hmac_sha256::Hash::hash(hashed.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let entries = [
+        ImportKey::from_key(&legacy, &project, "big")
+            .name("legacy")
+            .meta(json!({ "customer": "cus_42" })),
+        ImportKey::from_sha256(sha256, &hashed[..10], &project, "big"),
+    ];
+    let first = admin().import_keys(&entries).await.unwrap();
+    assert_eq!(
+        first
+            .iter()
+            .map(|k| (k.prefix.as_str(), k.status))
+            .collect::<Vec<_>>(),
+        [
+            (&legacy[..12], ImportStatus::Created),
+            (&hashed[..10], ImportStatus::Created)
+        ]
+    );
+
+    // The integrator keeps its key: it works through the gateway from the answer on.
+    let c = key_client(&legacy);
+    let me = c.me().await.unwrap();
+    assert_eq!(
+        (me.project.as_str(), me.prefix.as_str()),
+        (project.as_str(), &legacy[..12])
+    );
+    let ik = format!("rs-order-{}", uuid_like());
+    let order = || {
+        c.request(
+            Method::POST,
+            "/rs/orders",
+            Body::from(json!({ "n": 1 })),
+            RequestOptions::default().idempotency_key(&ik),
+        )
+    };
+    let (made, again) = (order().await.unwrap(), order().await.unwrap());
+    assert_eq!(
+        (made.status, made.replayed(), again.status, again.replayed()),
+        (201, false, 201, true)
+    );
+    let get = c
+        .request(
+            Method::GET,
+            "/rs/items/1",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(get.status, 200);
+    // An old client sending no key: forwarded until idempotency.required_from, and told so.
+    let keyless = c
+        .request(
+            Method::POST,
+            "/rs/orders",
+            Body::from(json!({ "n": 2 })),
+            RequestOptions::default().without_idempotency_key(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(keyless.status, 201);
+    assert_eq!(
+        keyless.header("postguard-idempotency-key-required-from"),
+        Some(env("POSTGUARD_REQUIRED_FROM").as_str())
+    );
+    let by_hash = key_client(&hashed)
+        .request(
+            Method::GET,
+            "/rs/items/2",
+            Body::Empty,
+            RequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        by_hash.status, 200,
+        "the key imported by its hash works too"
+    );
+
+    // The export re-run (after a timeout, say): nothing changes, the same ids.
+    let rerun = admin().import_keys(&entries).await.unwrap();
+    assert!(rerun.iter().all(|k| k.status == ImportStatus::Exists));
+    assert_eq!(
+        rerun.iter().map(|k| &k.id).collect::<Vec<_>>(),
+        first.iter().map(|k| &k.id).collect::<Vec<_>>()
+    );
+
+    // POST 201, its replay, GET 200, keyless POST 201: 4 requests, 3 forwarded, 3 billable,
+    // 1 replay. The audit rows are written after each answer: poll.
+    let hourly = UsageQuery::default().granularity(Granularity::Hour);
+    let mine = poll(
+        "the usage of four requests",
+        Duration::from_secs(20),
+        || {
+            let (c, q, prefix) = (&c, &hourly, &me.prefix);
+            async move {
+                let rows: Vec<Usage> = c
+                    .usage(q)
+                    .await
+                    .ok()?
+                    .into_iter()
+                    .filter(|u| &u.key_prefix == prefix)
+                    .collect();
+                (sums(&rows)[0] == 4).then_some(rows)
+            }
+        },
+    )
+    .await;
+    assert_eq!(sums(&mine), [4, 3, 3, 1, 0]);
+    assert!(mine
+        .iter()
+        .all(|u| u.project == project && u.period_start % 3_600_000 == 0));
+    let stats = poll("keys_missing_idempotency", Duration::from_secs(20), || {
+        let c = &c;
+        async move {
+            let s = c.stats(1).await.ok()?;
+            (!s.keys_missing_idempotency.is_empty()).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(
+        stats
+            .keys_missing_idempotency
+            .iter()
+            .map(|k| (k.key_prefix.as_str(), k.requests))
+            .collect::<Vec<_>>(),
+        [(me.prefix.as_str(), 1)]
+    );
+    assert_eq!(
+        stats
+            .days
+            .iter()
+            .map(|d| d.missing_idempotency_key)
+            .sum::<u64>(),
+        1
+    );
+    let rows: Vec<_> = c
+        .audit(&[("idempotency_key", ik.as_str())])
+        .try_collect()
+        .await
+        .unwrap();
+    let row = rows
+        .iter()
+        .find(|r| !r.replayed)
+        .expect("the order's audit row (written before its replay was answered)");
+    assert_eq!(
+        (row.origin.as_deref(), row.would_refuse.as_deref()),
+        (Some("default"), None)
+    );
+
+    // The operator: the project's keys by day, both imported keys.
+    let daily = UsageQuery::default()
+        .project(&project)
+        .granularity(Granularity::Day);
+    let by_day = poll(
+        "both keys in the operator's usage",
+        Duration::from_secs(20),
+        || {
+            let q = &daily;
+            async move {
+                let rows = admin().usage(q).await.ok()?;
+                (sums(&rows)[0] == 5).then_some(rows)
+            }
+        },
+    )
+    .await;
+    let mut prefixes: Vec<_> = by_day.iter().map(|u| u.key_prefix.as_str()).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    let mut want = [&legacy[..12], &hashed[..10]];
+    want.sort_unstable();
+    assert_eq!(prefixes, want);
+    assert!(by_day.iter().all(|u| u.period_start % 86_400_000 == 0));
+    println!("FIGURE import-usage: 2 keys imported then exists; usage {:?} (requests, admitted, billable, replays, refused)", sums(&mine));
+}
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn a_subscription_created_with_a_moved_secret_delivers_signed_with_it() {
+    // The secret a receiver already verifies with (whsec_ + base64 of 32 bytes).
+    const MOVED: &str = "whsec_i6NNLHpPlCDS0PeER094/ryR5ZFTBSGLpUNuM1uU9N4=";
+    let client = key_client(&new_key("big").await);
+    let publisher = key_client(&env("POSTGUARD_ORIGIN_TOKEN"));
+    let sub = client
+        .create_webhook(
+            &NewSubscription::new(
+                format!("{}/rust-moved", env("POSTGUARD_RECEIVER_URL")),
+                ["rust.moved"],
+            )
+            .secret(MOVED),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sub.secret.as_deref(),
+        Some(MOVED),
+        "the answer shows the secret it was given"
+    );
+    let id = publisher
+        .publish_event(
+            &env("POSTGUARD_PROJECT"),
+            "rust.moved",
+            &json!({ "n": 1 }),
+            None,
+        )
+        .await
+        .unwrap();
+    let (body, headers) = captured(&id, 1).await;
+    assert_eq!(webhook::verify(&body, &headers, &[MOVED]).unwrap().id, id);
+    let other = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    assert!(webhook::verify(&body, &headers, &[other]).is_err());
+    client.delete_webhook(&sub.id).await.unwrap();
 }

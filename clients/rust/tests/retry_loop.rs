@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use postguard_client::clock::{Clock, Random, Sleep};
 use postguard_client::{
-    Body, Client, Error, IdempotencyState, KeyUpdate, Method, NewKey, RequestOptions, RetryPolicy,
+    Body, Client, Error, IdempotencyState, ImportKey, KeyUpdate, Method, NewKey, RequestOptions,
+    RetryPolicy,
 };
 use serde_json::json;
 
@@ -354,7 +355,7 @@ fn any_resource() -> Reply {
     let body = json!({"id": "x_1", "prefix": "pgk_x", "project": "p", "plan": "trial", "name": null,
         "created_at": 1, "revoked_at": null, "key": "pgk_x", "url": "https://r.example/h", "events": ["*"],
         "description": null, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "expires_at": 2,
-        "previous_expires_at": 3});
+        "previous_expires_at": 3, "data": []});
     (
         201,
         vec![("content-type", "application/json".to_owned())],
@@ -365,14 +366,16 @@ fn any_resource() -> Reply {
 #[tokio::test]
 async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost_answer() {
     use postguard_client::api::NewSubscription;
+    // A struct literal still works with the fields added since (`..Default::default()`).
     let sub = NewSubscription {
         url: "https://r.example/h".into(),
         events: vec!["*".into()],
-        description: None,
+        ..NewSubscription::default()
     };
     let names = [
         "create_key",
         "create_key_from",
+        "import_keys",
         "update_key",
         "reroll_key",
         "revoke_key",
@@ -395,6 +398,14 @@ async fn every_mutating_gateway_call_carries_one_key_and_is_retried_after_a_lost
             "create_key" => c.create_key("p", "trial", None).await.map(drop),
             "create_key_from" => c
                 .create_key_from(&NewKey::new("p", "trial").expires_at(9))
+                .await
+                .map(drop),
+            "import_keys" => c
+                .import_keys(&[ImportKey::from_key(
+                    "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+                    "p",
+                    "trial",
+                )])
                 .await
                 .map(drop),
             "update_key" => c
@@ -677,4 +688,63 @@ async fn the_lookup_is_a_get_of_the_encoded_key_and_no_call_to_the_gateway_waits
     .unwrap();
     let waited: Duration = clock.sleeps.lock().unwrap().iter().sum();
     assert!(waited >= Duration::from_secs(59), "{waited:?}");
+}
+
+#[tokio::test]
+async fn import_keys_and_usage_send_what_they_say_and_return_the_data() {
+    use postguard_client::{Granularity, ImportStatus, UsageQuery};
+    let imported = json!({"data": [{"id": "key_1", "prefix": "sk_live_4eC3", "status": "created"},
+                                   {"id": "key_2", "prefix": "sk_live_9f", "status": "exists"}]});
+    let usage = json!({"data": [{"key_prefix": "sk_live_4eC3", "project": "acme", "period_start": 1_796_083_200_000_u64,
+        "requests": 7, "admitted": 5, "billable": 3, "replays": 1, "refused": 0}]});
+    let json_reply = |v: &serde_json::Value| {
+        (
+            200,
+            vec![("content-type", "application/json".to_owned())],
+            v.to_string(),
+        )
+    };
+    let (url, seen) = serve(vec![json_reply(&imported), json_reply(&usage)]);
+    let clock = Arc::new(FakeClock::default());
+    let c = client(&url, &clock, 5);
+    let got = c
+        .import_keys(&[
+            ImportKey::from_key("sk_live_4eC39HqLyjWDarjtT1zdp7dc", "acme", "business"),
+            ImportKey::from_sha256("a".repeat(64), "sk_live_9f", "acme", "trial"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter()
+            .map(|k| (k.id.as_str(), k.status))
+            .collect::<Vec<_>>(),
+        [
+            ("key_1", ImportStatus::Created),
+            ("key_2", ImportStatus::Exists)
+        ]
+    );
+    let rows = c
+        .usage(
+            &UsageQuery::default()
+                .since(1_796_083_200_000)
+                .granularity(Granularity::Hour)
+                .project("acme"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((rows[0].billable, rows[0].replays), (3, 1));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0][0], "post /_postguard/v1/keys/import http/1.1");
+    assert!(
+        header(&seen[0], "idempotency-key").is_some(),
+        "an import carries a key"
+    );
+    assert_eq!(
+        seen[1][0],
+        "get /_postguard/v1/usage?since=1796083200000&granularity=hour&project=acme http/1.1"
+    );
+    assert!(
+        header(&seen[1], "idempotency-key").is_none(),
+        "a read carries none"
+    );
 }

@@ -3,13 +3,16 @@ import { ConfigurationError } from './errors.js';
 import type { OperationInfo, OperationState } from './operation.js';
 import type {
   ApiKey, ApiKeyDetail, AuditQuery, AuditRow, CreatedApiKey, CreatedSubscription, CreateKeyInput, Delivery,
-  DeliveryDetail, DeliveryQuery, EventQuery, EventRow, IdempotencyStatus, Inspector, InspectedRequest, Me, Page,
-  PageQuery, PortalLink, PublishInput, RerolledApiKey, Stats, Subscription, SubscriptionInput, Task, TestResult,
-  UpdateKeyInput,
+  DeliveryDetail, DeliveryQuery, EventQuery, EventRow, IdempotencyStatus, ImportedKey, ImportKeyInput, Inspector,
+  InspectedRequest, Me, Page, PageQuery, PortalLink, PublishInput, RerolledApiKey, Stats, Subscription,
+  SubscriptionInput, Task, TestResult, UpdateKeyInput, Usage, UsageQuery,
 } from './types.js';
 
 /** Per-call options of the typed methods. */
 export type CallOptions = Pick<RequestOptions, 'signal' | 'timeoutMs' | 'maxAttempts' | 'idempotencyKey'>;
+
+/** `usage()`'s options: whose usage — the API key's project (default) or, as the operator, any. */
+export type UsageOptions = CallOptions & { auth?: 'apiKey' | 'admin' };
 
 const V1 = '/_postguard/v1';
 const seg = (id: string) => encodeURIComponent(id);
@@ -67,6 +70,18 @@ export class Postguard extends PostguardClient {
   /** `GET /stats?days=`: per-day requests and errors, top paths, error share, latency. */
   stats(query: { days?: number } = {}, o?: CallOptions): Promise<Stats> {
     return this.call('GET', `${V1}/stats`, { ...o, query: q(query) });
+  }
+
+  /**
+   * `GET /usage`: per key and hour or day, its proxied requests — all, forwarded, billable (each
+   * operation once: never a replay, a 409 or a retry after a 5xx), replays and 429s — oldest
+   * period first. With the API key: its project. As the operator (`adminToken`): `project` names
+   * one, and `{ auth: 'admin' }` without it reads every project; naming a project implies it.
+   * The counts come from the audit log, written just after each answer.
+   */
+  async usage(query: UsageQuery = {}, o: UsageOptions = {}): Promise<Usage[]> {
+    const auth = o.auth ?? (query.project !== undefined ? 'admin' : 'apiKey');
+    return (await this.call<{ data: Usage[] }>('GET', `${V1}/usage`, { ...o, auth, query: q(query) })).data;
   }
 
   /** Every page of a list endpoint, following `next_cursor`. */
@@ -151,6 +166,15 @@ export class Postguard extends PostguardClient {
     /** A new key (`key` shown once), optionally with `expires_at`, `meta` and `overrides`. */
     create: (input: CreateKeyInput, o?: CallOptions): Promise<CreatedApiKey> =>
       this.call('POST', `${V1}/keys`, { ...o, auth: 'admin', body: input }),
+    /**
+     * `POST /keys/import`: 1–1,000 keys the API already issued (the key, or its SHA-256 with a
+     * prefix), usable from the answer on. Validated whole first — one invalid entry is a 400
+     * naming it (`keys[3].plan`) and nothing is imported. Each entry's `status` is `created`, or
+     * `exists` when the key was known (left unchanged): a re-run is safe, and one call's retries
+     * carry one Idempotency-Key like any mutating call.
+     */
+    import: async (keys: ImportKeyInput[], o?: CallOptions): Promise<ImportedKey[]> =>
+      (await this.call<{ data: ImportedKey[] }>('POST', `${V1}/keys/import`, { ...o, auth: 'admin', body: { keys } })).data,
     list: (query: { project?: string } & PageQuery = {}, o?: CallOptions): Promise<Page<ApiKey>> =>
       this.call('GET', `${V1}/keys`, { ...o, auth: 'admin', query: q(query) }),
     /** One key with its metadata, overrides and the state of each of its policies. */

@@ -1,4 +1,4 @@
-export { Postguard, idempotencyKeySegment, type CallOptions } from './api.js';
+export { Postguard, idempotencyKeySegment, type CallOptions, type UsageOptions } from './api.js';
 export {
   PostguardClient, uuidv4,
   type ClientOptions, type RequestOptions, type PostguardResponse, type ResponseInfo, type RetryInfo, type Credential, type QueryValue,

@@ -63,6 +63,11 @@ export interface PlanOverrides {
   concurrency?: number;
   gateway?: { requests: number; window_s?: number };
   idempotency_ttl_s?: number;
+  /**
+   * `false`: report-only — every policy and the concurrency quota are counted and advertised,
+   * but a request they would refuse is forwarded (its audit row says `would_refuse`).
+   */
+  enforce?: boolean;
 }
 
 export interface ApiKey {
@@ -118,6 +123,36 @@ export interface UpdateKeyInput {
   meta?: Record<string, unknown> | null;
   overrides?: PlanOverrides | null;
   expires_at?: number | string | null;
+}
+
+/** What every imported key may carry besides the key or its hash: as in `CreateKeyInput`. */
+interface ImportKeyFields {
+  project: string;
+  plan: string;
+  name?: string | null;
+  /** Epoch ms or RFC 3339. */
+  expires_at?: number | string | null;
+  /** A JSON object of at most 1 KiB. */
+  meta?: Record<string, unknown> | null;
+  overrides?: PlanOverrides | null;
+}
+
+/**
+ * One key an API already issued, for `POST /keys/import`: the key itself (16–256 visible
+ * ASCII characters, any format; `prefix` defaults to its first 12), or — when you do not want
+ * to send keys — the lowercase hex SHA-256 of its bytes with the `prefix` logs and dashboards
+ * show (1–12 visible ASCII characters).
+ */
+export type ImportKeyInput = ImportKeyFields &
+  ({ key: string; sha256?: never; prefix?: string } | { sha256: string; prefix: string; key?: never });
+
+/** One entry of `POST /keys/import`'s answer, in the order given. */
+export interface ImportedKey {
+  /** Derived from the key's hash: the same key has the same id in every call. */
+  id: string;
+  prefix: string;
+  /** `exists`: a key with this hash was known and is left unchanged (a re-run is safe). */
+  status: 'created' | 'exists';
 }
 
 /** `POST /keys/{id}/reroll`: a new secret for the same id; the old one works until `previous_expires_at`. */
@@ -187,6 +222,11 @@ export interface SubscriptionInput {
   events: string[];
   description?: string;
   rate_limit_per_s?: number;
+  /**
+   * A subscription moved from another system keeps its secret: `whsec_` + the standard base64
+   * of 24–64 bytes; deliveries are signed with it. Without it the gateway makes one.
+   */
+  secret?: string;
 }
 
 export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'dead_letter' | 'paused';
@@ -276,6 +316,10 @@ export interface AuditRow {
   idempotency_key: string | null;
   replayed: boolean;
   rate_limit_remaining: number | null;
+  /** The origin a proxied request was routed to (`default` or an `origins` name); null when not forwarded (or before gateway 0.4). */
+  origin?: string | null;
+  /** Report-only limits: the policy (or `inflight`) that would have refused this forwarded request. */
+  would_refuse?: string | null;
 }
 
 export interface AuditQuery extends PageQuery {
@@ -300,12 +344,57 @@ export interface KeyActivity {
   last_used_at: number;
 }
 
+export interface StatsDay {
+  date: string;
+  requests: number;
+  errors: number;
+  server_errors: number;
+  /**
+   * Proxied requests without an Idempotency-Key where the mode is `required`: forwarded before
+   * `idempotency.required_from`, refused after.
+   */
+  missing_idempotency_key: number;
+}
+
 export interface Stats {
-  days: { date: string; requests: number; errors: number; server_errors: number }[];
+  days: StatsDay[];
   top_paths: { path: string; requests: number }[];
   error_share: number;
   p50_ms: number | null;
   p95_ms: number | null;
+  /** The keys that sent such requests in the period, most first (at most 50): whom to tell. */
+  keys_missing_idempotency: { key_prefix: string; requests: number }[];
+}
+
+/** `GET /usage`'s parameters: `since`/`until` epoch ms or RFC 3339 (default the last 7 days). */
+export interface UsageQuery {
+  since?: number | string;
+  until?: number | string;
+  /** Default `day`. */
+  granularity?: 'hour' | 'day';
+  /** The operator's: one project (default every project). An API key reads its own. */
+  project?: string;
+}
+
+/** One key's proxied requests in one period (`GET /usage`). */
+export interface Usage {
+  key_prefix: string;
+  project: string;
+  /** The period's first millisecond (UTC, epoch ms). */
+  period_start: number;
+  /** Every request. */
+  requests: number;
+  /** Forwarded to the origin. */
+  admitted: number;
+  /**
+   * Each operation once: with an Idempotency-Key, the execution whose final answer was stored
+   * (never its replays, 409s or retries after a 5xx); without, forwarded and answered below 500.
+   */
+  billable: number;
+  /** Stored answers replayed. */
+  replays: number;
+  /** 429s. */
+  refused: number;
 }
 
 export interface TestResult {

@@ -19,7 +19,7 @@ export function fillDays(stats: api.Stats, now = Date.now()): api.Stats['days'] 
   const out: api.Stats['days'] = [];
   for (let i = DAYS - 1; i >= 0; i--) {
     const date = new Date(today - i * DAY_MS).toISOString().slice(0, 10);
-    out.push(byDate.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0 });
+    out.push(byDate.get(date) ?? { date, requests: 0, errors: 0, server_errors: 0, missing_idempotency_key: 0 });
   }
   return out;
 }
@@ -87,6 +87,25 @@ function dayTable(days: api.Stats['days']): HTMLElement {
   return h('details', { class: 'days' }, h('summary', null, 'Numbers per day'), scroller('Numbers per day', t));
 }
 
+/**
+ * Whom to tell before `idempotency.required_from`: the keys that sent requests needing an
+ * Idempotency-Key without one in the period, most first (nothing when there are none).
+ */
+function missingKeys(keys: api.Stats['keys_missing_idempotency']): HTMLElement | null {
+  if (!keys.length) return null;
+  return h(
+    'section',
+    { class: 'missing-idempotency' },
+    h('h2', null, 'Keys sending required requests without an Idempotency-Key'),
+    h('p', { class: 'hint' }, 'Forwarded until idempotency.required_from, refused from then on: tell their owners.'),
+    h(
+      'ul',
+      null,
+      ...keys.map((k) => h('li', { 'data-key-prefix': k.key_prefix }, h('code', null, `${k.key_prefix}…`), ` — ${k.requests} ${k.requests === 1 ? 'request' : 'requests'}`)),
+    ),
+  );
+}
+
 async function limitState(): Promise<HTMLElement> {
   const me = await api.call<api.Me>('GET', '/me');
   return h(
@@ -146,6 +165,8 @@ export async function statistics(main: HTMLElement): Promise<void> {
       ),
       h('section', null, h('h2', { id: 'top-title' }, 'Top endpoints'), scroller('Top endpoints', top)),
     );
+    const missing = missingKeys(stats.keys_missing_idempotency ?? []);
+    if (missing) box.append(missing);
     chart(plot, days);
     if (c?.kind === 'key') box.append(await limitState());
     status(msg, '');

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from . import errors
 from ._http import Call, IdempotencyKey, Params, make_call
-from .types import KeyChanges, PlanOverrides
+from .types import Granularity, ImportKey, KeyChanges, PlanOverrides
 
 V1 = "/_postguard/v1"
 
@@ -57,8 +57,11 @@ def create_webhook(
     description: str | None,
     rate_limit_per_s: int | None,
     key: IdempotencyKey = None,
+    secret: str | None = None,
 ) -> Call:
-    body = _body(url=url, events=events, description=description, rate_limit_per_s=rate_limit_per_s)
+    body = _body(
+        url=url, events=events, description=description, rate_limit_per_s=rate_limit_per_s, secret=secret
+    )
     return make_call("POST", f"{V1}/webhooks", json=body, idempotency_key=key)
 
 
@@ -136,17 +139,37 @@ def stats(days: int | None) -> Call:
     return make_call("GET", f"{V1}/stats", params={"days": days})
 
 
+def usage(
+    since: int | str | datetime | None,
+    until: int | str | datetime | None,
+    granularity: Granularity | None,
+    project: str | None,
+    auth: Literal["api_key", "admin"] | None,
+) -> Call:
+    """``GET /usage``: the API key's project, unless a project is named or ``auth`` is
+    ``"admin"`` (the operator: one project, or every project)."""
+    who: Literal["api_key", "admin"] = auth or ("admin" if project is not None else "api_key")
+    params = {"since": _time("since", since), "until": _time("until", until)}
+    params.update(granularity=granularity, project=project)
+    return make_call("GET", f"{V1}/usage", auth=who, params=params)
+
+
 # --- operator ---------------------------------------------------------------------------
 
 
-def expiry(value: int | str | datetime | None) -> int | str | None:
-    """``expires_at`` as the gateway takes it: epoch ms or RFC 3339; an aware datetime is
-    turned into epoch ms (a naive one is refused: its time zone would be a guess)."""
+def _time(name: str, value: int | str | datetime | None) -> int | str | None:
+    """A time as the gateway takes it: epoch ms or RFC 3339; an aware datetime is turned
+    into epoch ms (a naive one is refused: its time zone would be a guess)."""
     if not isinstance(value, datetime):
         return value
     if value.tzinfo is None:
-        raise errors.ConfigurationError("expires_at: give an aware datetime (with tzinfo)")
+        raise errors.ConfigurationError(f"{name}: give an aware datetime (with tzinfo)")
     return int(value.timestamp() * 1000)
+
+
+def expiry(value: int | str | datetime | None) -> int | str | None:
+    """``expires_at`` as the gateway takes it (see :func:`_time`)."""
+    return _time("expires_at", value)
 
 
 def create_key(
@@ -163,6 +186,27 @@ def create_key(
         project=project, plan=plan, name=name, expires_at=expiry(expires_at), meta=meta, overrides=overrides
     )
     return make_call("POST", f"{V1}/keys", auth="admin", json=body, idempotency_key=key)
+
+
+_IMPORT_FIELDS = frozenset(
+    {"key", "sha256", "prefix", "project", "plan", "name", "meta", "expires_at", "overrides"}
+)
+
+
+def import_keys(keys: list[ImportKey], key: IdempotencyKey = None) -> Call:
+    """``POST /keys/import``: the entries in the order given, each as the gateway takes
+    it (an aware datetime ``expires_at`` as epoch ms). A member the API does not know is
+    refused here, naming the entry as the gateway would (``keys[3].plann``)."""
+    body: list[dict[str, Any]] = []
+    for i, entry in enumerate(keys):
+        unknown = sorted(set(entry) - _IMPORT_FIELDS)
+        if unknown:
+            raise errors.ConfigurationError(f"import_keys: keys[{i}].{unknown[0]} is not a field of a key")
+        item: dict[str, Any] = dict(entry)
+        if "expires_at" in item:
+            item["expires_at"] = _time(f"keys[{i}].expires_at", item["expires_at"])
+        body.append(item)
+    return make_call("POST", f"{V1}/keys/import", auth="admin", json={"keys": body}, idempotency_key=key)
 
 
 _KEY_CHANGES = frozenset({"name", "plan", "meta", "overrides", "expires_at"})

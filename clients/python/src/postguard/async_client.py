@@ -32,7 +32,10 @@ from .types import (
     AuditRow,
     Delivery,
     Event,
+    Granularity,
     IdempotencyStatus,
+    ImportedKey,
+    ImportKey,
     KeyChanges,
     Me,
     Page,
@@ -43,6 +46,7 @@ from .types import (
     Stats,
     Subscription,
     Task,
+    Usage,
     WebhookTestResult,
 )
 
@@ -236,12 +240,14 @@ class AsyncClient(BaseClient):
         *,
         description: str | None = None,
         rate_limit_per_s: int | None = None,
+        secret: str | None = None,
         idempotency_key: IdempotencyKey = None,
     ) -> Subscription:
-        return cast(
-            Subscription,
-            await self._json(ep.create_webhook(url, events, description, rate_limit_per_s, idempotency_key)),
-        )
+        """A subscription; its ``secret`` (``whsec_…``) is in this answer only. A
+        subscription moved from another system keeps its secret: pass it as ``secret``
+        (``whsec_`` + the standard base64 of 24–64 bytes) and deliveries are signed with it."""
+        call = ep.create_webhook(url, events, description, rate_limit_per_s, idempotency_key, secret)
+        return cast(Subscription, await self._json(call))
 
     async def list_webhooks(
         self, *, limit: int | None = None, cursor: str | None = None
@@ -338,6 +344,25 @@ class AsyncClient(BaseClient):
     async def stats(self, *, days: int | None = None) -> Stats:
         return cast(Stats, await self._json(ep.stats(days)))
 
+    async def usage(
+        self,
+        *,
+        since: int | str | datetime | None = None,
+        until: int | str | datetime | None = None,
+        granularity: Granularity | None = None,
+        project: str | None = None,
+        auth: Literal["api_key", "admin"] | None = None,
+    ) -> list[Usage]:
+        """``GET /usage``: per key and ``hour`` or ``day`` (default), its proxied requests —
+        all, forwarded, billable (each operation once: never a replay, a 409 or a retry
+        after a 5xx), replays and 429s — oldest period first; default the last 7 days
+        (``since``/``until``: epoch ms, RFC 3339 or an aware datetime). With the API key:
+        its project. As the operator: ``project`` names one (and implies
+        ``auth="admin"``); ``auth="admin"`` without it reads every project. The counts come
+        from the audit log, written just after each answer."""
+        call = ep.usage(since, until, granularity, project, auth)
+        return list((await self._json(call) or {}).get("data", []))
+
     # -- the origin ----------------------------------------------------------------------------
 
     async def publish_event(
@@ -368,6 +393,19 @@ class AsyncClient(BaseClient):
             project, plan, name, idempotency_key, expires_at=expires_at, meta=meta, overrides=overrides
         )
         return cast(ApiKey, await self._json(call))
+
+    async def import_keys(
+        self, keys: list[ImportKey], *, idempotency_key: IdempotencyKey = None
+    ) -> list[ImportedKey]:
+        """``POST /keys/import``: 1–1,000 keys the API already issued (``key``, or
+        ``sha256`` with ``prefix``; ``project``, ``plan`` and optionally ``name``, ``meta``,
+        ``expires_at``, ``overrides``), usable from the answer on. The whole call is
+        validated first: one invalid entry raises :class:`ValidationError` naming it
+        (``keys[3].plan``) and nothing is imported. Each entry's ``status`` is ``created``,
+        or ``exists`` when the key was known (left unchanged): a re-run is safe, and the
+        call's retries carry one Idempotency-Key like every mutating call."""
+        call = ep.import_keys(keys, idempotency_key)
+        return list((await self._json(call) or {}).get("data", []))
 
     async def update_key(
         self, key_id: str, changes: KeyChanges, *, idempotency_key: IdempotencyKey = None

@@ -76,6 +76,10 @@ class PlanOverrides(TypedDict, total=False):
     concurrency: int
     gateway: GatewaySpec
     idempotency_ttl_s: int
+    #: ``False``: report-only — every policy and the concurrency quota are counted and
+    #: advertised, but a request they would refuse is forwarded (its audit row says
+    #: ``would_refuse``).
+    enforce: bool
 
 
 class ApiKey(TypedDict, total=False):
@@ -114,6 +118,38 @@ class KeyChanges(TypedDict, total=False):
     meta: dict[str, Any] | None
     overrides: PlanOverrides | None
     expires_at: int | str | datetime | None
+
+
+class _ImportKeyFields(TypedDict):
+    project: str
+    plan: str
+
+
+class ImportKey(_ImportKeyFields, total=False):
+    """One key an API already issued (:meth:`Client.import_keys`): the key itself
+    (``key``: 16–256 visible ASCII characters, any format; ``prefix`` defaults to its first
+    12), or — when you do not want to send keys — ``sha256`` (the lowercase hex SHA-256 of
+    its bytes) with the ``prefix`` logs and dashboards show (1–12 visible ASCII characters).
+    The other members mean what they mean in :meth:`Client.create_key`."""
+
+    key: str
+    sha256: str
+    prefix: str
+    name: str | None
+    #: Epoch ms, RFC 3339 or an aware datetime.
+    expires_at: int | str | datetime | None
+    meta: dict[str, Any] | None
+    overrides: PlanOverrides | None
+
+
+class ImportedKey(TypedDict):
+    """One entry of the import's answer, in the order given. ``id`` is derived from the
+    key's hash (the same key, the same id in every call); ``exists``: the key was known
+    and is left unchanged, so an import can be re-run."""
+
+    id: str
+    prefix: str
+    status: Literal["created", "exists"]
 
 
 IdempotencyState = Literal["in_progress", "completed", "expired", "unknown"]
@@ -194,7 +230,7 @@ class Event(TypedDict, total=False):
     deliveries: dict[str, int]
 
 
-class AuditRow(TypedDict):
+class _AuditRowFields(TypedDict):
     request_id: str
     time: int
     method: str
@@ -211,11 +247,28 @@ class AuditRow(TypedDict):
     rate_limit_remaining: int | None
 
 
+class AuditRow(_AuditRowFields, total=False):
+    #: The origin a proxied request was routed to (``default`` or an ``origins`` name);
+    #: ``None`` when not forwarded (and absent before gateway 0.4).
+    origin: str | None
+    #: Report-only limits: the policy (or ``inflight``) that would have refused this
+    #: forwarded request.
+    would_refuse: str | None
+
+
 class StatsDay(TypedDict):
     date: str
     requests: int
     errors: int
     server_errors: int
+    #: Proxied requests without an Idempotency-Key where the mode is ``required``:
+    #: forwarded before ``idempotency.required_from``, refused after.
+    missing_idempotency_key: int
+
+
+class KeyMissingIdempotency(TypedDict):
+    key_prefix: str
+    requests: int
 
 
 class PathCount(TypedDict):
@@ -229,6 +282,32 @@ class Stats(TypedDict, total=False):
     error_share: float
     p50_ms: float | None
     p95_ms: float | None
+    #: The keys that sent such requests in the period, most first: whom to tell.
+    keys_missing_idempotency: list[KeyMissingIdempotency]
+
+
+Granularity = Literal["hour", "day"]
+
+
+class Usage(TypedDict):
+    """One key's proxied requests in one period (:meth:`Client.usage`)."""
+
+    key_prefix: str
+    project: str
+    #: The period's first millisecond (UTC, epoch ms).
+    period_start: int
+    #: Every request.
+    requests: int
+    #: Forwarded to the origin.
+    admitted: int
+    #: Each operation once: with an Idempotency-Key, the execution whose final answer was
+    #: stored (never its replays, 409s or retries after a 5xx); without, forwarded and
+    #: answered below 500.
+    billable: int
+    #: Stored answers replayed.
+    replays: int
+    #: 429s.
+    refused: int
 
 
 class PortalLink(TypedDict):

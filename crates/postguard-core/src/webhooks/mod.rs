@@ -16,7 +16,9 @@
 //!   validation (re-exported by `crate::config`);
 //! - [`trace`]: an attempt's request headers (sent and shown, the signature
 //!   redacted) and the response headers it keeps;
-//! - [`health`]: a subscription's health figure from its attempts.
+//! - [`health`]: a subscription's health figure from its attempts;
+//! - [`pacing`]: the receiver's advertised limit (`RateLimit`,
+//!   `X-RateLimit-*`) and when the next attempt may go.
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -32,6 +34,7 @@ pub mod events;
 pub mod fanout;
 pub mod health;
 pub mod ops;
+pub mod pacing;
 pub mod records;
 pub mod retry;
 pub mod shard;

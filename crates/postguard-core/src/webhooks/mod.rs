@@ -17,6 +17,8 @@
 //! - [`trace`]: an attempt's request headers (sent and shown, the signature
 //!   redacted) and the response headers it keeps;
 //! - [`health`]: a subscription's health figure from its attempts;
+//! - [`ordering`]: ordering keys — lanes, who is before whom across shards
+//!   (the `LaneStore` port), and the gate a delivery's first send waits at;
 //! - [`pacing`]: the receiver's advertised limit (`RateLimit`,
 //!   `X-RateLimit-*`) and when the next attempt may go.
 //!
@@ -34,6 +36,7 @@ pub mod events;
 pub mod fanout;
 pub mod health;
 pub mod ops;
+pub mod ordering;
 pub mod pacing;
 pub mod records;
 pub mod retry;

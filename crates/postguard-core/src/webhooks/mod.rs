@@ -20,7 +20,8 @@
 //! - [`ordering`]: ordering keys — lanes, who is before whom across shards
 //!   (the `LaneStore` port), and the gate a delivery's first send waits at;
 //! - [`pacing`]: the receiver's advertised limit (`RateLimit`,
-//!   `X-RateLimit-*`) and when the next attempt may go.
+//!   `X-RateLimit-*`) and when the next attempt may go;
+//! - [`schedule`]: `deliver_at` and the first queue hop of a scheduled event.
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -40,6 +41,7 @@ pub mod ordering;
 pub mod pacing;
 pub mod records;
 pub mod retry;
+pub mod schedule;
 pub mod shard;
 pub mod signature;
 pub mod trace;

@@ -35,11 +35,11 @@ pub struct Publish {
     pub data: Value,
     #[serde(default)]
     pub id: Option<String>,
-    /// Issue 36, §17: deliveries of one subscription with the same key are
+    /// Issue 36: deliveries of one subscription with the same key are
     /// attempted in publish order ([`super::ordering`]); 1-128 visible ASCII.
     #[serde(default)]
     pub ordering_key: Option<String>,
-    /// Issue 36, §17: no attempt before this time (epoch ms; given as epoch
+    /// Issue 36: no attempt before this time (epoch ms; given as epoch
     /// ms or RFC 3339). As parsed; [`parse_publish_at`] applies the bounds
     /// that need the clock ([`super::schedule::deliver_at`]).
     #[serde(default, deserialize_with = "time_field")]

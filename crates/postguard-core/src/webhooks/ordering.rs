@@ -1,8 +1,8 @@
-//! Ordering keys (CONTRACT §17, issue 36, ADR 0043): for each subscription
-//! and `ordering_key` — a *lane* — deliveries are attempted in publish
-//! order. A delivery's first send waits until the delivery before it in its
-//! lane is `delivered` or `dead_letter`; other lanes, and deliveries without
-//! a key, are not held by it.
+//! Ordering keys (issue 36, ADR 0043): for each subscription and
+//! `ordering_key` — a *lane* — deliveries are attempted in publish order. A
+//! delivery's first send waits until the delivery before it in its lane is
+//! `delivered` or `dead_letter`; other lanes, and deliveries without a key,
+//! are not held by it.
 //!
 //! Two halves, both pure:
 //!

@@ -1,6 +1,6 @@
-//! Receivers that say how fast (CONTRACT §17, issue 36): the limit a
-//! receiver advertises in its answers, and whether the next attempt to it
-//! may go now or must wait for the advertised reset.
+//! Receivers that say how fast (issue 36): the limit a receiver advertises in
+//! its answers, and whether the next attempt to it may go now or must wait
+//! for the advertised reset.
 //!
 //! The gateway tells its own clients their limits in the IETF `RateLimit`
 //! header ([`crate::limits::headers`]: `"default";r=0;t=3`, one item per

@@ -1,6 +1,6 @@
-//! Scheduled events (CONTRACT §17, issue 36): `deliver_at` on a publish —
-//! no attempt before it, at most [`MAX_AHEAD_MS`] ahead — and the first
-//! queue hop that carries a delivery to it.
+//! Scheduled events (issue 36): `deliver_at` on a publish — no attempt before
+//! it, at most [`MAX_AHEAD_MS`] ahead — and the first queue hop that carries
+//! a delivery to it.
 //!
 //! A scheduled event is not a new mechanism: its deliveries are stored with
 //! `next_attempt_at = deliver_at` instead of the publish time, and their

@@ -311,6 +311,13 @@ pub const COMMIT_WINDOW_MS: u64 = 300_000;
 /// another shard, a lost wake-up).
 pub const RECHECK_S: u64 = 30;
 
+/// How long a blocked job waits before it looks again when its predecessor
+/// is itself blocked (seconds): it cannot go before that one goes, whose
+/// settling wakes it, so it looks rarely — a lane stalled behind a failing
+/// head costs each waiting delivery one queue message per 10 minutes, not
+/// one per [`RECHECK_S`]; the look is only the net under a lost wake-up.
+pub const RECHECK_BEHIND_S: u64 = 600;
+
 /// After a predecessor's next attempt is due, how long its successor lets
 /// it run before looking (ms): the attempt is claimed by then, so the look
 /// finds it in flight rather than still due.
@@ -371,8 +378,9 @@ pub enum Gate {
 ///   [`Gate::Open`]; settled but still blocked (given up before its turn) →
 ///   wait on what it waited on;
 /// - found unsettled (pending, failed, paused) → blocked, looking again when
-///   it has had a chance to settle: its in-flight attempt's lease, its next
-///   attempt (plus [`RECHECK_MARGIN_MS`]), or [`RECHECK_S`], the least;
+///   it has had a chance to settle: its in-flight attempt's lease (at most
+///   [`RECHECK_S`]), its next attempt (plus [`RECHECK_MARGIN_MS`]),
+///   [`RECHECK_BEHIND_S`] when it is blocked itself, else [`RECHECK_S`];
 /// - missing and reported abandoned → wait on its own predecessor (none:
 ///   open); missing and read at least [`COMMIT_WINDOW_MS`] after both the
 ///   successor's publish and the reservation → it never will be stored (or
@@ -419,6 +427,9 @@ fn wait_s(until: u64, now: u64) -> u64 {
 fn recheck_s(p: &PredView, now: u64) -> u64 {
     if let Some(until) = p.in_flight_until.filter(|u| *u > now) {
         return wait_s(until, now).min(RECHECK_S);
+    }
+    if p.blocked_by.is_some() {
+        return RECHECK_BEHIND_S;
     }
     match p.next_attempt_at {
         Some(at) if p.status.in_progress() && at > now => {

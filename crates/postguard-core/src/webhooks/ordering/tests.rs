@@ -220,7 +220,18 @@ fn the_gate() {
             delay_s: retry::MAX_QUEUE_DELAY_S
         }
     );
-    // Due now (itself blocked, or its job in the queue), or paused.
+    // Itself blocked: it will wake us; look rarely.
+    let behind = PredView {
+        blocked_by: Some("p0".into()),
+        ..view(Status::Pending, Some(T0), None)
+    };
+    assert_eq!(
+        found(behind),
+        Gate::Blocked {
+            delay_s: RECHECK_BEHIND_S
+        }
+    );
+    // Due now (its job in the queue), or paused (a resume under way).
     for p in [
         view(Status::Pending, Some(T0), None),
         view(Status::Paused, None, None),

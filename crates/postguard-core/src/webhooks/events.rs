@@ -35,6 +35,31 @@ pub struct Publish {
     pub data: Value,
     #[serde(default)]
     pub id: Option<String>,
+    /// Issue 36: deliveries of one subscription with the same key are
+    /// attempted in publish order ([`super::ordering`]); 1-128 visible ASCII.
+    #[serde(default)]
+    pub ordering_key: Option<String>,
+    /// Issue 36: no attempt before this time (epoch ms; given as epoch
+    /// ms or RFC 3339). As parsed; [`parse_publish_at`] applies the bounds
+    /// that need the clock ([`super::schedule::deliver_at`]).
+    #[serde(default, deserialize_with = "time_field")]
+    pub deliver_at: Option<u64>,
+}
+
+/// A time member (`deliver_at`): absent or `null` is `None`, otherwise
+/// epoch milliseconds or RFC 3339, read as every other time the API takes
+/// ([`crate::audit::time_value`]); the error names the member through
+/// [`from_json`]'s path.
+fn time_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => crate::audit::time_value("deliver_at", &v)
+            .map(Some)
+            .map_err(|e| {
+                let why = e.0.strip_prefix("deliver_at: ").unwrap_or(&e.0).to_string();
+                serde::de::Error::custom(why)
+            }),
+    }
 }
 
 /// `POST /_postguard/v1/webhooks` body.
@@ -117,6 +142,20 @@ pub fn parse_publish(body: &[u8]) -> Result<Publish, Invalid> {
             return Err("id: must be 1-128 visible ASCII characters".into());
         }
     }
+    if let Some(key) = &p.ordering_key {
+        if !super::ordering::is_valid_key(key) {
+            return Err("ordering_key: must be 1-128 visible ASCII characters".into());
+        }
+    }
+    Ok(p)
+}
+
+/// [`parse_publish`] and the bounds that need the clock: `deliver_at` at
+/// most 7 days after `now` (400 naming the field), one in the past becomes
+/// `now` ([`super::schedule::deliver_at`]). What the publish handler calls.
+pub fn parse_publish_at(body: &[u8], now: u64) -> Result<Publish, Invalid> {
+    let mut p = parse_publish(body)?;
+    p.deliver_at = super::schedule::deliver_at(p.deliver_at, now)?;
     Ok(p)
 }
 
@@ -349,6 +388,106 @@ mod tests {
             .starts_with("id: "));
         assert!(parse_publish(b"\xff\xfe").unwrap_err().starts_with("body:"));
         assert!(parse_publish(b"{\"project\":\"p\",\"type\":\"t\",\"data\":{}}  \n\t").is_ok());
+    }
+
+    #[test]
+    fn publish_takes_an_ordering_key_and_deliver_at() {
+        let p = parse_publish(
+            br#"{"project":"p","type":"t","data":{},"ordering_key":"order:42","deliver_at":1800000000000}"#,
+        )
+        .unwrap();
+        assert_eq!(p.ordering_key.as_deref(), Some("order:42"));
+        assert_eq!(p.deliver_at, Some(1_800_000_000_000));
+        let p = parse_publish(
+            br#"{"project":"p","type":"t","data":{},"ordering_key":null,"deliver_at":"2027-01-15T08:00:00.250Z"}"#,
+        )
+        .unwrap();
+        assert_eq!(p.ordering_key, None);
+        assert_eq!(p.deliver_at, Some(1_800_000_000_250));
+        let p =
+            parse_publish(br#"{"project":"p","type":"t","data":{},"deliver_at":null}"#).unwrap();
+        assert_eq!((p.ordering_key, p.deliver_at), (None, None));
+        let max = format!(
+            r#"{{"project":"p","type":"t","data":{{}},"ordering_key":"{}"}}"#,
+            "~".repeat(128)
+        );
+        assert!(parse_publish(max.as_bytes()).is_ok());
+
+        let long = format!(
+            r#"{{"project":"p","type":"t","data":{{}},"ordering_key":"{}"}}"#,
+            "k".repeat(129)
+        );
+        for (body, want) in [
+            (long.as_str(), "ordering_key: must be 1-128 visible ASCII"),
+            (
+                r#"{"project":"p","type":"t","data":{},"ordering_key":""}"#,
+                "ordering_key: must be 1-128",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"ordering_key":"a b"}"#,
+                "ordering_key: must be 1-128",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"ordering_key":"é"}"#,
+                "ordering_key: must be 1-128",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"ordering_key":"a\tb"}"#,
+                "ordering_key: must be 1-128",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"ordering_key":7}"#,
+                "ordering_key: invalid type",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"deliver_at":"tomorrow"}"#,
+                "deliver_at: must be epoch milliseconds or an RFC 3339",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"deliver_at":-1}"#,
+                "deliver_at: must be epoch milliseconds",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"deliver_at":1.5}"#,
+                "deliver_at: must be epoch milliseconds",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"deliver_at":{}}"#,
+                "deliver_at: must be epoch milliseconds",
+            ),
+            (
+                r#"{"project":"p","type":"t","data":{},"deliver_at":99999999999999999}"#,
+                "deliver_at: must be epoch milliseconds",
+            ),
+        ] {
+            let err = parse_publish(body.as_bytes()).unwrap_err();
+            assert!(err.starts_with(want), "{body}: {err}");
+            assert!(!err.contains(" at line "), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn deliver_at_is_bounded_against_the_clock() {
+        let now = 1_800_000_000_000u64;
+        let at = |v: u64| format!(r#"{{"project":"p","type":"t","data":{{}},"deliver_at":{v}}}"#);
+        let p = parse_publish_at(at(now + 3_600_000).as_bytes(), now).unwrap();
+        assert_eq!(p.deliver_at, Some(now + 3_600_000));
+        // In the past: due now.
+        let p = parse_publish_at(at(now - 3_600_000).as_bytes(), now).unwrap();
+        assert_eq!(p.deliver_at, Some(now));
+        let week = super::super::schedule::MAX_AHEAD_MS;
+        assert!(parse_publish_at(at(now + week).as_bytes(), now).is_ok());
+        let err = parse_publish_at(at(now + week + 1).as_bytes(), now).unwrap_err();
+        assert!(
+            err.starts_with("deliver_at: must be at most 7 days ahead"),
+            "{err}"
+        );
+        let p = parse_publish_at(br#"{"project":"p","type":"t","data":{}}"#, now).unwrap();
+        assert_eq!(p.deliver_at, None);
+        // The other rules still apply first.
+        assert!(parse_publish_at(b"[]", now)
+            .unwrap_err()
+            .starts_with("body:"));
     }
 
     #[test]
@@ -597,6 +736,7 @@ mod tests {
         #[test]
         fn parsers_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse_publish(&body);
+            let _ = parse_publish_at(&body, 1_800_000_000_000);
             let _ = parse_subscription(&body, &STRICT);
         }
 

@@ -17,7 +17,12 @@
 //! - [`trace`]: an attempt's request headers (sent and shown, the signature
 //!   redacted) and the response headers it keeps;
 //! - [`health`]: a subscription's health figure from its attempts;
-//! - [`protocol`]: the shard's operations, typed (path, request, answer).
+//! - [`protocol`]: the shard's operations, typed (path, request, answer);
+//! - [`ordering`]: ordering keys — lanes, who is before whom across shards
+//!   (the `LaneStore` port), and the gate a delivery's first send waits at;
+//! - [`pacing`]: the receiver's advertised limit (`RateLimit`,
+//!   `X-RateLimit-*`) and when the next attempt may go;
+//! - [`schedule`]: `deliver_at` and the first queue hop of a scheduled event.
 //!
 //! The worker shell owns the queue, the database, `fetch`, the clock and the
 //! random bytes; it passes times (epoch ms or s) and random bytes in, and
@@ -33,9 +38,12 @@ pub mod events;
 pub mod fanout;
 pub mod health;
 pub mod ops;
+pub mod ordering;
+pub mod pacing;
 pub mod protocol;
 pub mod records;
 pub mod retry;
+pub mod schedule;
 pub mod shard;
 pub mod signature;
 pub mod trace;

@@ -33,6 +33,7 @@ pub mod portal;
 pub mod problem;
 pub mod proxy;
 pub mod queue;
+pub mod quota_notice;
 pub mod rate_limit;
 pub mod response_events;
 pub mod routes;

@@ -77,6 +77,34 @@ pub fn row(seen: Seen, rc: &RequestCtx, status: u16) -> AuditRow {
     .shortened_if_unauthenticated()
 }
 
+/// The audit row of a key imported while answering this request (verified
+/// against the origin): as the operator's import would be, `POST
+/// /_postguard/v1/keys/import`, with the key's prefix and project and no
+/// secret. A row of its own (its own request id), beside the request's.
+pub fn key_import_row(rc: &RequestCtx, seen: &Seen) -> Option<AuditRow> {
+    let (prefix, project) = rc.facts.borrow().imported_key.clone()?;
+    let (now, rnd) = crate::runtime::new_ulid_parts();
+    Some(AuditRow {
+        request_id: postguard_core::ids::request_id(now, rnd),
+        time: now,
+        method: "POST".into(),
+        path: "/_postguard/v1/keys/import".into(),
+        status: 201,
+        response_bytes: None,
+        response_time_ms: 0,
+        client_ip: seen.client_ip.clone(),
+        user_agent: Some("postguard: key verified by the origin".into()),
+        key_prefix: Some(prefix),
+        project: Some(project),
+        idempotency_key: None,
+        replayed: false,
+        rate_limit_remaining: None,
+        origin: Some("default".into()),
+        would_refuse: None,
+        counted: Counted::default(),
+    })
+}
+
 /// How the request counts in `/usage` and `/stats`.
 fn counted(f: &crate::runtime::Facts, status: u16) -> Counted {
     let forwarded = f.origin_ms.is_some();

@@ -75,6 +75,9 @@ async fn fetch(raw: web_sys::Request, env: Env, ctx: Context) -> Result<Response
     metrics::request(&env, &rc, path.gateway, &method, &route, resp.status_code());
     if cfg.settings.audit.enabled {
         let bucket_ms = cfg.settings.audit.bucket_ms;
+        if let Some(import) = audit::key_import_row(&rc, &seen) {
+            audit::record(&env, &ctx, bucket_ms, import);
+        }
         audit::record(
             &env,
             &ctx,

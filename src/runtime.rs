@@ -92,6 +92,10 @@ pub struct Facts {
     /// final answer recorded: what makes it billable (`usage::billable`).
     pub claimed: bool,
     pub answer_stored: bool,
+    /// A key the origin vouched for, imported while answering this request
+    /// (`auth.verify_unknown_keys`): its prefix and project, for the audit
+    /// row of the import.
+    pub imported_key: Option<(String, String)>,
 }
 
 /// What every request carries through the shell.

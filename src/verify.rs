@@ -76,6 +76,8 @@ async fn lead(
     if let Outcome::Valid(k) = &mut outcome {
         // The stored record (another import may have stored it first).
         k.record = keystore::store_new(env, (**k).clone()).await?;
+        let (prefix, project) = (k.record.prefix.clone(), k.record.project.clone());
+        rc.note(|f| f.imported_key = Some((prefix, project)));
         log::emit(
             log::of_request(Line::info("key verified by the origin and imported"), rc)
                 .field("key_id", k.record.id.clone())

@@ -228,6 +228,15 @@ describe('keys not imported yet', () => {
     // From now on it is an imported key: no more calls.
     assert.equal((await gw.fetch('/v1/again', { headers: bearer(k) })).status, 200);
     assert.equal(origin.stats.verifyCalls[k], 1);
+    // The import is audited once, as the operator's would be, and no row holds the key.
+    const rows = await poll(async () => {
+      const r = await gw.admin('GET', `/_postguard/v1/audit?project=${project}&limit=200`);
+      return r.json.data.length >= 22 ? r.json.data : undefined;
+    }, { timeout: 20000, message: 'the audit rows' });
+    const imports = rows.filter((r) => r.path === '/_postguard/v1/keys/import');
+    assert.equal(imports.length, 1, JSON.stringify(imports));
+    assert.deepEqual([imports[0].method, imports[0].status, imports[0].key_prefix], ['POST', 201, k.slice(0, 12)]);
+    assert.ok(!JSON.stringify(rows).includes(k), 'no audit row holds the key');
   });
 
   it('a key the API refuses is 401 and not asked about again until negative_cache_s has passed', async () => {

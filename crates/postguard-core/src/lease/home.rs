@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::slots::SlotLedger;
-use super::{block_size, Ask, Block, EdgeLimits, Grant};
+use super::{block_size, Ask, AtHome, Block, EdgeLimits, Grant};
 use crate::limits::{self, window_of, Limits, Policy, Windows};
 
 /// What the home keeps beside its windows.
@@ -46,16 +46,6 @@ pub struct Holder {
     /// Until when it counts as active for the fair share: its lease's
     /// expiry, or the instant it returned what it had.
     pub active_until: u64,
-}
-
-/// The home's side of a grant besides the windows: its clock, the
-/// concurrency slots its own requests hold and how long one request may
-/// hold a slot (`idempotency.lease_s`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AtHome {
-    pub now: u64,
-    pub in_use: u32,
-    pub request_ms: u64,
 }
 
 /// Units an edge gives back: `(policy, window_start, units)`. They stay

@@ -62,6 +62,8 @@ pub const DEFAULT_MIN_BLOCK: u32 = 10;
 pub const DEFAULT_PREFETCH_AT_PCT: u32 = 50;
 /// The default lease lifetime without renewal.
 pub const DEFAULT_LEASE_MS: u64 = 10_000;
+/// The most edge objects one location may have for a key.
+pub const MAX_SHARDS: u32 = 64;
 
 /// `limits.edge`: whether and how the key's object leases quota to the edge.
 /// What each setting trades is in docs/adr/0040-exact-limits-leased-to-the-edge.md.
@@ -83,6 +85,10 @@ pub struct EdgeLimits {
     /// How long a lease lives unless renewed: how late a revocation, a
     /// key's expiry or a limits change reaches the edges.
     pub lease_ms: u64,
+    /// Edge objects per (key, location): one object serves about 1,000
+    /// requests/s, so a location that sends a key more needs several; each
+    /// is one more active edge (smaller blocks, more asks).
+    pub shards: u32,
 }
 
 impl Default for EdgeLimits {
@@ -93,6 +99,7 @@ impl Default for EdgeLimits {
             min_block: DEFAULT_MIN_BLOCK,
             prefetch_at_pct: DEFAULT_PREFETCH_AT_PCT,
             lease_ms: DEFAULT_LEASE_MS,
+            shards: 1,
         }
     }
 }
@@ -131,6 +138,7 @@ impl EdgeLimits {
         // A quarter of the lease is the renewal margin and how long an ask
         // may be outstanding: it must exceed a WAN round trip (≤ ~370 ms).
         range("limits.edge.lease_ms", self.lease_ms, 2_000, 3_600_000)?;
+        range("limits.edge.shards", self.shards, 1, MAX_SHARDS)?;
         Ok(())
     }
 
@@ -177,6 +185,17 @@ pub struct Block {
     /// Units the home had not leased after this grant: within the window
     /// this only decreases, so it bounds what the home can still admit.
     pub left: u32,
+}
+
+/// The home's side of a grant besides the windows: its clock, the
+/// concurrency slots its own requests hold and how long one request may
+/// hold a slot (`idempotency.lease_s`). (Here, not in `home.rs`: the slots'
+/// grant takes it too, and `home.rs` takes the slots' ledger.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtHome {
+    pub now: u64,
+    pub in_use: u32,
+    pub request_ms: u64,
 }
 
 /// The home's answer to an [`Ask`].

@@ -14,8 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::home::AtHome;
-use super::{block_size, Ask, EdgeLimits};
+use super::{block_size, Ask, AtHome, EdgeLimits};
 
 /// One edge life's slots, at the home.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

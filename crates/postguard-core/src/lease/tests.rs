@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::home::{in_use_with_leases, AtHome, Return};
+use super::home::{in_use_with_leases, Return};
 use super::*;
 use crate::limits::{self, window_of, Limits, Policy, Verdicts, Windows};
 
@@ -29,6 +29,7 @@ fn on(max_block: u32) -> EdgeLimits {
         min_block: 1,
         prefetch_at_pct: 50,
         lease_ms: 10_000,
+        shards: 1,
     }
 }
 
@@ -546,6 +547,13 @@ fn settings_validate_and_name_the_leaf_field() {
             },
             "limits.edge.lease_ms",
         ),
+        (
+            EdgeLimits {
+                shards: 0,
+                ..Default::default()
+            },
+            "limits.edge.shards",
+        ),
     ];
     for (s, field) in bad {
         let e = s.validate().unwrap_err();
@@ -688,6 +696,7 @@ fn any_case() -> impl Strategy<Value = Case> {
                         min_block: 1 + max_block / 3,
                         prefetch_at_pct: pct.min(99),
                         lease_ms,
+                        shards: 1,
                     },
                     request_ms,
                     scale: 1,
@@ -722,6 +731,7 @@ fn any_slot_case() -> impl Strategy<Value = Case> {
                     min_block: 1,
                     prefetch_at_pct: 50,
                     lease_ms,
+                    shards: 1,
                 },
                 request_ms,
                 scale,

@@ -152,7 +152,7 @@ impl Ledger {
 /// The home's decision on an edge's ask: for each policy, a block of its
 /// current window (charged to it now), all policies topped up to the same
 /// level so no policy's units wait behind another's; and concurrency slots
-/// if the key has a concurrency quota. A repeated ask gets the same answer
+/// if the key has a concurrency quota (then units only with slots). A repeated ask gets the same answer
 /// and is not charged again. With `limits.edge` off nothing is leased.
 pub fn grant(
     windows: &mut Windows,
@@ -178,6 +178,13 @@ pub fn grant(
         .policies
         .retain(|l| limits.policies.iter().any(|p| p.name == l.policy));
     let now = at.now;
+    let slots = match (limits.concurrency, ask.slots) {
+        (Some(limit), Some(want)) => Some(ledger.slots.grant(ask, want, limit, s, at)),
+        _ => None,
+    };
+    // Under a concurrency quota every request an edge admits takes a slot:
+    // units leased without slots could only be stranded.
+    let usable = limits.concurrency.is_none() || slots.is_some_and(|g| g.slots > 0);
     let views: Vec<View> = limits
         .policies
         .iter()
@@ -188,6 +195,7 @@ pub fn grant(
         .iter()
         .map(|v| have(ask, &v.policy.name).saturating_add(v.block))
         .min()
+        .filter(|_| usable)
         .unwrap_or(0);
     let blocks = views
         .iter()
@@ -196,10 +204,6 @@ pub fn grant(
             lease(windows, ledger, v, units, &ask.edge, s, now)
         })
         .collect();
-    let slots = match (limits.concurrency, ask.slots) {
-        (Some(limit), Some(want)) => Some(ledger.slots.grant(ask, want, limit, s, at)),
-        _ => None,
-    };
     let g = Grant {
         ask: ask.id,
         home_now: now,

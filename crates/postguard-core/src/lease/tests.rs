@@ -137,6 +137,116 @@ fn blocks_shrink_as_the_window_fills_then_the_home_admits_alone() {
 }
 
 #[test]
+fn a_half_share_below_min_block_is_not_leased_but_a_top_up_may_be_small() {
+    let s = EdgeLimits {
+        min_block: 10,
+        ..on(1_000)
+    };
+    // A quota of 20 with one edge: half of what is left is 9, under 10.
+    assert_eq!(block_size(19, 1, 100, &s), 0);
+    assert_eq!(block_size(20, 1, 100, &s), 10);
+    assert_eq!(block_size(1_000, 4, 100, &s), 100);
+    assert_eq!(block_size(79, 4, 100, &s), 0, "79 / 8 = 9 per edge");
+    // An edge topping up a lease it holds needs less than min_block: it
+    // gets what it needs while the share allows.
+    assert_eq!(block_size(1_000, 1, 4, &s), 4);
+    // The home of a key with 25 and 40 left, asked by an edge that wants 20:
+    // the tighter policy's share (12) is worth a block, the level binds both.
+    let limits = Limits {
+        policies: vec![p("a", 25, 60_000), p("b", 40, 60_000)],
+        concurrency: None,
+        report_only: false,
+    };
+    let (mut windows, mut ledger) = (Vec::new(), Ledger::default());
+    let g = grant(
+        &mut windows,
+        &mut ledger,
+        &limits,
+        &ask_of("AMS", 1, 20),
+        &s,
+        at(T0),
+    );
+    assert_eq!(
+        g.blocks.iter().map(|b| b.units).collect::<Vec<_>>(),
+        vec![12, 12]
+    );
+    // Then 13 and 28 are left: half of 13 is under 10, so nothing more.
+    let g = grant(
+        &mut windows,
+        &mut ledger,
+        &limits,
+        &ask_of("CDG", 2, 20),
+        &s,
+        at(T0 + 1),
+    );
+    assert_eq!(
+        g.blocks.iter().map(|b| b.units).collect::<Vec<_>>(),
+        vec![0, 0]
+    );
+    assert_eq!((used(&windows, "a"), used(&windows, "b")), (12, 12));
+}
+
+#[test]
+fn under_a_concurrency_quota_units_come_only_with_slots() {
+    let s = on(100);
+    let limits = Limits {
+        policies: vec![p("minute", 1_000, 60_000)],
+        concurrency: Some(1),
+        report_only: false,
+    };
+    let (mut windows, mut ledger) = (Vec::new(), Ledger::default());
+    let mut e = Edge::new("GRU", 3, T0);
+    e.demand = 20;
+    let a = e.ask(&limits, &s, T0).unwrap();
+    assert_eq!(a.slots, Some(1));
+    // One slot in all: half a fair share is 0, so no slot and no unit.
+    let g = grant(&mut windows, &mut ledger, &limits, &a, &s, at(T0));
+    assert_eq!(g.slots.map(|x| x.slots), Some(0));
+    assert_eq!(g.blocks[0].units, 0);
+    assert_eq!(used(&windows, "minute"), 0, "nothing charged for the edge");
+    assert!(e.apply(&g, T0));
+    assert_eq!(e.admit(&limits, 1, true, T0 + 1), EdgeDecision::Forward);
+    // With room for slots, units come with them.
+    let limits = Limits {
+        concurrency: Some(8),
+        ..limits
+    };
+    let a = e.ask(&limits, &s, T0 + 2).unwrap();
+    let g = grant(&mut windows, &mut ledger, &limits, &a, &s, at(T0 + 2));
+    assert!(g.slots.is_some_and(|x| x.slots > 0) && g.blocks[0].units > 0);
+}
+
+#[test]
+fn what_the_home_said_of_a_forwarded_request_makes_a_refusal_local() {
+    let s = on(100);
+    let limits = one(30, 60_000);
+    let (mut windows, mut ledger) = (Vec::new(), Ledger::default());
+    let mut e = edge_with("SYD", &mut windows, &mut ledger, &limits, &s, T0);
+    let start = e.pots[0].window_start;
+    let granted = e.pots[0].left;
+    assert!(granted > 0 && e.pots[0].home_left > 0);
+    for _ in 0..granted {
+        assert!(matches!(
+            e.admit(&limits, 1, false, T0 + 1),
+            EdgeDecision::Admit { .. }
+        ));
+    }
+    // Out of units, the home still had some: forward.
+    assert_eq!(e.admit(&limits, 1, false, T0 + 2), EdgeDecision::Forward);
+    // Another window's figure is ignored; a higher one never raises it.
+    e.heard("minute", start + 60_000, 0);
+    e.heard("minute", start, 1_000);
+    assert_eq!(e.admit(&limits, 1, false, T0 + 3), EdgeDecision::Forward);
+    // The home answered a forwarded request with nothing left: refused
+    // here until the window ends, never early.
+    e.heard("minute", start, 0);
+    let EdgeDecision::Refuse { verdicts } = e.admit(&limits, 1, false, T0 + 4) else {
+        panic!("a local refusal");
+    };
+    assert!(verdicts.binding_verdict().reset_ms >= start + 60_000);
+}
+
+#[test]
 fn a_lease_ends_with_its_window_and_a_late_answer_adds_nothing() {
     let s = on(100);
     let limits = one(100, 10_000);
@@ -693,7 +803,7 @@ fn any_case() -> impl Strategy<Value = Case> {
                     settings: EdgeLimits {
                         enabled: true,
                         max_block,
-                        min_block: 1 + max_block / 3,
+                        min_block: 1 + max_block / 8,
                         prefetch_at_pct: pct.min(99),
                         lease_ms,
                         shards: 1,

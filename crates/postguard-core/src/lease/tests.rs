@@ -1520,7 +1520,9 @@ fn leases_never_over_admit_whatever_the_interleaving() {
             s.windows_closed_after_a_refusal,
             120,
         ),
-        ("edge admissions on a leased slot", s.edge_slot_admits, 40),
+        // Fewer since units come only with slots and no block is below
+        // min_block (~60 in 400 cases): the slot cases below cover slots.
+        ("edge admissions on a leased slot", s.edge_slot_admits, 25),
     ]);
 }
 

@@ -17,7 +17,8 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 use postguard_core::guard::edge::{EdgeState, Step};
 use postguard_core::guard::{
-    EdgeAdmitReply, EdgeAdmitRequest, GuardError, Lease, LeaseReply, LeaseRequest, SlotAt,
+    AdmitResponse, EdgeAdmitReply, EdgeAdmitRequest, GuardError, Lease, LeaseReply, LeaseRequest,
+    SlotAt,
 };
 use postguard_core::log::Line;
 use worker::Env;
@@ -26,11 +27,6 @@ use super::sql::Sr;
 use crate::durable::client::Guard;
 use crate::log;
 use crate::runtime::{now_ms, random_bytes, within};
-
-/// How often one request decides again after waiting for an ask's answer
-/// before it goes to the home itself (each wait ends by the ask's give-up
-/// time, a quarter of a lease, so this only bounds a pathological loop).
-const MAX_WAITS: usize = 4;
 
 /// The edge role's state, shared with the background asks it starts.
 #[derive(Clone, Default)]
@@ -55,8 +51,12 @@ fn seed() -> u64 {
 impl EdgeRole {
     /// `EdgeAdmit`: the request answered from the leases, after a wait, or
     /// by the home (its answer's payload — a replay's body — passed on).
+    /// A request waits for asks' answers a quarter of a lease at most in
+    /// all (what an ask may take before it is given up): then the home
+    /// decides it.
     pub async fn admit(&self, env: &Env, req: &EdgeAdmitRequest) -> Sr<(EdgeAdmitReply, Vec<u8>)> {
-        for _ in 0..MAX_WAITS {
+        let deadline = now_ms().saturating_add(req.settings.patience_ms());
+        loop {
             let now = now_ms();
             let step = self.0.state.borrow_mut().step(req, seed, now);
             match step {
@@ -66,7 +66,10 @@ impl EdgeRole {
                     }
                     return Ok((reply, Vec::new()));
                 }
-                Step::Wait { until } => self.wait(until.saturating_sub(now)).await,
+                Step::Wait { until } if now < deadline => {
+                    self.wait(until.min(deadline).saturating_sub(now)).await
+                }
+                Step::Wait { .. } => break,
                 Step::Forward(sent) => return self.forward(env, req, &sent).await,
             }
         }
@@ -102,12 +105,24 @@ impl EdgeRole {
     ) -> Sr<(LeaseReply, Vec<u8>)> {
         let guard = self.home(env, home)?;
         let answered = guard.call::<Lease>(sent, &[]).await;
-        if let Ok((reply, _)) = &answered {
-            self.0.state.borrow_mut().heard(reply, sent, now_ms());
+        // Parked requests decide again when the answer changes what they
+        // wait for: units granted, leases dropped, or an ask that failed
+        // (given up: they forward themselves). Another request's answer
+        // only lowers the home's figure, which cannot admit anyone.
+        let changes = match &answered {
+            Ok((reply, _)) => {
+                self.0.state.borrow_mut().heard(reply, sent, now_ms());
+                reply.grant.is_some()
+                    || matches!(
+                        reply.answer,
+                        AdmitResponse::Revoked | AdmitResponse::Expired
+                    )
+            }
+            Err(_) => true,
+        };
+        if changes {
+            self.wake();
         }
-        // Parked requests decide again, answered or not (a failed ask is
-        // given up: they forward themselves).
-        self.wake();
         answered.map_err(|e| GuardError::Storage(format!("the key's object: {e}")))
     }
 

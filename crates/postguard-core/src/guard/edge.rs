@@ -65,8 +65,9 @@ impl EdgeState {
             .edge
             .get_or_insert_with(|| Edge::new(&req.edge, seed(), now));
         let claims = admit.claim.is_some() || admit.lookup.is_some() || admit.operation.is_some();
+        // Not the leases' to decide, and no demand for them: no ask rides along.
         if claims || admit.scope != Scope::Api {
-            return forward(edge, req, &limits, now);
+            return Step::Forward(lease_request(req, admit.clone(), None));
         }
         let slot = admit.slot.is_some() && limits.concurrency.is_some();
         let admitted = |verdicts: Verdicts, would_refuse| AdmitResponse::Admitted {
@@ -95,6 +96,10 @@ impl EdgeState {
             EdgeDecision::Refuse { .. } if limits.report_only => {
                 return forward(edge, req, &limits, now)
             }
+            // An ask in flight may have been granted before the answer that
+            // said the home had nothing left: its units are this edge's, and
+            // refusing now would strand them. Wait for it.
+            EdgeDecision::Refuse { .. } if asking(edge, now) => return wait(edge, now),
             EdgeDecision::Refuse { verdicts } => EdgeAdmitReply {
                 answer: AdmitResponse::Limited {
                     verdict: verdicts.binding_verdict(),
@@ -102,15 +107,7 @@ impl EdgeState {
                 },
                 slot: None,
             },
-            EdgeDecision::Wait => {
-                let until = (edge.pending.iter())
-                    .map(|p| p.give_up_at)
-                    .filter(|at| *at > now)
-                    .min();
-                return Step::Wait {
-                    until: until.unwrap_or(now),
-                };
-            }
+            EdgeDecision::Wait => return wait(edge, now),
             EdgeDecision::Forward => return forward(edge, req, &limits, now),
         };
         let prefetch = prefetch(edge, req, &limits, now).map(Box::new);
@@ -157,6 +154,22 @@ impl EdgeState {
         if let Some(edge) = self.edge.as_mut() {
             edge.end_request(life);
         }
+    }
+}
+
+/// Whether an ask is in flight and not given up.
+fn asking(edge: &Edge, now: u64) -> bool {
+    edge.pending.iter().any(|p| now < p.give_up_at)
+}
+
+/// Waits for the first answer, or until the earliest ask in flight is given up.
+fn wait(edge: &Edge, now: u64) -> Step {
+    let until = (edge.pending.iter())
+        .map(|p| p.give_up_at)
+        .filter(|at| *at > now)
+        .min();
+    Step::Wait {
+        until: until.unwrap_or(now),
     }
 }
 

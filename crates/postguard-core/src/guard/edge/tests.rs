@@ -246,7 +246,7 @@ fn claims_go_to_the_home_and_a_revoked_key_drops_its_leases() {
         request_id: "req_1".into(),
         lease_ms: 1_000,
     });
-    let calls = home.calls;
+    let (calls, asks) = (home.calls, home.asks);
     let r = home.run(&mut edge, &post, T0 + 4);
     assert!(matches!(
         r.answer,
@@ -256,6 +256,7 @@ fn claims_go_to_the_home_and_a_revoked_key_drops_its_leases() {
         }
     ));
     assert_eq!(home.calls, calls + 1, "claimed where the key's records are");
+    assert_eq!(home.asks, asks, "no ask rides along with a claim");
     assert!(home.store.records.contains_key("idem-1"));
     // Revoked at the home: the next answer makes the edge forget.
     ok(store::revoke(&mut home.store, T0 + 5));

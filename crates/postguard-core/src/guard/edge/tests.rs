@@ -311,3 +311,36 @@ fn a_slot_taken_at_the_edge_is_given_back_there() {
     edge.end(life);
     assert_eq!(in_use(&edge), before.map(|n| n - 1));
 }
+
+#[test]
+fn a_refusal_waits_for_an_ask_in_flight_whose_units_would_be_stranded() {
+    let mut home = Home::default();
+    let mut edge = EdgeState::default();
+    let req = request("ZRH.0", limits(100), settings(2));
+    for i in 0..4 {
+        home.run(&mut edge, &req, T0 + i);
+    }
+    let e = edge.edge.as_mut().expect("an edge");
+    // Out of units, and a forwarded request's answer said the home had
+    // none left — while an ask granted before that answer is in flight.
+    for x in e.pots.iter_mut() {
+        x.left = 0;
+        x.home_left = 0;
+    }
+    e.pending.push(crate::lease::edge::Pending {
+        id: 77,
+        asked_at: T0 + 5,
+        give_up_at: T0 + 2_505,
+    });
+    assert_eq!(
+        edge.step(&req, || 1, T0 + 6),
+        Step::Wait { until: T0 + 2_505 }
+    );
+    // Given up: refused here, never early, without asking the home.
+    match edge.step(&req, || 1, T0 + 2_505) {
+        Step::Answer { reply, .. } => {
+            assert!(matches!(reply.answer, AdmitResponse::Limited { .. }))
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -15,9 +15,10 @@
 //!   that also needs a concurrency slot goes to the home;
 //! - when to ask at all: a location holding no live lease asks once it has
 //!   sent `min_block` requests (one that sends fewer is served by the home,
-//!   and strands nothing), and an edge whose every lease says the home had
-//!   too little left to lease a block does not ask for more within that
-//!   window (the figure only falls): it forwards.
+//!   and strands nothing); an edge whose every lease says the home had too
+//!   little left to lease a block prefetches nothing more within that
+//!   window (the figure only falls), but its forwards still carry an ask:
+//!   one call in flight that its other requests wait for, never a flood.
 
 use crate::lease::{Ask, Edge, EdgeDecision, EdgeLimits};
 use crate::limits::{Limits, Verdicts};
@@ -96,10 +97,6 @@ impl EdgeState {
             EdgeDecision::Refuse { .. } if limits.report_only => {
                 return forward(edge, req, &limits, now)
             }
-            // An ask in flight may have been granted before the answer that
-            // said the home had nothing left: its units are this edge's, and
-            // refusing now would strand them. Wait for it.
-            EdgeDecision::Refuse { .. } if asking(edge, now) => return wait(edge, now),
             EdgeDecision::Refuse { verdicts } => EdgeAdmitReply {
                 answer: AdmitResponse::Limited {
                     verdict: verdicts.binding_verdict(),
@@ -139,6 +136,13 @@ impl EdgeState {
         }
         if let Some(g) = &reply.grant {
             edge.apply(g, now);
+        }
+        // With an ask still in flight the home may have granted it before
+        // this answer was decided: its figure would not count those units,
+        // and a refusal on it would strand them. The ask's own answer brings
+        // a figure soon enough.
+        if asking(edge, now) {
+            return;
         }
         for said in reply.answer.verdicts().map(|v| v.said).unwrap_or_default() {
             let Some(p) = limits.policies.iter().find(|p| p.name == said.name) else {
@@ -180,14 +184,24 @@ fn answer(answer: AdmitResponse, slot: Option<SlotAt>) -> Step {
     }
 }
 
-/// The request to the home, with an ask if one is worth sending.
+/// The request to the home, with an ask unless the location is cold and
+/// quiet. A warm edge's forward always carries one, even when it can bring
+/// no units: it is the one call in flight the edge's other uncovered
+/// requests wait for (its answer may make their refusal local), so a hot
+/// location sends the home one call per round trip in a window's tail,
+/// not one per request.
 fn forward(edge: &mut Edge, req: &EdgeAdmitRequest, limits: &Limits, now: u64) -> Step {
     let s = &req.settings;
-    let ask = match worth_asking(edge, s, now) {
-        true => edge.ask(limits, s, now),
-        false => None,
+    let ask = match is_cold(edge, now) && edge.demand < s.min_block {
+        true => None,
+        false => edge.ask(limits, s, now),
     };
     Step::Forward(lease_request(req, req.admit.clone(), ask))
+}
+
+/// Whether the edge holds no live lease.
+fn is_cold(edge: &Edge, now: u64) -> bool {
+    !edge.pots.iter().any(|x| x.live(now))
 }
 
 /// A background ask (prefetch or renewal), as a cost-0 peek of the key.
@@ -218,16 +232,17 @@ fn lease_request(req: &EdgeAdmitRequest, admit: AdmitRequest, ask: Option<Ask>) 
     }
 }
 
-/// Whether an ask may bring units: a location holding no live lease once
-/// it has shown `min_block` of demand; one holding live leases while some
-/// of them says the home had at least two blocks' worth left (the home
-/// leases nothing below half a fair share of `min_block`).
+/// Whether a background ask may bring units: a location holding no live
+/// lease once it has shown `min_block` of demand; one holding live leases
+/// while some of them says the home had at least two blocks' worth left
+/// (the home leases nothing below half a fair share of `min_block`).
 fn worth_asking(edge: &Edge, s: &EdgeLimits, now: u64) -> bool {
-    let mut live = edge.pots.iter().filter(|x| x.live(now)).peekable();
-    if live.peek().is_none() {
+    if is_cold(edge, now) {
         return edge.demand >= s.min_block;
     }
-    live.any(|x| x.home_left / 2 >= s.min_block)
+    edge.pots
+        .iter()
+        .any(|x| x.live(now) && x.home_left / 2 >= s.min_block)
 }
 
 /// Whether a renewal keeps something: units held, or a refusal that the

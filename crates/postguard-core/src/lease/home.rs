@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::slots::SlotLedger;
-use super::{block_size, Ask, AtHome, Block, EdgeLimits, Grant};
+use super::{block_for, Ask, AtHome, Block, EdgeLimits, Grant};
 use crate::limits::{self, window_of, Limits, Policy, Windows};
 
 /// What the home keeps beside its windows.
@@ -131,6 +131,15 @@ impl Ledger {
         u32::try_from(others).unwrap_or(u32::MAX).saturating_add(1)
     }
 
+    /// Whether `edge` was leased units of `policy`'s window starting at `start`.
+    fn holds(&self, policy: &str, start: u64, edge: &str) -> bool {
+        self.policies
+            .iter()
+            .filter(|l| l.policy == policy && l.window_start == start)
+            .flat_map(|l| &l.holders)
+            .any(|h| h.edge == edge && h.leased > 0)
+    }
+
     /// The answer already given to this ask, if it is repeated.
     fn answer_to(&self, ask: &Ask) -> Option<&Grant> {
         self.answers
@@ -226,12 +235,13 @@ fn view<'a>(
     let (start, end, unleased) = peek(windows, p, now);
     let edges = ledger.active_edges(&p.name, start, &ask.edge, now);
     let need = ask.want.saturating_sub(have(ask, &p.name));
+    let first = !ledger.holds(&p.name, start, &ask.edge);
     View {
         policy: p,
         start,
         end,
         unleased,
-        block: block_size(unleased, edges, need, s),
+        block: block_for(unleased, edges, need, first, s),
     }
 }
 

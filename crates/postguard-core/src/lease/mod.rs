@@ -25,9 +25,11 @@
 //! demand since its last ask), at most `max_block`, and at most
 //! `unleased / (2 × active edges)`: each grant takes at most half of a fair
 //! share of what is left, so blocks shrink as the window fills; when that
-//! half share is below `min_block` nothing more is leased and the home
-//! admits the tail alone, exactly. (A key whose quota is small next to
-//! `min_block` is therefore never leased: its headers stay exact.)
+//! is 0 (fewer than 2 units per active edge are left) nothing more is
+//! leased and the home admits the tail alone, exactly. An edge's first
+//! block of a window needs half a fair share of at least `min_block`
+//! ([`block_for`]): a key whose quota is small next to `min_block` is never
+//! leased, and its headers stay exact.
 //!
 //! Several policies are leased together: a request is admitted at the edge
 //! only if every policy's lease covers its cost (all charged, or none), and
@@ -78,8 +80,8 @@ pub struct EdgeLimits {
     pub max_block: u32,
     /// The smallest block worth a round trip: what an edge asks for at
     /// least, the demand a location shows before it asks at all, and the
-    /// half fair share below which the home leases nothing more (it admits
-    /// the rest of the window itself, exactly).
+    /// half fair share below which an edge gets no first block of a window
+    /// (a small quota is never leased: the home admits it, exactly).
     pub min_block: u32,
     /// Ask for the next block when the lease is down to this percentage of
     /// the last one (0: only when it is empty, so every block ends with a
@@ -215,22 +217,30 @@ pub struct Grant {
 
 /// The block the home grants for one policy: what the edge wants, at most
 /// `max_block`, at most half of a fair share of the unleased units among the
-/// active edges (the asker included). 0 once that half share is below
-/// `min_block`: a smaller block is not worth its round trip, and the home
-/// admits the rest of the window alone, exactly (with exact headers).
+/// active edges (the asker included). 0 once fewer than two units per
+/// active edge are left: the home admits the tail alone.
 ///
 /// Safety needs only `block ≤ unleased`. The share bounds what idle or
 /// crashed edges can strand: the latest blocks of the active edges are
 /// together at most half of what was unleased when the first of them was
-/// granted, so what is stranded shrinks with what is left. The floor
-/// applies to the share, not to what the edge still needs: an edge topping
-/// up a lease it holds (a prefetch) may get a few units while the share
-/// is large.
+/// granted, so what is stranded shrinks with what is left.
 pub fn block_size(unleased: u32, active_edges: u32, want: u32, s: &EdgeLimits) -> u32 {
     let share = u64::from(unleased) / (2 * u64::from(active_edges.max(1)));
     let share = u32::try_from(share).unwrap_or(u32::MAX);
-    if share < s.min_block {
-        return 0;
-    }
     want.min(s.max_block).min(share).min(unleased)
+}
+
+/// [`block_size`] for an edge that holds no units of the window yet (`first`):
+/// nothing unless half a fair share is at least `min_block`. A smaller first
+/// block is not worth its round trip, and a key whose quota is small next to
+/// `min_block` is then never leased (its headers stay exact). An edge that
+/// already holds a lease of the window is topped up as the window fills,
+/// down to 1 unit, so a hot location's tail costs few round trips.
+pub fn block_for(unleased: u32, active_edges: u32, want: u32, first: bool, s: &EdgeLimits) -> u32 {
+    let b = block_size(unleased, active_edges, want, s);
+    let share = u64::from(unleased) / (2 * u64::from(active_edges.max(1)));
+    match first && share < u64::from(s.min_block) {
+        true => 0,
+        false => b,
+    }
 }

@@ -137,21 +137,25 @@ fn blocks_shrink_as_the_window_fills_then_the_home_admits_alone() {
 }
 
 #[test]
-fn a_half_share_below_min_block_is_not_leased_but_a_top_up_may_be_small() {
+fn a_first_block_needs_half_a_share_of_min_block_then_blocks_shrink_to_one() {
     let s = EdgeLimits {
         min_block: 10,
         ..on(1_000)
     };
     // A quota of 20 with one edge: half of what is left is 9, under 10.
-    assert_eq!(block_size(19, 1, 100, &s), 0);
-    assert_eq!(block_size(20, 1, 100, &s), 10);
-    assert_eq!(block_size(1_000, 4, 100, &s), 100);
-    assert_eq!(block_size(79, 4, 100, &s), 0, "79 / 8 = 9 per edge");
-    // An edge topping up a lease it holds needs less than min_block: it
-    // gets what it needs while the share allows.
-    assert_eq!(block_size(1_000, 1, 4, &s), 4);
+    assert_eq!(block_for(19, 1, 100, true, &s), 0);
+    assert_eq!(block_for(20, 1, 100, true, &s), 10);
+    assert_eq!(block_for(79, 4, 100, true, &s), 0, "79 / 8 = 9 per edge");
+    // An edge that holds a lease of the window is topped up down to 1.
+    assert_eq!(block_for(19, 1, 100, false, &s), 9);
+    assert_eq!(block_for(2, 1, 100, false, &s), 1);
+    assert_eq!(
+        block_for(1_000, 1, 4, true, &s),
+        4,
+        "a small want, a large share"
+    );
     // The home of a key with 25 and 40 left, asked by an edge that wants 20:
-    // the tighter policy's share (12) is worth a block, the level binds both.
+    // the tighter policy's share (12) is worth a first block.
     let limits = Limits {
         policies: vec![p("a", 25, 60_000), p("b", 40, 60_000)],
         concurrency: None,
@@ -170,7 +174,7 @@ fn a_half_share_below_min_block_is_not_leased_but_a_top_up_may_be_small() {
         g.blocks.iter().map(|b| b.units).collect::<Vec<_>>(),
         vec![12, 12]
     );
-    // Then 13 and 28 are left: half of 13 is under 10, so nothing more.
+    // Then 13 and 28 are left: not worth a first block to another edge…
     let g = grant(
         &mut windows,
         &mut ledger,
@@ -183,7 +187,20 @@ fn a_half_share_below_min_block_is_not_leased_but_a_top_up_may_be_small() {
         g.blocks.iter().map(|b| b.units).collect::<Vec<_>>(),
         vec![0, 0]
     );
-    assert_eq!((used(&windows, "a"), used(&windows, "b")), (12, 12));
+    // …while the edge that holds a lease is topped up: 13 / (2 × 2 active).
+    let g = grant(
+        &mut windows,
+        &mut ledger,
+        &limits,
+        &ask_of("AMS", 3, 20),
+        &s,
+        at(T0 + 2),
+    );
+    assert_eq!(
+        g.blocks.iter().map(|b| b.units).collect::<Vec<_>>(),
+        vec![3, 3]
+    );
+    assert_eq!((used(&windows, "a"), used(&windows, "b")), (15, 15));
 }
 
 #[test]

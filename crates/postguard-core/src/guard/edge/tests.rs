@@ -140,9 +140,23 @@ fn a_small_quota_is_never_leased_and_its_countdown_stays_exact() {
         .all(|r| matches!(r.answer, AdmitResponse::Limited { .. })));
     let w = crate::limits::window_of(&home.store.state.windows, "default").map(|w| w.used);
     assert_eq!(w, Some(20), "nothing leased");
-    // The forwarded refusals told the edge the home has nothing left: it
-    // does not ask in vain, and it refuses locally once a lease says so.
-    assert!(home.asks <= 1, "{} asks", home.asks);
+    let leased: u32 = home
+        .store
+        .state
+        .ledger
+        .policies
+        .iter()
+        .map(|l| l.leased)
+        .sum();
+    assert_eq!(leased, 0, "asked, but never worth a first block");
+    // The home's answers told the edge it has nothing left: it refuses
+    // locally from then on.
+    let calls = home.calls;
+    for i in 30..40 {
+        let r = home.run(&mut edge, &req, T0 + i);
+        assert!(matches!(r.answer, AdmitResponse::Limited { .. }));
+    }
+    assert_eq!(home.calls, calls, "refused at the edge");
 }
 
 #[test]
@@ -313,34 +327,61 @@ fn a_slot_taken_at_the_edge_is_given_back_there() {
 }
 
 #[test]
-fn a_refusal_waits_for_an_ask_in_flight_whose_units_would_be_stranded() {
+fn an_answer_does_not_lower_the_homes_figure_while_an_ask_is_in_flight() {
     let mut home = Home::default();
     let mut edge = EdgeState::default();
     let req = request("ZRH.0", limits(100), settings(2));
     for i in 0..4 {
         home.run(&mut edge, &req, T0 + i);
     }
+    let figure = |e: &EdgeState| e.edge.as_ref().map(|x| x.pots[0].home_left);
+    let before = figure(&edge).expect("a lease");
+    assert!(before > 0);
+    // An ask is in flight (the home may already have granted it) when the
+    // answer to another request says the home has nothing left.
     let e = edge.edge.as_mut().expect("an edge");
-    // Out of units, and a forwarded request's answer said the home had
-    // none left — while an ask granted before that answer is in flight.
-    for x in e.pots.iter_mut() {
-        x.left = 0;
-        x.home_left = 0;
-    }
     e.pending.push(crate::lease::edge::Pending {
         id: 77,
         asked_at: T0 + 5,
         give_up_at: T0 + 2_505,
     });
+    let window = e.pots[0].window_start;
+    let said = crate::limits::Said {
+        name: "default".into(),
+        verdict: crate::rate_limit::Verdict {
+            admitted: false,
+            limit: 100,
+            remaining: 0,
+            reset_ms: window + 60_000,
+            reset_in_s: 60,
+            reset_epoch_s: 0,
+            window_s: 60,
+        },
+    };
+    let verdicts = crate::limits::Verdicts {
+        said: vec![said],
+        binding: 0,
+        inflight: None,
+    };
+    let reply = LeaseReply {
+        answer: AdmitResponse::Limited {
+            verdict: verdicts.binding_verdict(),
+            verdicts: Some(verdicts),
+        },
+        grant: None,
+        profile: None,
+    };
+    let sent = lease_request(&req, req.admit.clone(), None);
+    edge.heard(&reply, &sent, T0 + 6);
     assert_eq!(
-        edge.step(&req, || 1, T0 + 6),
-        Step::Wait { until: T0 + 2_505 }
+        figure(&edge),
+        Some(before),
+        "kept until the ask is answered"
     );
-    // Given up: refused here, never early, without asking the home.
-    match edge.step(&req, || 1, T0 + 2_505) {
-        Step::Answer { reply, .. } => {
-            assert!(matches!(reply.answer, AdmitResponse::Limited { .. }))
-        }
-        other => panic!("{other:?}"),
+    // Once no ask is in flight, the same answer makes refusals local.
+    if let Some(e) = edge.edge.as_mut() {
+        e.pending.clear();
     }
+    edge.heard(&reply, &sent, T0 + 7);
+    assert_eq!(figure(&edge), Some(0));
 }

@@ -6,8 +6,9 @@
 //
 // It mirrors crates/postguard-core/src/lease/ (one policy, no concurrency quota):
 // - home.rs `grant`: a block is min(want − have, max_block, ⌊unleased / (2 × active edges)⌋),
-//   charged to the window at once; a window is opened by a charge; a lease expires at
-//   min(window end, now + lease_ms); a repeated ask gets the same answer;
+//   and an edge's first block of a window none when that half share is below min_block;
+//   charged to the window at once; a window is opened by a charge; a lease expires at min(window end, now + lease_ms); a repeated ask
+//   gets the same answer;
 // - edge.rs `Edge`: admit from a live lease; refuse when the lease and the home's unleased
 //   remainder as last seen are both below the cost; wait while an ask is in flight; otherwise
 //   forward (the forward carries an ask). An ask wants 2 × the demand since the last ask
@@ -16,6 +17,11 @@
 //   its last block (and the home has more), or when it lapses within lease_ms / 4 before its
 //   window ends. Deadlines count from the ask, Retry-After from the answer. At most 4 asks
 //   are remembered.
+// - guard/edge.rs (the edge object's own rules): a location holding no live lease asks only
+//   once it has shown min_block of demand; no prefetch while every live lease says the home
+//   had less than two blocks' worth left (a forward still carries an ask); the home's answer
+//   to a forwarded request lowers the edge's figure of the home's unleased units, unless an
+//   ask is in flight.
 // The defaults (max_block, min_block, prefetch_at_pct, lease_ms) are read from
 // crates/postguard-core/src/lease/mod.rs, and `selfCheck` holds the block rule to the
 // figures of that module's unit test.
@@ -60,16 +66,28 @@ function blockSize(unleased, activeEdges, want, s) {
   return Math.min(want, s.maxBlock, share, unleased);
 }
 
+/** lease::block_for: an edge's first block of a window needs half a share of min_block. */
+function blockFor(unleased, activeEdges, want, first, s) {
+  const share = Math.floor(unleased / (2 * Math.max(activeEdges, 1)));
+  return first && share < s.minBlock ? 0 : blockSize(unleased, activeEdges, want, s);
+}
+
 /** The figures of lease/tests.rs `blocks_shrink_as_the_window_fills_then_the_home_admits_alone`. */
 function selfCheck() {
-  const s = { maxBlock: 1000 };
   const cases = [
     [[1000, 1, 5000], 500], [[1000, 4, 5000], 125], [[1000, 4, 30], 30], [[100000, 2, 5000], 1000],
     [[8, 4, 100], 1], [[7, 4, 100], 0], [[1, 1, 100], 0], [[0, 0, 100], 0],
   ];
   for (const [args, want] of cases) {
-    const got = blockSize(...args, s);
+    const got = blockSize(...args, { maxBlock: 1000 });
     if (got !== want) throw new Error(`blockSize(${args}) = ${got}, lease.rs says ${want}`);
+  }
+  // a_first_block_needs_half_a_share_of_min_block_then_blocks_shrink_to_one
+  const ten = { maxBlock: 1000, minBlock: 10 };
+  const firsts = [[[19, 1, 100, true], 0], [[20, 1, 100, true], 10], [[79, 4, 100, true], 0], [[19, 1, 100, false], 9], [[2, 1, 100, false], 1], [[1000, 1, 4, true], 4]];
+  for (const [args, want] of firsts) {
+    const got = blockFor(...args, ten);
+    if (got !== want) throw new Error(`blockFor(${args}) with min_block 10 = ${got}, lease.rs says ${want}`);
   }
 }
 
@@ -205,6 +223,7 @@ class Home {
     if (!v.open) {
       this.win = { start: now, used: 0 };
       this.holders = new Map();
+      this.leasedTo = new Set();
     }
     this.win.used += units;
     return true;
@@ -214,7 +233,7 @@ class Home {
     const ok = this.charge(now, cost);
     const v = this.peek(now);
     if (ok) this.count(v.start, cost, now);
-    return { ok, end: v.end };
+    return { ok, end: v.end, start: v.start, left: v.unleased };
   }
   count(start, cost, now) {
     if (now < start || now >= start + this.windowMs) throw new Error(`admitted at ${now} outside window ${start}`);
@@ -229,8 +248,10 @@ class Home {
     const v = this.peek(now);
     let active = 1;
     for (const [edge, until] of this.holders) if (edge !== ask.edge && until > now) active++;
-    const block = blockSize(v.unleased, active, Math.max(0, ask.want - ask.have), s);
+    const first = !(v.open && this.leasedTo.has(ask.edge));
+    const block = blockFor(v.unleased, active, Math.max(0, ask.want - ask.have), first, s);
     const units = block > 0 && this.charge(now, block) ? block : 0;
+    if (units > 0) this.leasedTo.add(ask.edge);
     const open = this.win !== null && this.win.start === v.start;
     const expiresAt = open ? Math.min(v.end, now + s.leaseMs) : now;
     if (open) this.holders.set(ask.edge, Math.max(this.holders.get(ask.edge) ?? 0, expiresAt));
@@ -256,6 +277,20 @@ class Edge {
     }
     if (this.live(now) && p.left < cost && p.homeLeft < cost) return 'refuse';
     return this.waiting(now) ? 'wait' : 'forward';
+  }
+  /** guard/edge.rs `worth_asking`. */
+  worthAsking(now) {
+    if (!this.live(now)) return this.demand >= this.s.minBlock;
+    return Math.floor(this.pot.homeLeft / 2) >= this.s.minBlock;
+  }
+  /** guard/edge.rs `keeps_something`. */
+  keepsSomething(now) {
+    return this.live(now) && (this.pot.left > 0 || this.pot.homeLeft === 0);
+  }
+  /** Edge::heard: the home's answer to a forwarded request (ignored while an ask is in flight). */
+  heard(windowStart, left) {
+    if (this.pending.length > 0) return;
+    if (this.pot && this.pot.windowStart === windowStart) this.pot.homeLeft = Math.min(this.pot.homeLeft, left);
   }
   /** Edge::ask. */
   ask(now) {
@@ -374,10 +409,10 @@ function run({ locs, rate, seconds, limit, windowMs, mode, s, edgeRtt = 1, seed 
       parked[i].push(t0);
     } else {
       st.forwards++;
-      send(i, now, e.ask(now), t0);
+      send(i, now, !e.live(now) && e.demand < s.minBlock ? null : e.ask(now), t0);
       return;
     }
-    const a = e.shouldPrefetch(now);
+    const a = e.worthAsking(now) || e.keepsSomething(now) ? e.shouldPrefetch(now) : null;
     if (a) send(i, now, a, null);
   }
 
@@ -386,19 +421,20 @@ function run({ locs, rate, seconds, limit, windowMs, mode, s, edgeRtt = 1, seed 
     if (locs[i] !== homeLoc) st.wan++;
     if (ask) st.asks++;
     const { at, out } = atHome(now + oneWay(locs[i], homeLoc), (hnow) => ({
-      admitted: t0 === null ? null : home.admit(hnow, 1).ok,
+      admitted: t0 === null ? null : home.admit(hnow, 1),
       grant: ask ? home.grant(ask, hnow, s) : null,
     }));
     const back = at + oneWay(homeLoc, locs[i]);
     q.push(back, () => {
+      if (out.grant) edges[i].apply(out.grant, back);
       if (t0 !== null) {
-        out.admitted ? st.admitted++ : st.refused++;
+        out.admitted.ok ? st.admitted++ : st.refused++;
         lat.push(back + localCall() - t0);
+        edges[i].heard(out.admitted.start, out.admitted.left);
       }
       if (out.grant) {
         // Whether it applied or not, the requests waiting decide again (they wait
         // again if another ask is still in flight).
-        edges[i].apply(out.grant, back);
         const waiting = parked[i];
         parked[i] = [];
         for (const w of waiting) decide(i, w, back, true);

@@ -2,7 +2,8 @@
 # Every benchmark, one after another (never in parallel: they share the machine),
 # each writing its section of bench/RESULTS.md. Installs what is missing and builds
 # first. About 20 minutes. One benchmark: `bash scripts/bench.sh proxy` (or profile,
-# counters, coldstart, audit, audit-shards, webhooks, webhook-shards, scaling, policies, live-api; and
+# counters, coldstart, audit, audit-shards, webhooks, webhook-shards, scaling, policies, live-api,
+# edge; and
 # peer, the Hono peer of ADR 0036, which needs HONO_IDEMPOTENCY_SRC: bench/README.md).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -22,9 +23,10 @@ declare -A ARGS=(
   [scaling]="3 4 100000" # rounds, seconds, largest record count
   [policies]="7 4"     # rounds, seconds per run
   [live-api]="5 4"     # rounds, seconds per run
+  [edge]="7 4"         # rounds, seconds per run (edges on ÷ off)
   [peer]="5 10"        # rounds, seconds per run (not in the default order)
 )
-ORDER=(proxy profile counters coldstart audit audit-shards webhooks webhook-shards scaling policies live-api)
+ORDER=(proxy profile counters coldstart audit audit-shards webhooks webhook-shards scaling policies live-api edge)
 [ $# -gt 0 ] && ORDER=("$@")
 for b in "${ORDER[@]}"; do
   [ -n "${ARGS[$b]+x}" ] || { echo "unknown benchmark: $b (one of ${!ARGS[*]})" >&2; exit 2; }

@@ -23,6 +23,11 @@ echo "==> end-to-end (node:test + Miniflare)"
 rm -rf target/e2e-logs # what the workers log, scanned below
 npm test
 
+# The limit tests again with every deployment admitting at the edge (limits.edge, ADR 0040):
+# they pass unchanged both ways (~1 min on 2 cores).
+echo "==> end-to-end, limits with edges on"
+npm run test:edges
+
 echo "==> no secret in any worker log line"
 node scripts/scan-logs.mjs
 

@@ -11,6 +11,7 @@ mod bindings;
 mod cron;
 mod d1;
 mod durable;
+mod edge;
 mod handler;
 mod http;
 mod ip_limit;

@@ -1,5 +1,6 @@
 //! The proxy pipeline, in the contract's order (docs/request-path.md): authenticate →
-//! rate-limit + claim (one Durable Object round trip) → forward → record
+//! rate-limit + claim (one Durable Object round trip: the key's object, or with
+//! `limits.edge` on its edge object in this location, `edge.rs`) → forward → record
 //! (complete or release the claim). The decisions of each phase are in
 //! `postguard_core::proxy`; this module does their I/O.
 //!
@@ -9,8 +10,7 @@ use crate::log;
 use crate::operations::{self, respond};
 use postguard_core::config::Config;
 use postguard_core::guard::{
-    Admit, AdmitRequest, AdmitResponse, Claim, Complete, CompleteRequest, Finish, FinishRequest,
-    Release, ReleaseRequest, Slot,
+    AdmitRequest, AdmitResponse, Claim, Complete, CompleteRequest, Release, ReleaseRequest, Slot,
 };
 use postguard_core::headers::client_response_headers;
 use postguard_core::limits::{self, Verdicts};
@@ -23,6 +23,7 @@ use worker::{web_sys, Context, Env};
 
 use crate::auth::{self, Caller};
 use crate::durable::client::Guard;
+use crate::edge;
 use crate::http::{self, AnswerBody, NoAnswer, OriginAnswer};
 use crate::reject::{Extra, Handled, Reject};
 use crate::replays;
@@ -41,6 +42,7 @@ pub async fn proxy(
     // 1. Authenticate.
     let cred = auth::credential_of(&req.headers, cfg);
     let caller = auth::api_caller(cred, &req.headers, env, cfg, rc).await?;
+    let colo = edge::location(&req.raw, &cfg.settings.limits.edge);
     let incoming = read(req, method, cfg.settings.max_body_bytes).await?;
     let pre = preflight(&cfg.settings, &incoming, &rc.request_id, now_ms());
     rc.note(|f| {
@@ -52,9 +54,11 @@ pub async fn proxy(
     if operations::accept::wanted(cfg, &incoming) {
         return operations::accept::accept(env, cfg, rc, ctx, &caller, incoming, pre).await;
     }
-    // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object.
+    // 2 + 3. Limits, a concurrency slot and the claim: one round trip to the key's object,
+    // or to its edge object in this location (ADR 0040).
     let guard = Guard::of(env, &caller.key.record.id)?;
-    let (admitted, replay_body) = admit(&guard, cfg, rc, &caller, &incoming, &pre).await?;
+    let at = (env, &guard, colo.as_deref());
+    let (admitted, replay_body, held) = admit(at, cfg, rc, &caller, &incoming, &pre).await?;
     let mut rl = match &admitted {
         Admission::Revoked => return Err(auth::revoked(&caller.key).into()),
         Admission::Expired => return Err(auth::expired(&caller.key).into()),
@@ -113,31 +117,11 @@ pub async fn proxy(
             record(env, &guard, cfg, rc, ctx, at, outcome).await
         }
         None => {
-            finish_slot(&guard, &caller, rc, ctx);
+            edge::free_slot(held, &rc.request_id, ctx);
             outcome
         }
     };
     respond(rc, outcome, &rl)
-}
-
-/// Frees the concurrency slot of a request without a claim, after the
-/// answer (`waitUntil`: it never delays the client). If the call is lost,
-/// the slot's lease frees it.
-fn finish_slot(guard: &Guard, caller: &Caller, rc: &RequestCtx, ctx: &Context) {
-    if caller.plan.limits().concurrency.is_none() {
-        return;
-    }
-    let (guard, slot) = (guard.clone(), rc.request_id.clone());
-    ctx.wait_until(async move {
-        let req = FinishRequest { slot };
-        if let Err(e) = guard.call::<Finish>(&req, &[]).await {
-            log::emit(
-                Line::error("freeing the concurrency slot failed")
-                    .field("request_id", req.slot)
-                    .err(e),
-            );
-        }
-    });
 }
 
 /// The client's request, body read under the limit (a request answered
@@ -164,15 +148,15 @@ async fn read(req: http::Client, method: String, max: u64) -> Handled<Incoming> 
 
 /// The one object call: charge every policy, take a concurrency slot and
 /// claim the Idempotency-Key. A request answered early never claims its key
-/// nor takes a slot.
+/// nor takes a slot. Where its slot is held comes back with the answer.
 async fn admit(
-    guard: &Guard,
+    (env, guard, colo): (&Env, &Guard, Option<&str>),
     cfg: &Config,
     rc: &RequestCtx,
     caller: &Caller,
     incoming: &Incoming,
     pre: &Preflight,
-) -> Handled<(Admission, Vec<u8>)> {
+) -> Handled<(Admission, Vec<u8>, Option<edge::Held>)> {
     let limits = caller.plan.limits();
     let slot = match (limits.concurrency, &pre.early) {
         (Some(_), None) => Some(Slot {
@@ -187,7 +171,14 @@ async fn admit(
         caller: Some(caller.view()),
         ..AdmitRequest::charge(cfg.settings.cost(&incoming.method, &incoming.path), limits)
     };
-    let (answer, payload) = guard.call::<Admit>(&req, &[]).await?;
+    let lease_ms = u64::from(cfg.settings.idempotency.lease_s) * 1000;
+    let settings = &cfg.settings.limits.edge;
+    let key_id = &caller.key.record.id;
+    let edge::Admitted {
+        answer,
+        payload,
+        slot,
+    } = edge::admit(env, guard, key_id, colo, (req, settings, lease_ms)).await?;
     if let AdmitResponse::Admitted {
         would_refuse: Some(p),
         ..
@@ -197,7 +188,7 @@ async fn admit(
     }
     let next = admission(answer, pre.early.clone())
         .map_err(|e| worker::Error::RustError(e.to_string()))?;
-    Ok((next, payload))
+    Ok((next, payload, slot))
 }
 
 fn limit_headers(rc: &RequestCtx, verdicts: &Verdicts) -> Extra {

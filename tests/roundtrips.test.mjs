@@ -132,3 +132,70 @@ describe('calls per request', () => {
     assert.equal(counts['object round trip /admit'], 1, JSON.stringify(counts));
   });
 });
+
+// With limits.edge on (ADR 0040) a request's admission goes to the key's edge object for its
+// location (`cf.colo`), which admits from the blocks it holds: a warm edge answers a GET without
+// calling the key's object at all (above, with edges off: one /admit each). A location that has not
+// shown min_block requests yet, and every request with an Idempotency-Key (claims stay in the
+// key's object), go through the edge to the key's object: one /lease each.
+describe('calls per request, edges on', () => {
+  let egw;
+  let ekey;
+  const colo = (c) => ({ 'mf-cf-blob': JSON.stringify({ colo: c }) });
+  before(async () => {
+    egw = await startGateway({
+      originUrl: origin.url,
+      vars: { POSTGUARD_CONFIG: cfg({ plans: { big: { requests_per_window: 100000 } }, limits: { unauthenticated_per_minute: 1000000, edge: { enabled: true } } }) },
+    });
+    ekey = (await egw.createKey({ project: 'rt', plan: 'big' })).key;
+  });
+  after(async () => egw?.dispose());
+
+  const get = (c) => egw.fetch('/rt/items', { headers: { authorization: `Bearer ${ekey}`, ...colo(c) } });
+  /** N requests from `send(i)` after the warm-up; the counts per request. */
+  async function measured(send, status) {
+    await egw.fetch('/__counters/reset');
+    for (let i = 0; i < N; i++) {
+      const res = await send(i);
+      assert.equal(res.status, status, res.text);
+    }
+    const counts = (await egw.fetch('/__counters')).json;
+    return Object.fromEntries(Object.entries(counts).map(([k, v]) => [k, v / N]));
+  }
+
+  it('GET at a warm edge: one edge round trip, none to the key\'s object, one origin fetch', async () => {
+    // Warm: until an answer shows the edge holding more than before (a block just arrived) and
+    // enough that the next N leave it above its prefetch threshold.
+    let last = -1;
+    for (let i = 0; ; i++) {
+      assert.ok(i < 500, 'the edge never warmed up');
+      const r = Number((await get('LHR')).headers['x-ratelimit-remaining']);
+      if (r > last && last >= 0 && r >= 3 * N) break;
+      last = r;
+    }
+    expectCounts(await measured(() => get('LHR'), 200), {
+      'object round trip /edge/admit': 1, 'fetch (origin or receiver)': 1,
+    });
+  });
+
+  it('GET at a cold location: through its edge to the key\'s object (one /lease)', async () => {
+    const stamp = Date.now().toString(36).toUpperCase();
+    expectCounts(await measured((i) => get(`C${stamp}${i}`), 200), {
+      'object round trip /edge/admit': 1, 'object round trip /lease': 1,
+      'fetch (origin or receiver)': 1,
+    });
+  });
+
+  it('fresh POST at a warm edge: the claim is the key\'s object\'s (one /lease before, one /complete after)', async () => {
+    const stamp = Date.now();
+    expectCounts(await measured((i) => egw.fetch('/rt/pay', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ekey}`, 'content-type': 'application/json', 'idempotency-key': `rt-edge-${stamp}-${i}`, ...colo('LHR') },
+      body,
+    }), 201), {
+      'object round trip /edge/admit': 1, 'object round trip /lease': 1, 'object round trip /complete': 1,
+      'fetch (origin or receiver)': 1,
+    });
+  });
+});
+

@@ -223,9 +223,10 @@ export async function freePort() {
 
 /**
  * What a test deployment is configured with unless the test says otherwise: `public_url`
- * is the gateway's own address (as an operator sets it to the deployment's URL), and the
+ * is the gateway's own address (as an operator sets it to the deployment's URL), the
  * limit on requests without a valid credential is out of the way of tests that are about
- * something else (tests/security-round3.test.mjs sets its own). A POSTGUARD_CONFIG that is
+ * something else (tests/security-round3.test.mjs sets its own), and with POSTGUARD_TEST_EDGES=1
+ * `limits.edge.enabled` is on. A POSTGUARD_CONFIG that is
  * not a JSON object (a config test's bad value) is left exactly as given. A build from
  * before those settings (a benchmark's BEFORE_ROOT) would refuse them as unknown: they are
  * added only for builds whose core knows them.
@@ -253,6 +254,12 @@ function withHarnessDefaults(config, publicUrl) {
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return config;
   if (knowsSetting('public_url')) parsed.public_url ??= publicUrl;
   if (knowsSetting('unauthenticated_per_minute')) parsed.limits ??= { unauthenticated_per_minute: 1000000 };
+  // POSTGUARD_TEST_EDGES=1: every deployment of the run admits at the edge (limits.edge, ADR
+  // 0040), so a test file runs both ways unchanged; what a test set in limits.edge is kept.
+  if (process.env.POSTGUARD_TEST_EDGES === '1' && knowsSetting('EdgeLimits')) {
+    parsed.limits = { ...(parsed.limits ?? {}) };
+    parsed.limits.edge = { enabled: true, ...(parsed.limits.edge ?? {}) };
+  }
   return JSON.stringify(parsed);
 }
 

@@ -14,7 +14,12 @@
 //! by the shell (`src/operations/outbox.rs`), which the object's JS class
 //! (`src/entry.mjs`) hands the alarm to and which drives it through the
 //! `DueWork`, `Published`, `Requeued` and `Sweep` operations.
+//!
+//! The same class serves two roles: a key's own object (the *home*, named
+//! by the key's id) and, when `limits.edge` is on, an *edge* of the key in
+//! one location (`edge.rs`, ADR 0040), which calls the home's `Lease`.
 
+mod edge;
 mod rendezvous;
 mod sql;
 
@@ -22,9 +27,10 @@ use std::cell::{Cell, RefCell};
 
 use postguard_core::frame;
 use postguard_core::guard::{
-    self, Admit, AdmitRequest, AdmitResponse, Complete, DueWork, Finish, FinishOp, GetOp,
-    GuardError, GuardState, ImportKeys, ListOps, Operation, Published, Release, Reply, Requeued,
-    Revoke, StartOp, Sweep, SweepReply, SweepRequest, Update, Verified, Verify,
+    self, Admit, AdmitRequest, AdmitResponse, Complete, DueWork, EdgeAdmit, EdgeEnd, Finish,
+    FinishOp, GetOp, GuardError, GuardState, ImportKeys, Lease, ListOps, Operation, Published,
+    Release, Reply, Requeued, Revoke, StartOp, Sweep, SweepReply, SweepRequest, Update, Verified,
+    Verify,
 };
 use postguard_core::operations::NEVER;
 use postguard_core::store::{self, GuardStore};
@@ -49,6 +55,9 @@ pub struct KeyGuard {
     alarm_at: Cell<u64>,
     /// The first requests with a key not known yet (`auth.verify_unknown_keys`).
     rendezvous: rendezvous::Rendezvous,
+    /// The edge role (ADR 0040): an object named for a key in one location
+    /// keeps that key's leases here, in memory only.
+    edge: edge::EdgeRole,
 }
 
 /// An absolute alarm time. (`worker` reads a bare integer as an offset from
@@ -295,6 +304,21 @@ impl KeyGuard {
                 self.rendezvous.verified(&r);
                 (guard::Ack { applied: true }, Vec::new())
             })),
+            // The home's side of an edge's call: admission and grant in one
+            // transaction (ADR 0040).
+            Lease::PATH => reply::<Lease>(
+                self.transact::<Lease, _>(body, |s, r, b, now| st::lease(s, r, b, now), |a| a)
+                    .await,
+            ),
+            // The edge role: memory only, no storage.
+            EdgeAdmit::PATH => reply::<EdgeAdmit>(match decode::<EdgeAdmit>(body) {
+                Ok((r, _)) => self.edge.admit(&self.env, &r).await,
+                Err(e) => Err(e),
+            }),
+            EdgeEnd::PATH => reply::<EdgeEnd>(decode::<EdgeEnd>(body).map(|(r, _)| {
+                self.edge.end(r.life);
+                (guard::Ack { applied: true }, Vec::new())
+            })),
             Sweep::PATH => reply::<Sweep>(match decode::<Sweep>(body) {
                 Ok((r, _)) => self.sweep(&r).await.map(|a| (a, Vec::new())),
                 Err(e) => Err(e),
@@ -398,6 +422,7 @@ impl DurableObject for KeyGuard {
             limiter: RefCell::new(None),
             alarm_at: Cell::new(0),
             rendezvous: rendezvous::Rendezvous::default(),
+            edge: edge::EdgeRole::default(),
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! Tables: `meta(k, v)` (`windows` — or a build's single `window` before
 //! several policies, read as the `default` policy's —, `revoked`, `profile`,
-//! `forget_at`), `idem(k, record, expires_at)`, `idem_body(k, seq, data)`
+//! `forget_at`, `ledger`: the blocks leased to edges), `idem(k, record, expires_at)`, `idem_body(k, seq, data)`
 //! (response bodies in chunks under the row limit), `slots(id, until)`
 //! (concurrency slots of requests at the origin), `ops(id, …, record)` and
 //! `op_body(id, part, seq, data)` (asynchronous operations and their request
@@ -15,6 +15,7 @@ use std::cell::RefCell;
 
 use postguard_core::guard::{GuardError, GuardState, Profile};
 use postguard_core::idempotency::Record;
+use postguard_core::lease::Ledger;
 use postguard_core::limits::{Windows, DEFAULT_POLICY};
 use postguard_core::operations::{self, NEVER};
 use postguard_core::rate_limit::Window;
@@ -39,6 +40,9 @@ CREATE INDEX IF NOT EXISTS outbox_next ON outbox(next_at);
 
 /// The `meta` entry of a transient object: when it forgets everything.
 pub const FORGET_AT: &str = "forget_at";
+/// The `meta` entry of the blocks leased to edges (ADR 0040), written in
+/// the same transaction as the windows they were charged to.
+const LEDGER: &str = "ledger";
 /// Body chunk size: well under SQLite-in-DO's 2 MB row limit.
 const CHUNK: usize = 512 * 1024;
 
@@ -178,6 +182,12 @@ impl GuardStore for Sql<'_> {
             profile: self
                 .meta_get("profile")?
                 .and_then(|p| serde_json::from_slice(p.as_bytes()).ok()),
+            // Unreadable, it is empty: the units it accounted for stay
+            // charged in the windows, so losing it loses no safety.
+            ledger: self
+                .meta_get(LEDGER)?
+                .and_then(|l| serde_json::from_slice(l.as_bytes()).ok())
+                .unwrap_or_default(),
         };
         *self.limiter.borrow_mut() = Some(state.clone());
         Ok(state)
@@ -196,6 +206,11 @@ impl GuardStore for Sql<'_> {
     fn put_profile(&mut self, profile: &Profile) -> Sr<()> {
         self.meta_put("profile", &serde_json::to_string(profile).map_err(storage)?)?;
         self.with_state(|s| s.profile = Some(profile.clone()))
+    }
+
+    fn put_ledger(&mut self, ledger: &Ledger) -> Sr<()> {
+        self.meta_put(LEDGER, &serde_json::to_string(ledger).map_err(storage)?)?;
+        self.with_state(|s| s.ledger = ledger.clone())
     }
 
     fn slots_in_use(&mut self, now_ms: u64) -> Sr<u32> {

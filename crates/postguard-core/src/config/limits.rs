@@ -1,12 +1,14 @@
 //! The `rate_limit` section (what a route, `/audit`, `/stats`, a test ping
 //! and a recover cost) and the `limits` section (the limit on requests that
-//! carry no valid credential).
+//! carry no valid credential, and `limits.edge`: quota leased to the edge,
+//! ADR 0040).
 
 use std::num::NonZeroU32;
 
 use serde::Deserialize;
 
 use super::check::{range, validate_route, ConfigError};
+use crate::lease::EdgeLimits;
 use crate::pattern;
 use crate::rate_limit::Quota;
 
@@ -52,12 +54,16 @@ pub struct LimitsConfig {
     /// Requests per client IP and minute that carry no valid credential —
     /// 401s, CORS preflights, unknown capture URLs — before 429.
     pub unauthenticated_per_minute: u32,
+    /// Admission at the edge: blocks of a key's windows leased to an
+    /// object per (key, location) (ADR 0040). Off by default.
+    pub edge: EdgeLimits,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             unauthenticated_per_minute: 120,
+            edge: EdgeLimits::default(),
         }
     }
 }
@@ -112,7 +118,13 @@ pub(super) fn validate(
         limits.unauthenticated_per_minute,
         1,
         1_000_000,
-    )
+    )?;
+    // Checked whether enabled or not: a switch turned on later must not
+    // meet a bad value.
+    limits
+        .edge
+        .validate()
+        .map_err(|e| ConfigError::new(e.field, e.reason))
 }
 
 #[cfg(test)]
@@ -126,5 +138,33 @@ mod tests {
         assert_eq!(c.settings.cost("POST", "/bulk/items"), 5);
         assert_eq!(c.settings.cost("GET", "/bulk/items"), 1);
         assert_eq!(c.settings.cost("GET", "/health"), 0);
+    }
+
+    #[test]
+    fn edge_limits_are_off_by_default_validated_and_named_by_leaf() {
+        let c = Config::load(&env(None)).unwrap();
+        assert!(!c.settings.limits.edge.enabled);
+        let c = Config::load(&env(Some(
+            r#"{"limits":{"edge":{"enabled":true,"max_block":200,"shards":4}}}"#,
+        )))
+        .unwrap();
+        let e = c.settings.limits.edge;
+        assert_eq!(
+            (e.enabled, e.max_block, e.min_block, e.shards),
+            (true, 200, 10, 4)
+        );
+        for (json, field) in [
+            (r#"{"max_block":0}"#, "limits.edge.max_block"),
+            (r#"{"min_block":2000}"#, "limits.edge.min_block"),
+            (r#"{"prefetch_at_pct":100}"#, "limits.edge.prefetch_at_pct"),
+            (r#"{"lease_ms":10}"#, "limits.edge.lease_ms"),
+            (r#"{"shards":0}"#, "limits.edge.shards"),
+            (r#"{"enabled":false,"shards":65}"#, "limits.edge.shards"),
+            (r#"{"max_blocks":5}"#, "limits.edge.max_blocks"),
+        ] {
+            let raw = format!(r#"{{"limits":{{"edge":{json}}}}}"#);
+            let err = Config::load(&env(Some(&raw))).unwrap_err();
+            assert_eq!(err.field, field, "{json}: {err}");
+        }
     }
 }

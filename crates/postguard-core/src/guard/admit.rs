@@ -5,7 +5,8 @@
 //! what they decide (`store`).
 
 use crate::idempotency::{decide, Decision, Record};
-use crate::limits::{self, Inflight, Windows};
+use crate::lease::Ledger;
+use crate::limits::{self, Inflight, Limits, Windows};
 use crate::operations;
 
 use super::{
@@ -85,6 +86,9 @@ pub struct GuardState {
     pub revoked: bool,
     pub windows: Windows,
     pub profile: Option<Profile>,
+    /// Who holds the blocks leased from the windows (ADR 0040): written in
+    /// the same transaction as the windows; empty while edges are off.
+    pub ledger: Ledger,
 }
 
 /// What the object must persist, and what it answers.
@@ -118,7 +122,12 @@ impl AdmitPlan {
 /// marker says — either suffices, so neither a stale cache nor a record KV
 /// still serves brings it back); else the key's own expiry (the object's
 /// fresher profile, else the caller's record).
-fn expired(state: &GuardState, fresher: Option<&Profile>, req: &AdmitRequest, now_ms: u64) -> bool {
+fn expired(
+    profile: Option<&Profile>,
+    fresher: Option<&Profile>,
+    req: &AdmitRequest,
+    now_ms: u64,
+) -> bool {
     let caller = req.caller.as_ref();
     if caller
         .and_then(|c| c.secret_until)
@@ -134,8 +143,32 @@ fn expired(state: &GuardState, fresher: Option<&Profile>, req: &AdmitRequest, no
         return true;
     }
     let key = caller.map_or("", |c| c.key.as_str());
-    let previous = state.profile.as_ref().map_or(&[][..], |p| &p.previous[..]);
+    let previous = profile.map_or(&[][..], |p| &p.previous[..]);
     !key.is_empty() && previous.iter().any(|p| p.key == key && now_ms >= p.until)
+}
+
+/// `profile` if it is newer than what the caller's record says: what the
+/// operator set since, which the admission applies.
+pub fn fresher<'a>(profile: Option<&'a Profile>, req: &AdmitRequest) -> Option<&'a Profile> {
+    let seen = req.caller.as_ref().map_or(0, |c| c.version);
+    profile.filter(|p| p.version > seen)
+}
+
+/// The limits an admission enforces: the fresher profile's, else the
+/// caller's.
+pub fn limits_of(fresher: Option<&Profile>, req: &AdmitRequest) -> Limits {
+    match (fresher, req.scope) {
+        (Some(p), Scope::Api) => p.limits.clone(),
+        (Some(p), Scope::Gateway) => p.gateway.clone(),
+        (None, _) => req.requested_limits(),
+    }
+}
+
+/// Whether the calling secret has expired as an edge sees it: by the
+/// caller's record and by the key's `profile` as the home last told the
+/// edge (a reroll's previous secrets, an expiry set since the record).
+pub fn expired_for(profile: Option<&Profile>, req: &AdmitRequest, now_ms: u64) -> bool {
+    expired(profile, fresher(profile, req), req, now_ms)
 }
 
 /// The `admit` decision. The caller runs it with no `await` between reading
@@ -151,16 +184,11 @@ pub fn admit(
     if state.revoked {
         return AdmitPlan::answer(AdmitResponse::Revoked);
     }
-    let seen = req.caller.as_ref().map_or(0, |c| c.version);
-    let fresher = state.profile.as_ref().filter(|p| p.version > seen);
-    if expired(state, fresher, req, now_ms) {
+    let fresher = fresher(state.profile.as_ref(), req);
+    if expired(state.profile.as_ref(), fresher, req, now_ms) {
         return AdmitPlan::answer(AdmitResponse::Expired);
     }
-    let limits = match (fresher, req.scope) {
-        (Some(p), Scope::Api) => p.limits.clone(),
-        (Some(p), Scope::Gateway) => p.gateway.clone(),
-        (None, _) => req.requested_limits(),
-    };
+    let limits = limits_of(fresher, req);
     let slot_limit = limits.concurrency.filter(|_| req.slot.is_some());
     let no_slot = slot_limit.is_some_and(|n| !limits::slot_free(in_use, n));
     // Without a slot nothing is charged: the windows are only read.

@@ -14,13 +14,16 @@
 //!   operation's request and reply ([`Operation`]), the admission answer's
 //!   layouts across a deploy;
 //! - `admit.rs`: the decisions themselves (admit, complete, release, the
-//!   idempotency lookup), over the object's [`GuardState`].
+//!   idempotency lookup), over the object's [`GuardState`];
+//! - `edge.rs`: an edge object's decisions (ADR 0040): a key's requests in
+//!   one location admitted from leased blocks, or forwarded to the home.
 
 use serde::{Deserialize, Serialize};
 
 use crate::limits::Limits;
 
 mod admit;
+pub mod edge;
 mod protocol;
 
 pub use admit::*;

@@ -7,6 +7,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::frame::{self, FrameError};
 use crate::idempotency::{Decision, StoredResponse};
+use crate::lease::{Ask, EdgeLimits, Grant};
 use crate::limits::{self, Limits, Policy, Verdicts};
 use crate::operations::{self, Outcome, StoredRequest};
 use crate::rate_limit::{Quota, Verdict};
@@ -552,10 +553,90 @@ operation!(ListOps, "/op/list", operations::Page => Vec<operations::View>);
 operation!(ImportKeys, "/keys/import", Vec<crate::key_import::ImportedKey> => Vec<crate::key_import::Imported>);
 operation!(Verify, "/keys/verify", VerifyRequest => crate::key_verify::Step);
 operation!(Verified, "/keys/verified", VerifiedRequest => Ack);
+operation!(Lease, "/lease", LeaseRequest => LeaseReply);
+operation!(EdgeAdmit, "/edge/admit", EdgeAdmitRequest => EdgeAdmitReply);
+operation!(EdgeEnd, "/edge/end", EdgeEndRequest => Ack);
 operation!(DueWork, "/outbox/due", DueWorkRequest => Work);
 operation!(Published, "/outbox/published", PublishedRequest => bool);
 operation!(Requeued, "/outbox/requeued", RequeuedRequest => Ack);
 operation!(Sweep, "/outbox/sweep", SweepRequest => SweepReply);
+
+/// An edge's call to the key's object (its home, ADR 0040): a request the
+/// edge forwards, or a prefetch, with the edge's ask for blocks.
+pub struct Lease;
+/// The worker's call to an edge object (a key in one location): admit
+/// from the leases, or forward to the home (payload of the answer: a
+/// replay's body, when the home answered).
+pub struct EdgeAdmit;
+/// A request that took a slot leased to an edge has ended.
+pub struct EdgeEnd;
+
+/// `lease`: `admit` as the home runs it for any caller (a prefetch sends a
+/// cost-0 peek), then, if `ask` is given and the key is neither revoked nor
+/// expired, a grant of blocks charged to the same windows in the same
+/// transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRequest {
+    pub admit: AdmitRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<Ask>,
+    pub settings: EdgeLimits,
+    /// How long one request may hold a slot (`idempotency.lease_s`), in ms.
+    pub request_ms: u64,
+}
+
+/// The home's answer to an edge: the admission's, the grant, and the key's
+/// profile when the home holds one newer than the caller's record (an
+/// expiry, a reroll or limits the edge must apply from now on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseReply {
+    pub answer: AdmitResponse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<Grant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Box<Profile>>,
+}
+
+/// `edge/admit`: a request to admit in the edge object `edge` of the key
+/// whose own object is `home`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeAdmitRequest {
+    /// The key's own object (its name: the key's id).
+    pub home: String,
+    /// This edge as the home's ledger names it: location and shard (`LHR.0`).
+    pub edge: String,
+    /// The admission as the home would be asked it.
+    pub admit: AdmitRequest,
+    pub settings: EdgeLimits,
+    /// How long one request may hold a slot (`idempotency.lease_s`), in ms.
+    pub request_ms: u64,
+}
+
+/// Where an admitted request's concurrency slot is held, for the shell to
+/// free it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotAt {
+    /// The key's own object (`Finish`, or with the claim's `Complete`).
+    Home,
+    /// The edge object, on a slot leased to its life `life` (`EdgeEnd`).
+    Edge { life: u64 },
+}
+
+/// The edge object's answer: the admission (as the home's would read) and
+/// where the request's slot is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeAdmitReply {
+    pub answer: AdmitResponse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<SlotAt>,
+}
+
+/// `edge/end`: the request on a slot of `life` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeEndRequest {
+    pub life: u64,
+}
 
 /// The alarm's outbox (ADR 0037), driven by the shell (`src/operations/outbox.rs`),
 /// never by the object itself: what is due, what was done of it, then the

@@ -39,6 +39,7 @@ fn state(window: Option<Window>) -> GuardState {
             .map(|w| vec![(limits::DEFAULT_POLICY.to_string(), w)])
             .unwrap_or_default(),
         profile: None,
+        ledger: Default::default(),
     }
 }
 

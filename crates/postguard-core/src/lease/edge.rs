@@ -372,6 +372,21 @@ impl Edge {
         }
     }
 
+    /// What the home said of `policy`'s window starting at `window_start`
+    /// (home clock) in an answer to a forwarded request: `left` units not
+    /// leased. Within a window that figure only falls, so the lower of the
+    /// two is kept; a refusal it makes local stays true until the window
+    /// ends. An answer about another window is ignored.
+    pub fn heard(&mut self, policy: &str, window_start: u64, left: u32) {
+        if let Some(x) = self
+            .pots
+            .iter_mut()
+            .find(|x| x.policy == policy && x.window_start == window_start)
+        {
+            x.home_left = x.home_left.min(left);
+        }
+    }
+
     /// Gives up every lease (the location goes idle, or the object is about
     /// to be evicted): what to tell the home. The units stay spent there.
     pub fn give_back(&mut self, now: u64) -> Return {

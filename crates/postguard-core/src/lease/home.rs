@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::slots::SlotLedger;
-use super::{block_size, Ask, Block, EdgeLimits, Grant};
+use super::{block_for, Ask, AtHome, Block, EdgeLimits, Grant};
 use crate::limits::{self, window_of, Limits, Policy, Windows};
 
 /// What the home keeps beside its windows.
@@ -46,16 +46,6 @@ pub struct Holder {
     /// Until when it counts as active for the fair share: its lease's
     /// expiry, or the instant it returned what it had.
     pub active_until: u64,
-}
-
-/// The home's side of a grant besides the windows: its clock, the
-/// concurrency slots its own requests hold and how long one request may
-/// hold a slot (`idempotency.lease_s`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AtHome {
-    pub now: u64,
-    pub in_use: u32,
-    pub request_ms: u64,
 }
 
 /// Units an edge gives back: `(policy, window_start, units)`. They stay
@@ -141,6 +131,15 @@ impl Ledger {
         u32::try_from(others).unwrap_or(u32::MAX).saturating_add(1)
     }
 
+    /// Whether `edge` was leased units of `policy`'s window starting at `start`.
+    fn holds(&self, policy: &str, start: u64, edge: &str) -> bool {
+        self.policies
+            .iter()
+            .filter(|l| l.policy == policy && l.window_start == start)
+            .flat_map(|l| &l.holders)
+            .any(|h| h.edge == edge && h.leased > 0)
+    }
+
     /// The answer already given to this ask, if it is repeated.
     fn answer_to(&self, ask: &Ask) -> Option<&Grant> {
         self.answers
@@ -162,7 +161,7 @@ impl Ledger {
 /// The home's decision on an edge's ask: for each policy, a block of its
 /// current window (charged to it now), all policies topped up to the same
 /// level so no policy's units wait behind another's; and concurrency slots
-/// if the key has a concurrency quota. A repeated ask gets the same answer
+/// if the key has a concurrency quota (then units only with slots). A repeated ask gets the same answer
 /// and is not charged again. With `limits.edge` off nothing is leased.
 pub fn grant(
     windows: &mut Windows,
@@ -188,6 +187,13 @@ pub fn grant(
         .policies
         .retain(|l| limits.policies.iter().any(|p| p.name == l.policy));
     let now = at.now;
+    let slots = match (limits.concurrency, ask.slots) {
+        (Some(limit), Some(want)) => Some(ledger.slots.grant(ask, want, limit, s, at)),
+        _ => None,
+    };
+    // Under a concurrency quota every request an edge admits takes a slot:
+    // units leased without slots could only be stranded.
+    let usable = limits.concurrency.is_none() || slots.is_some_and(|g| g.slots > 0);
     let views: Vec<View> = limits
         .policies
         .iter()
@@ -198,6 +204,7 @@ pub fn grant(
         .iter()
         .map(|v| have(ask, &v.policy.name).saturating_add(v.block))
         .min()
+        .filter(|_| usable)
         .unwrap_or(0);
     let blocks = views
         .iter()
@@ -206,10 +213,6 @@ pub fn grant(
             lease(windows, ledger, v, units, &ask.edge, s, now)
         })
         .collect();
-    let slots = match (limits.concurrency, ask.slots) {
-        (Some(limit), Some(want)) => Some(ledger.slots.grant(ask, want, limit, s, at)),
-        _ => None,
-    };
     let g = Grant {
         ask: ask.id,
         home_now: now,
@@ -232,12 +235,13 @@ fn view<'a>(
     let (start, end, unleased) = peek(windows, p, now);
     let edges = ledger.active_edges(&p.name, start, &ask.edge, now);
     let need = ask.want.saturating_sub(have(ask, &p.name));
+    let first = !ledger.holds(&p.name, start, &ask.edge);
     View {
         policy: p,
         start,
         end,
         unleased,
-        block: block_size(unleased, edges, need, s),
+        block: block_for(unleased, edges, need, first, s),
     }
 }
 

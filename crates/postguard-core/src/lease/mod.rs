@@ -26,7 +26,10 @@
 //! `unleased / (2 × active edges)`: each grant takes at most half of a fair
 //! share of what is left, so blocks shrink as the window fills; when that
 //! is 0 (fewer than 2 units per active edge are left) nothing more is
-//! leased and the home admits the tail alone, exactly.
+//! leased and the home admits the tail alone, exactly. An edge's first
+//! block of a window needs half a fair share of at least `min_block`
+//! ([`block_for`]): a key whose quota is small next to `min_block` is never
+//! leased, and its headers stay exact.
 //!
 //! Several policies are leased together: a request is admitted at the edge
 //! only if every policy's lease covers its cost (all charged, or none), and
@@ -62,6 +65,8 @@ pub const DEFAULT_MIN_BLOCK: u32 = 10;
 pub const DEFAULT_PREFETCH_AT_PCT: u32 = 50;
 /// The default lease lifetime without renewal.
 pub const DEFAULT_LEASE_MS: u64 = 10_000;
+/// The most edge objects one location may have for a key.
+pub const MAX_SHARDS: u32 = 64;
 
 /// `limits.edge`: whether and how the key's object leases quota to the edge.
 /// What each setting trades is in docs/adr/0040-exact-limits-leased-to-the-edge.md.
@@ -73,8 +78,10 @@ pub struct EdgeLimits {
     /// The largest block one grant hands an edge: larger blocks mean fewer
     /// round trips for a hot location, more units stranded when it stops.
     pub max_block: u32,
-    /// The smallest block an edge asks for (its first ask, an idle one's):
-    /// the home may still grant fewer as the window fills.
+    /// The smallest block worth a round trip: what an edge asks for at
+    /// least, the demand a location shows before it asks at all, and the
+    /// half fair share below which an edge gets no first block of a window
+    /// (a small quota is never leased: the home admits it, exactly).
     pub min_block: u32,
     /// Ask for the next block when the lease is down to this percentage of
     /// the last one (0: only when it is empty, so every block ends with a
@@ -83,6 +90,10 @@ pub struct EdgeLimits {
     /// How long a lease lives unless renewed: how late a revocation, a
     /// key's expiry or a limits change reaches the edges.
     pub lease_ms: u64,
+    /// Edge objects per (key, location): one object serves about 1,000
+    /// requests/s, so a location that sends a key more needs several; each
+    /// is one more active edge (smaller blocks, more asks).
+    pub shards: u32,
 }
 
 impl Default for EdgeLimits {
@@ -93,6 +104,7 @@ impl Default for EdgeLimits {
             min_block: DEFAULT_MIN_BLOCK,
             prefetch_at_pct: DEFAULT_PREFETCH_AT_PCT,
             lease_ms: DEFAULT_LEASE_MS,
+            shards: 1,
         }
     }
 }
@@ -131,6 +143,7 @@ impl EdgeLimits {
         // A quarter of the lease is the renewal margin and how long an ask
         // may be outstanding: it must exceed a WAN round trip (≤ ~370 ms).
         range("limits.edge.lease_ms", self.lease_ms, 2_000, 3_600_000)?;
+        range("limits.edge.shards", self.shards, 1, MAX_SHARDS)?;
         Ok(())
     }
 
@@ -179,6 +192,17 @@ pub struct Block {
     pub left: u32,
 }
 
+/// The home's side of a grant besides the windows: its clock, the
+/// concurrency slots its own requests hold and how long one request may
+/// hold a slot (`idempotency.lease_s`). (Here, not in `home.rs`: the slots'
+/// grant takes it too, and `home.rs` takes the slots' ledger.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtHome {
+    pub now: u64,
+    pub in_use: u32,
+    pub request_ms: u64,
+}
+
 /// The home's answer to an [`Ask`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
@@ -204,4 +228,19 @@ pub fn block_size(unleased: u32, active_edges: u32, want: u32, s: &EdgeLimits) -
     let share = u64::from(unleased) / (2 * u64::from(active_edges.max(1)));
     let share = u32::try_from(share).unwrap_or(u32::MAX);
     want.min(s.max_block).min(share).min(unleased)
+}
+
+/// [`block_size`] for an edge that holds no units of the window yet (`first`):
+/// nothing unless half a fair share is at least `min_block`. A smaller first
+/// block is not worth its round trip, and a key whose quota is small next to
+/// `min_block` is then never leased (its headers stay exact). An edge that
+/// already holds a lease of the window is topped up as the window fills,
+/// down to 1 unit, so a hot location's tail costs few round trips.
+pub fn block_for(unleased: u32, active_edges: u32, want: u32, first: bool, s: &EdgeLimits) -> u32 {
+    let b = block_size(unleased, active_edges, want, s);
+    let share = u64::from(unleased) / (2 * u64::from(active_edges.max(1)));
+    match first && share < u64::from(s.min_block) {
+        true => 0,
+        false => b,
+    }
 }

@@ -14,8 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::home::AtHome;
-use super::{block_size, Ask, EdgeLimits};
+use super::{block_for, Ask, AtHome, EdgeLimits};
 
 /// One edge life's slots, at the home.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +72,7 @@ impl SlotLedger {
         let others = self.holders.iter().filter(|h| !mine(h)).count();
         let edges = u32::try_from(others).unwrap_or(u32::MAX).saturating_add(1);
         let more = match s.enabled {
-            true => block_size(free, edges, want.saturating_sub(held), s),
+            true => block_for(free, edges, want.saturating_sub(held), held == 0, s),
             false => 0,
         };
         let slots = held.saturating_add(more);

@@ -39,6 +39,10 @@ impl GuardStore for MemoryStore {
         self.state.profile = Some(profile.clone());
         Ok(())
     }
+    fn put_ledger(&mut self, ledger: &crate::lease::Ledger) -> Result<(), Self::Error> {
+        self.state.ledger = ledger.clone();
+        Ok(())
+    }
     fn slots_in_use(&mut self, now_ms: u64) -> Result<u32, Self::Error> {
         Ok(self.slots.values().filter(|until| **until > now_ms).count() as u32)
     }

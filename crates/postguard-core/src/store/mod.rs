@@ -13,6 +13,8 @@ use crate::guard::{
     self, Ack, AdmitRequest, AdmitResponse, CompleteRequest, GuardState, Profile, ReleaseRequest,
 };
 use crate::idempotency::{Decision, Record};
+use crate::lease;
+use crate::lease::Ledger;
 use crate::limits::Windows;
 use crate::operations::Operation;
 use crate::response_events::PendingEvent;
@@ -32,6 +34,8 @@ pub trait GuardStore {
     fn put_windows(&mut self, windows: &Windows) -> Result<(), Self::Error>;
     fn put_revoked(&mut self, at_ms: u64) -> Result<(), Self::Error>;
     fn put_profile(&mut self, profile: &Profile) -> Result<(), Self::Error>;
+    /// The ledger of blocks leased to edges (ADR 0040), beside the windows.
+    fn put_ledger(&mut self, ledger: &Ledger) -> Result<(), Self::Error>;
     /// Concurrency slots still leased at `now_ms`.
     fn slots_in_use(&mut self, now_ms: u64) -> Result<u32, Self::Error>;
     fn put_slot(&mut self, id: &str, until_ms: u64) -> Result<(), Self::Error>;
@@ -136,8 +140,9 @@ pub fn admit<S: GuardStore>(
         Some(k) => store.record(k)?,
         None => None,
     };
+    // Slots leased to edges are in use as far as the home knows (ADR 0040).
     let in_use = match req.slot.is_some() || req.reports_inflight() {
-        true => store.slots_in_use(now_ms)?,
+        true => lease::home::in_use_with_leases(&state.ledger, store.slots_in_use(now_ms)?, now_ms),
         false => 0,
     };
     let mut plan = guard::admit(&state, in_use, record.as_ref(), req, now_ms);
@@ -325,10 +330,12 @@ pub fn update<S: GuardStore>(store: &mut S, profile: &Profile) -> Result<Ack, S:
     Ok(Ack { applied })
 }
 
+mod leases;
 mod memory;
 mod operations;
 mod outbox;
 
+pub use leases::*;
 pub use memory::MemoryStore;
 pub use operations::*;
 pub use outbox::*;

@@ -543,3 +543,59 @@ fn the_next_alarm_is_the_sweep_or_the_work_paced() {
         Some(NOW + 10)
     );
 }
+
+#[test]
+fn a_grant_is_written_with_the_windows_and_its_slots_count_at_the_home() {
+    use crate::guard::{LeaseRequest, Slot};
+    use crate::lease::{Ask, EdgeLimits};
+    let mut store = MemoryStore::default();
+    let limits = Limits {
+        concurrency: Some(40),
+        ..single(Q)
+    };
+    let settings = EdgeLimits {
+        enabled: true,
+        min_block: 2,
+        ..EdgeLimits::default()
+    };
+    let ask = Ask {
+        edge: "LHR.0".into(),
+        id: 9,
+        life: 9,
+        want: 20,
+        have: Vec::new(),
+        slots: Some(30),
+    };
+    let req = LeaseRequest {
+        admit: AdmitRequest::charge(1, limits.clone()),
+        ask: Some(ask),
+        settings,
+        request_ms: 1_000,
+    };
+    let done = ok(lease(&mut store, &req, &[], 1_000));
+    let g = done.answer.grant.expect("a grant");
+    let (units, slots) = (g.blocks[0].units, g.slots.map_or(0, |s| s.slots));
+    assert!(units > 0 && slots > 0, "{units} units, {slots} slots");
+    let used = crate::limits::window_of(&store.state.windows, "default").map(|w| w.used);
+    assert_eq!(
+        used,
+        Some(1 + units),
+        "the request and the block, one write"
+    );
+    assert_eq!(store.state.ledger.policies[0].leased, units);
+    // The home's own admissions see the leased slots as taken.
+    let mine = AdmitRequest {
+        slot: Some(Slot {
+            id: "r1".into(),
+            lease_ms: 1_000,
+        }),
+        ..AdmitRequest::charge(1, limits)
+    };
+    let d = ok(admit(&mut store, &mine, &[], 1_001));
+    let inflight = d
+        .answer
+        .verdicts()
+        .and_then(|v| v.inflight)
+        .expect("inflight");
+    assert_eq!(inflight.in_use, slots + 1);
+}

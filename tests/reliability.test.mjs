@@ -70,6 +70,8 @@ function chunkedUpload(path, headers, total = HUGE) {
       });
     });
     req.on('error', (e) => (answered ? undefined : reject(e)));
+    // Bounded: a gateway that neither reads nor answers fails the test instead of hanging the suite.
+    req.setTimeout(120000, () => req.destroy(new Error(`no answer within 120 s after ${written} bytes`)));
     const pump = () => {
       while (!answered && written < total) {
         written += CHUNK;

@@ -39,7 +39,7 @@ const CHECKS = [
 ];
 
 const CONFIG = {
-  plans: { trial: { requests_per_window: 30, window_s: 60 }, big: { requests_per_window: 1000000, window_s: 60, gateway: { requests: 1000000, window_s: 60 } } },
+  plans: { trial: { requests_per_window: 30, window_s: 60 }, business: { requests_per_window: 2000, window_s: 60 }, big: { requests_per_window: 1000000, window_s: 60, gateway: { requests: 1000000, window_s: 60 } } },
   webhooks: { schedule_s: [60], timeout_ms: 2000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
   origin: { timeout_ms: 2000 },
   // An asynchronous operation for getOperation and getOperationResult (seedOperation).

@@ -535,6 +535,8 @@ describe('12. a 256 MiB body to any endpoint is answered 413 under wrangler dev'
         res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'], body: Buffer.concat(chunks).toString() }));
       });
       req.on('error', reject);
+      // Bounded: a gateway that neither reads nor answers fails the test instead of hanging the suite.
+      req.setTimeout(120000, () => req.destroy(new Error(`${p}: no answer within 120 s`)));
       // Paced (a MiB every 5 ms, over a second): the upload is still going when a gateway that
       // stopped reading at the limit answers, as a client on a real network would be.
       const chunk = Buffer.alloc(MiB, 0x61);

@@ -306,10 +306,17 @@ pub fn secret_record(ends_at: Option<u64>, now_ms: u64) -> SecretRecord {
     if drop_at <= now_ms {
         return SecretRecord::Delete;
     }
-    SecretRecord::KeepUntil {
-        epoch_s: (drop_at / 1000).max(now_ms / 1000 + KV_MIN_EXPIRY_S),
+    let epoch_s = (drop_at / 1000).max(now_ms / 1000 + KV_MIN_EXPIRY_S);
+    if epoch_s > KV_MAX_EXPIRATION_S {
+        // KV takes an expiration only up to 2^31 - 1 s (2038-01-19); a key that ends
+        // later keeps its record without one, and admission refuses it by its own end.
+        return SecretRecord::Keep;
     }
+    SecretRecord::KeepUntil { epoch_s }
 }
+
+/// The latest expiration (epoch s) KV accepts: a signed 32-bit value.
+const KV_MAX_EXPIRATION_S: u64 = i32::MAX as u64;
 
 /// The record stored under a replaced secret: the key's, saying when this
 /// secret ends.
@@ -590,6 +597,15 @@ mod tests {
         assert_eq!(
             secret_record(Some(NOW - ENDED_RECORD_KEPT_MS), NOW),
             SecretRecord::Delete
+        );
+        // KV takes no expiration past 2038 (2^31 - 1 s): a later end keeps the record.
+        let year_2443 = 14_998_468_408_591;
+        assert_eq!(secret_record(Some(year_2443), NOW), SecretRecord::Keep);
+        assert_eq!(
+            secret_record(Some(KV_MAX_EXPIRATION_S * 1000 - ENDED_RECORD_KEPT_MS), NOW),
+            SecretRecord::KeepUntil {
+                epoch_s: KV_MAX_EXPIRATION_S
+            }
         );
         // KV never takes an expiry under a minute away.
         assert_eq!(

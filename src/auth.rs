@@ -170,7 +170,8 @@ async fn api_key(
 /// An authenticated API key together with its plan (its overrides laid over).
 pub struct Caller {
     pub key: ApiKey,
-    pub plan: Plan,
+    /// Boxed: a plan is the largest part of a principal.
+    pub plan: Box<Plan>,
 }
 
 impl Caller {
@@ -202,7 +203,10 @@ pub async fn api_caller(
         f.credential = true;
     });
     match key.record.effective_plan(&cfg.settings) {
-        Some(plan) => Ok(Caller { plan, key }),
+        Some(plan) => Ok(Caller {
+            plan: Box::new(plan),
+            key,
+        }),
         None => Err(Problem::new(
             ErrorCode::ConfigInvalid,
             format!(
@@ -253,6 +257,7 @@ pub enum Principal {
 /// origin's objects only hold their Idempotency-Key records.
 fn uncharged() -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![Policy {
             name: "operator".into(),
             limit: u32::MAX,

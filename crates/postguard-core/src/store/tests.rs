@@ -15,6 +15,7 @@ fn ok<T>(r: Result<T, std::convert::Infallible>) -> T {
 
 fn single(quota: Quota) -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![crate::limits::Policy::single(quota)],
         concurrency: None,
         report_only: false,

@@ -14,6 +14,7 @@ const T0: u64 = 1_700_000_000_000;
 
 fn limits(quota: u32) -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![Policy {
             name: "default".into(),
             limit: quota,

@@ -6,16 +6,16 @@
 //! crossed by exactly one admission per window, so each notice is made once
 //! however many requests arrive together. Its event id is derived from
 //! (key, policy, window, threshold), so a retried publish is the same event.
+//! A plan's `notify_at` is validated with the plans (`config::plans`).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::limits::{Policy, Windows};
+use crate::response_events::PendingEvent;
 
 /// The event type of a quota notice.
 pub const EVENT_TYPE: &str = "postguard.quota.threshold";
-/// Most thresholds a plan may list.
-pub const MAX_THRESHOLDS: usize = 10;
 
 /// One threshold reached.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,21 +103,30 @@ pub fn data(key_prefix: &str, n: &Notice) -> serde_json::Value {
     })
 }
 
-/// `notify_at` as a plan gives it: 1–10 distinct percentages of 1–100.
-pub fn check(notify_at: &[u8]) -> Result<(), String> {
-    if notify_at.is_empty() || notify_at.len() > MAX_THRESHOLDS {
-        return Err(format!("must list 1 to {MAX_THRESHOLDS} percentages"));
+/// Where a key's notices go: what the calling worker knows of the key and
+/// the request, sent with each admission charged to the key's API policies
+/// (`guard::AdmitRequest::notices`) so the object can write a notice it
+/// decides in the same transaction, with no call of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeTo {
+    pub key_id: String,
+    pub key_prefix: String,
+    pub project: String,
+    /// The admission that crossed the threshold (the event's `request_id`).
+    pub request_id: String,
+}
+
+/// The event to publish for `n`, as the key's object keeps it in its outbox
+/// (published by its alarm through the one write path, as an event from a
+/// response is).
+pub fn pending(to: &NoticeTo, n: &Notice) -> PendingEvent {
+    PendingEvent {
+        id: event_id(&to.key_id, n),
+        project: to.project.clone(),
+        event_type: EVENT_TYPE.to_string(),
+        data: data(&to.key_prefix, n),
+        request_id: to.request_id.clone(),
     }
-    if notify_at.iter().any(|p| !(1..=100).contains(p)) {
-        return Err("each must be a percentage from 1 to 100".into());
-    }
-    let mut sorted = notify_at.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != notify_at.len() {
-        return Err("must not list a percentage twice".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -170,14 +179,5 @@ mod tests {
         let d = data("pgk_abc", n);
         assert_eq!(d["percent"], 80);
         assert_eq!(d["resets_at"], "1970-01-01T00:01:00.000Z");
-    }
-
-    #[test]
-    fn thresholds_are_checked() {
-        assert!(check(&[80, 100]).is_ok());
-        assert!(check(&[]).is_err());
-        assert!(check(&[0]).is_err());
-        assert!(check(&[101]).is_err());
-        assert!(check(&[50, 50]).is_err());
     }
 }

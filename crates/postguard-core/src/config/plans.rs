@@ -255,8 +255,28 @@ pub fn validate_plan(at: &str, plan: &Plan) -> Result<(), ConfigError> {
         for (i, p) in list.iter().enumerate() {
             range(format!("{at}.notify_at[{i}]"), *p, 1, 100)?;
         }
-        crate::quota_notice::check(&plan.notify_at_percent())
+        check_notify_at(&plan.notify_at_percent())
             .map_err(|why| ConfigError::new(format!("{at}.notify_at"), why))?;
+    }
+    Ok(())
+}
+
+/// Most thresholds a plan's `notify_at` may list.
+const MAX_NOTIFY_AT: usize = 10;
+
+/// `notify_at` as a plan gives it: 1–10 distinct percentages of 1–100.
+fn check_notify_at(notify_at: &[u8]) -> Result<(), String> {
+    if notify_at.is_empty() || notify_at.len() > MAX_NOTIFY_AT {
+        return Err(format!("must list 1 to {MAX_NOTIFY_AT} percentages"));
+    }
+    if notify_at.iter().any(|p| !(1..=100).contains(p)) {
+        return Err("each must be a percentage from 1 to 100".into());
+    }
+    let mut sorted = notify_at.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != notify_at.len() {
+        return Err("must not list a percentage twice".into());
     }
     Ok(())
 }
@@ -339,6 +359,16 @@ mod tests {
         );
         assert_eq!(field_of(&plan("80")), "plans.p.notify_at");
         assert_eq!(field_of(&plan("[1, 100]")), "");
+    }
+
+    #[test]
+    fn thresholds_are_checked() {
+        use super::check_notify_at as check;
+        assert!(check(&[80, 100]).is_ok());
+        assert!(check(&[]).is_err());
+        assert!(check(&[0]).is_err());
+        assert!(check(&[101]).is_err());
+        assert!(check(&[50, 50]).is_err());
     }
 
     #[test]

@@ -164,6 +164,20 @@ pub fn limits_of(fresher: Option<&Profile>, req: &AdmitRequest) -> Limits {
     }
 }
 
+/// Whether an admission of `req` may write quota notices: the limits it
+/// enforces (`limits_of`) list `notify_at` and the caller said where they
+/// go. Read without cloning the limits (it is asked on every admission).
+pub fn notifies(profile: Option<&Profile>, req: &AdmitRequest) -> bool {
+    if req.notices.is_none() {
+        return false;
+    }
+    match (fresher(profile, req), req.scope) {
+        (Some(p), Scope::Api) => !p.limits.notify_at.is_empty(),
+        (Some(p), Scope::Gateway) => !p.gateway.notify_at.is_empty(),
+        (None, _) => req.limits.as_ref().is_some_and(|l| !l.notify_at.is_empty()),
+    }
+}
+
 /// Whether the calling secret has expired as an edge sees it: by the
 /// caller's record and by the key's `profile` as the home last told the
 /// edge (a reroll's previous secrets, an expiry set since the record).

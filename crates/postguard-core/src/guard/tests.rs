@@ -29,6 +29,7 @@ fn req(cost: u32, claim: Option<Claim>) -> AdmitRequest {
         lookup: None,
         operation: None,
         transient: false,
+        notices: None,
     }
 }
 

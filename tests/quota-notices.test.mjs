@@ -3,8 +3,11 @@
 // project once per (key, policy, window, threshold) — decided by the key's object in the admission
 // that counts the request and published by its alarm through the one write path. Three rounds of 10
 // simultaneous requests against a limit of 10 with notify_at [50, 100] give exactly one event at
-// 50 % and one at 100 %; a key of a plan without notify_at gives none. Real worker under Miniflare,
-// real origin, a real receiver verifying the signatures with both libraries.
+// 50 % and one at 100 %; a key of a plan without notify_at gives none. With limits.edge on and
+// small blocks, requests from four locations (Miniflare's `cf.colo`, set by the MF-CF-Blob header)
+// admitted from blocks the key's object leases still give one event per threshold (decided where
+// the key's object charges). Real worker under Miniflare, real origin, a real receiver verifying
+// the signatures with both libraries.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
@@ -47,14 +50,14 @@ async function feed(gw, key) {
   return out;
 }
 
-/** `rounds` rounds of 10 requests sent truly at once; every answer's status. */
-async function rounds(gw, key, n) {
+/** `rounds` rounds of `size` requests sent truly at once; every answer's status. */
+async function rounds(gw, key, n, { size = 10, headers = () => ({}) } = {}) {
   const statuses = [];
   for (let r = 0; r < n; r++) {
-    const reqs = Array.from({ length: 10 }, (_, i) => ({
+    const reqs = Array.from({ length: size }, (_, i) => ({
       method: 'GET',
       path: `/things/${r}-${i}`,
-      headers: bearer(key),
+      headers: { ...bearer(key), ...headers(i) },
     }));
     statuses.push(...(await burst(gw.url, reqs)).map((res) => res.status));
   }
@@ -132,5 +135,54 @@ describe('quota notices', () => {
     );
     const evs = await feed(gw, quiet.key);
     assert.ok(evs.every((e) => e.data.key_prefix !== quiet.prefix), 'none in the feed');
+  });
+});
+
+describe('quota notices with admission at the edge', () => {
+  const COLOS = ['AMS', 'CDG', 'FRA', 'LHR'];
+  let origin;
+  let receiver;
+  let gw;
+  let k;
+
+  before(async () => {
+    origin = await startOrigin();
+    receiver = await startReceiver();
+    gw = await startGateway({
+      originUrl: origin.url,
+      vars: {
+        POSTGUARD_CONFIG: cfg({
+          ...CONFIG,
+          plans: { edged: { requests_per_window: 100, window_s: 3600, notify_at: [25, 50, 100] } },
+          limits: { unauthenticated_per_minute: 1000000, edge: { enabled: true, min_block: 2, max_block: 8 } },
+        }),
+      },
+    });
+    k = await gw.createKey({ project: 'edged', plan: 'edged' });
+    const sub = await subscribe(gw, k.key, `${receiver.url}/hooks`);
+    receiver.setSecrets([sub.secret]);
+  });
+  after(async () => {
+    await gw?.dispose();
+    await receiver?.close();
+    await origin?.kill();
+  });
+
+  it('blocks leased to four locations: each threshold once, the window never over its quota', async () => {
+    const at = (i) => ({ 'mf-cf-blob': JSON.stringify({ colo: COLOS[i % COLOS.length] }) });
+    const statuses = await rounds(gw, k.key, 6, { size: 40, headers: at });
+    const admitted = statuses.filter((s) => s === 200).length;
+    assert.ok(admitted <= 100 && admitted >= 25, `admitted ${admitted} of 240 (statuses ${[...new Set(statuses)]})`);
+    const notices = () => receiver.requests.filter((r) => r.json?.type === TYPE);
+    await receiver.waitFor(() => notices().length >= 2, { timeout: 60000, message: 'the 25 % and 50 % notices delivered' });
+    await stays(async () => new Set(notices().map((r) => r.json.id)).size === notices().length, 3000, 'no notice twice');
+    const percents = notices().map((r) => r.json.data.percent).sort((a, b) => a - b);
+    assert.deepEqual(percents.filter((p) => p !== 100), [25, 50], `percents ${percents}`);
+    assert.ok(percents.filter((p) => p === 100).length <= 1, `percents ${percents}`);
+    for (const r of notices()) {
+      assert.ok(r.verified, `signature verifies: ${JSON.stringify(r.verification)}`);
+      assert.equal(r.json.data.key_prefix, k.prefix);
+      assert.ok(r.json.data.used >= Math.ceil(r.json.data.percent) && r.json.data.used <= 100, JSON.stringify(r.json.data));
+    }
   });
 });

@@ -1,4 +1,4 @@
-// Quota notices (docs/webhooks.md "Quota notices", CONTRACT §17): a plan's `notify_at` publishes
+// Quota notices (docs/webhooks.md "Quota notices"): a plan's `notify_at` publishes
 // `postguard.quota.threshold` {key_prefix, policy, limit, used, percent, resets_at} to the key's
 // project once per (key, policy, window, threshold) — decided by the key's object in the admission
 // that counts the request and published by its alarm through the one write path. Three rounds of 10

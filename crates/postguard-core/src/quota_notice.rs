@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::limits::{Policy, Windows};
+use crate::limits::{window_of, Policy, Windows};
 use crate::response_events::PendingEvent;
 
 /// The event type of a quota notice.
@@ -70,6 +70,37 @@ pub fn crossed(
         }
     }
     out
+}
+
+/// Whether charging `cost` at `now_ms` may cross a threshold: asked before
+/// the admission, on every request of a plan with `notify_at`, so the key's
+/// object opens a transaction (the charge and a notice written together)
+/// only for the few admissions of a window that may write one. Never `false`
+/// when [`crossed`] could find one; `true` when unsure (a window from the
+/// future, pinned to now).
+pub fn may_cross(
+    notify_at: &[u8],
+    policies: &[Policy],
+    windows: &Windows,
+    now_ms: u64,
+    cost: u32,
+) -> bool {
+    if cost == 0 {
+        return false;
+    }
+    policies.iter().any(|p| {
+        let stored = window_of(windows, &p.name).copied();
+        let live = crate::rate_limit::in_force(stored, now_ms, p.window_ms);
+        if live.is_some() && live != stored {
+            return true;
+        }
+        let was = live.map_or(0, |w| u64::from(w.used));
+        let now = was.saturating_add(u64::from(cost));
+        notify_at.iter().any(|&percent| {
+            let at = units(p.limit, percent);
+            was < at && now >= at
+        })
+    })
 }
 
 /// The notice's event id: `evt_q` + hex of a hash of (key, policy, window,
@@ -168,6 +199,43 @@ mod tests {
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].window_start, 60_000);
         assert!(crossed(&[], &pol, &w(0, 0), &w(0, 10)).is_empty());
+    }
+
+    proptest::proptest! {
+        /// `may_cross` is never false when the admission crosses a threshold.
+        #[test]
+        fn may_cross_never_misses_a_crossing(
+            limit in 1u32..50,
+            used in 0u32..60,
+            cost in 0u32..12,
+            start in 0u64..200_000,
+            now in 0u64..200_000,
+            at in proptest::collection::vec(1u8..=100, 1..4),
+        ) {
+            let pol = p(limit);
+            let before = w(start, used.min(limit));
+            let checked = crate::limits::check_all(&before, &pol, now, cost);
+            // A peek (cost 0) is never noticed: it charges nothing (`store::admit`).
+            if let (Some(after), true) = (checked.windows, cost > 0) {
+                if checked.verdicts.admitted() && !crossed(&at, &pol, &before, &after).is_empty() {
+                    proptest::prop_assert!(may_cross(&at, &pol, &before, now, cost));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn may_cross_is_false_for_most_admissions() {
+        let (pol, at) = (p(100), [50u8, 100]);
+        assert!(!may_cross(&at, &pol, &w(0, 10), 1_000, 1));
+        assert!(may_cross(&at, &pol, &w(0, 49), 1_000, 1));
+        assert!(!may_cross(&at, &pol, &w(0, 50), 1_000, 1));
+        assert!(may_cross(&at, &pol, &w(0, 99), 1_000, 1));
+        assert!(!may_cross(&at, &pol, &w(0, 49), 1_000, 0), "a peek");
+        // The window ended: the next one counts from 0.
+        assert!(!may_cross(&at, &pol, &w(0, 49), 60_000, 1));
+        assert!(may_cross(&at, &p(1), &w(0, 1), 60_000, 1));
+        assert!(may_cross(&at, &pol, &Vec::new(), 0, 50));
     }
 
     #[test]

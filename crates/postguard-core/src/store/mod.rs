@@ -151,9 +151,10 @@ pub fn admit<S: GuardStore>(
     if let Some(w) = &plan.windows {
         store.put_windows(w)?;
     }
-    // Only an admission charges; a refusal writes a window only to pin it.
+    // Only an admission of a cost charges; a refusal or a peek writes a
+    // window only to pin one from the future to now.
     let noticed = match (&plan.windows, &plan.response) {
-        (Some(after), AdmitResponse::Admitted { .. }) => {
+        (Some(after), AdmitResponse::Admitted { .. }) if req.cost > 0 => {
             notices(store, &state, req, &state.windows, after, now_ms)?
         }
         _ => None,
@@ -289,15 +290,30 @@ pub fn admit_in_memory(
     (plan.windows.is_none() && plan.claim.is_none() && plan.slot.is_none()).then_some(plan.response)
 }
 
-/// Whether [`admit`] needs a storage transaction for `req`. Without a claim,
-/// a slot or quota notices it writes at most one statement (the windows),
-/// which is atomic on its own; with any of them it may write several, which
-/// must commit together. `state`: the object's, if it holds it in memory
-/// (unknown, a request that may notify takes the transaction).
-pub fn admit_needs_transaction(req: &AdmitRequest, state: Option<&GuardState>) -> bool {
-    req.claim.is_some()
-        || req.slot.is_some()
-        || (req.notices.is_some() && state.is_none_or(|s| guard::notifies(s.profile.as_ref(), req)))
+/// Whether [`admit`] needs a storage transaction for `req` at `now_ms`.
+/// Without a claim or a slot it writes at most one statement (the windows),
+/// which is atomic on its own — unless the charge may cross a quota
+/// notice's threshold (`quota_notice::may_cross`, a few admissions per
+/// window), when it may also write the notice, which must commit with it.
+/// `state`: the object's, if it holds it in memory (unknown, a request
+/// that may notify takes the transaction).
+pub fn admit_needs_transaction(
+    req: &AdmitRequest,
+    state: Option<&GuardState>,
+    now_ms: u64,
+) -> bool {
+    if req.claim.is_some() || req.slot.is_some() {
+        return true;
+    }
+    if req.notices.is_none() {
+        return false;
+    }
+    let Some(state) = state else {
+        return true;
+    };
+    guard::notice_limits(state.profile.as_ref(), req).is_some_and(|l| {
+        quota_notice::may_cross(&l.notify_at, &l.policies, &state.windows, now_ms, req.cost)
+    })
 }
 
 /// `complete`: store the origin's response under this request's claim, and

@@ -631,9 +631,11 @@ mod quota_notices {
     }
 
     /// `rounds` rounds of 10 requests "at once": the object runs them one at
-    /// a time, each in its own transaction, whatever order they arrive in.
-    fn rounds(s: &mut MemoryStore, notify_at: &[u8], rounds: u32, now: u64) -> u32 {
-        let mut admitted = 0;
+    /// a time, each on its own, whatever order they arrive in. Returns how
+    /// many were admitted and how many ran in a transaction; a notice is
+    /// only ever written by one that did.
+    fn rounds(s: &mut MemoryStore, notify_at: &[u8], rounds: u32, now: u64) -> (u32, u32) {
+        let (mut admitted, mut transactions) = (0, 0);
         for r in 0..rounds {
             for i in 0..10 {
                 let req = request(notify_at, &format!("req_{r}_{i}"));
@@ -643,17 +645,22 @@ mod quota_notices {
                 if admit_in_memory(&state, &req, now).is_some() {
                     continue;
                 }
-                assert_eq!(
-                    admit_needs_transaction(&req, Some(&state)),
-                    !notify_at.is_empty()
-                );
+                let tx = admit_needs_transaction(&req, Some(&state), now);
+                let waiting = ok(s.pending(u64::MAX, 100)).len();
                 let d = ok(admit(s, &req, &[], now));
+                if ok(s.pending(u64::MAX, 100)).len() > waiting {
+                    assert!(
+                        tx,
+                        "a notice is written with the charge, in one transaction"
+                    );
+                }
+                transactions += u32::from(tx);
                 if matches!(d.answer, AdmitResponse::Admitted { .. }) {
                     admitted += 1;
                 }
             }
         }
-        admitted
+        (admitted, transactions)
     }
 
     fn events(s: &mut MemoryStore, now: u64) -> Vec<PendingEvent> {
@@ -668,7 +675,11 @@ mod quota_notices {
     #[test]
     fn three_rounds_of_ten_cross_half_and_the_limit_once_each() {
         let mut s = MemoryStore::default();
-        assert_eq!(rounds(&mut s, &[50, 100], 3, 1_000), 10);
+        assert_eq!(
+            rounds(&mut s, &[50, 100], 3, 1_000),
+            (10, 2),
+            "only the 5th and the 10th may cross, and open a transaction"
+        );
         let evs = events(&mut s, 1_000);
         assert_eq!(evs.len(), 2, "{evs:?}");
         assert!(evs
@@ -704,12 +715,15 @@ mod quota_notices {
     #[test]
     fn nothing_without_notify_at_or_without_where_to() {
         let mut s = MemoryStore::default();
-        assert_eq!(rounds(&mut s, &[], 3, 1_000), 10);
+        assert_eq!(rounds(&mut s, &[], 3, 1_000), (10, 0));
         assert!(events(&mut s, 1_000).is_empty());
         let mut s = MemoryStore::default();
         for _ in 0..10 {
             let req = AdmitRequest::charge(1, limits(&[50, 100]));
-            assert!(!admit_needs_transaction(&req, None), "no target: no notice");
+            assert!(
+                !admit_needs_transaction(&req, None, 1_000),
+                "no target: no notice"
+            );
             ok(admit(&mut s, &req, &[], 1_000));
         }
         assert!(events(&mut s, 1_000).is_empty());
@@ -725,7 +739,7 @@ mod quota_notices {
             ok(published(&mut s, &p, true, 1_000));
         }
         assert!(events(&mut s, 61_000).is_empty());
-        assert_eq!(rounds(&mut s, &[50, 100], 3, 61_000), 10);
+        assert_eq!(rounds(&mut s, &[50, 100], 3, 61_000), (10, 2));
         let next = events(&mut s, 61_000);
         assert_eq!(next.len(), 2);
         assert_eq!(next[1].data["resets_at"], "1970-01-01T00:02:01.000Z");
@@ -760,14 +774,15 @@ mod quota_notices {
             ..crate::guard::Profile::default()
         };
         ok(update(&mut s, &profile));
-        let state = ok(s.state());
-        let req = request(&[], "r");
-        assert!(
-            admit_needs_transaction(&req, Some(&state)),
-            "the profile notifies"
-        );
         for i in 0..10 {
-            ok(admit(&mut s, &request(&[], &format!("r{i}")), &[], 1_000));
+            let state = ok(s.state());
+            let req = request(&[], &format!("r{i}"));
+            assert_eq!(
+                admit_needs_transaction(&req, Some(&state), 1_000),
+                i == 9,
+                "the profile's notify_at: the 10th reaches 100 %"
+            );
+            ok(admit(&mut s, &req, &[], 1_000));
         }
         let evs = events(&mut s, 1_000);
         assert_eq!(evs.len(), 1);

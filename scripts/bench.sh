@@ -3,7 +3,7 @@
 # each writing its section of bench/RESULTS.md. Installs what is missing and builds
 # first. About 20 minutes. One benchmark: `bash scripts/bench.sh proxy` (or profile,
 # counters, coldstart, audit, audit-shards, webhooks, webhook-shards, scaling, policies, live-api,
-# edge; and
+# edge, quota-notices; and
 # peer, the Hono peer of ADR 0036, which needs HONO_IDEMPOTENCY_SRC: bench/README.md).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -24,9 +24,10 @@ declare -A ARGS=(
   [policies]="7 4"     # rounds, seconds per run
   [live-api]="5 4"     # rounds, seconds per run
   [edge]="7 4"         # rounds, seconds per run (edges on ÷ off)
+  [quota-notices]="7 4" # rounds, seconds per run (notify_at ÷ none)
   [peer]="5 10"        # rounds, seconds per run (not in the default order)
 )
-ORDER=(proxy profile counters coldstart audit audit-shards webhooks webhook-shards scaling policies live-api edge)
+ORDER=(proxy profile counters coldstart audit audit-shards webhooks webhook-shards scaling policies live-api edge quota-notices)
 [ $# -gt 0 ] && ORDER=("$@")
 for b in "${ORDER[@]}"; do
   [ -n "${ARGS[$b]+x}" ] || { echo "unknown benchmark: $b (one of ${!ARGS[*]})" >&2; exit 2; }

@@ -28,6 +28,7 @@ use postguard_core::guard::Caller as CallerView;
 use postguard_core::keys::{self, KeyRecord};
 use postguard_core::limits::{Limits, Policy};
 use postguard_core::portal::{Claims, Kind, Rejected, Signer};
+use postguard_core::quota_notice::NoticeTo;
 use postguard_core::routes::{Access, Budget};
 use postguard_core::{ErrorCode, Problem};
 use worker::Env;
@@ -170,7 +171,8 @@ async fn api_key(
 /// An authenticated API key together with its plan (its overrides laid over).
 pub struct Caller {
     pub key: ApiKey,
-    pub plan: Plan,
+    /// Boxed: a plan is the largest part of a principal.
+    pub plan: Box<Plan>,
 }
 
 impl Caller {
@@ -183,6 +185,19 @@ impl Caller {
             key: keys::secret_tag(&self.key.hash),
             secret_until: self.key.record.secret_expires_at,
         }
+    }
+
+    /// Where the key's quota notices go, for the admission of `request_id`
+    /// charged to its API policies. Sent whatever the cached plan says: the
+    /// object may hold limits set since (`notify_at` added by a change).
+    pub fn notice_to(&self, request_id: &str) -> Option<Box<NoticeTo>> {
+        let r = &self.key.record;
+        Some(Box::new(NoticeTo {
+            key_id: r.id.clone(),
+            key_prefix: r.prefix.clone(),
+            project: r.project.clone(),
+            request_id: request_id.to_string(),
+        }))
     }
 }
 
@@ -202,7 +217,10 @@ pub async fn api_caller(
         f.credential = true;
     });
     match key.record.effective_plan(&cfg.settings) {
-        Some(plan) => Ok(Caller { plan, key }),
+        Some(plan) => Ok(Caller {
+            plan: Box::new(plan),
+            key,
+        }),
         None => Err(Problem::new(
             ErrorCode::ConfigInvalid,
             format!(
@@ -253,6 +271,7 @@ pub enum Principal {
 /// origin's objects only hold their Idempotency-Key records.
 fn uncharged() -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![Policy {
             name: "operator".into(),
             limit: u32::MAX,

@@ -106,6 +106,7 @@ pub async fn charge(
         ..AdmitRequest::charge(
             1,
             Limits {
+                notify_at: Vec::new(),
                 policies: vec![policy],
                 concurrency: None,
                 report_only: false,

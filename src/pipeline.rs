@@ -169,6 +169,7 @@ async fn admit(
         claim: pre.claim.clone(),
         slot,
         caller: Some(caller.view()),
+        notices: caller.notice_to(&rc.request_id),
         ..AdmitRequest::charge(cfg.settings.cost(&incoming.method, &incoming.path), limits)
     };
     let lease_ms = u64::from(cfg.settings.idempotency.lease_s) * 1000;

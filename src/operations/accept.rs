@@ -84,6 +84,7 @@ pub async fn accept(
     let req = AdmitRequest {
         claim: pre.claim.clone(),
         caller: Some(caller.view()),
+        notices: caller.notice_to(&rc.request_id),
         operation: new.map(Box::new),
         ..AdmitRequest::charge(cost, caller.plan.limits())
     };
@@ -138,6 +139,7 @@ async fn charge_first(
 ) -> Handled<Option<Reject>> {
     let req = AdmitRequest {
         caller: Some(caller.view()),
+        notices: caller.notice_to(&rc.request_id),
         ..AdmitRequest::charge(cost, caller.plan.limits())
     };
     let (reply, _) = guard.call::<Admit>(&req, &[]).await?;

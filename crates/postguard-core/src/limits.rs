@@ -74,6 +74,10 @@ pub struct Limits {
     /// refuse is admitted all the same, and the answer says which refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub report_only: bool,
+    /// Quota notices (`quota_notice`): the percentages of each policy's
+    /// limit whose first crossing in a window is published. Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify_at: Vec<u8>,
 }
 
 /// A key's windows, one per policy name (in the order first charged).

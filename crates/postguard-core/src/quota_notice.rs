@@ -6,16 +6,16 @@
 //! crossed by exactly one admission per window, so each notice is made once
 //! however many requests arrive together. Its event id is derived from
 //! (key, policy, window, threshold), so a retried publish is the same event.
+//! A plan's `notify_at` is validated with the plans (`config::plans`).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::limits::{Policy, Windows};
+use crate::limits::{window_of, Policy, Windows};
+use crate::response_events::PendingEvent;
 
 /// The event type of a quota notice.
 pub const EVENT_TYPE: &str = "postguard.quota.threshold";
-/// Most thresholds a plan may list.
-pub const MAX_THRESHOLDS: usize = 10;
 
 /// One threshold reached.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +72,37 @@ pub fn crossed(
     out
 }
 
+/// Whether charging `cost` at `now_ms` may cross a threshold: asked before
+/// the admission, on every request of a plan with `notify_at`, so the key's
+/// object opens a transaction (the charge and a notice written together)
+/// only for the few admissions of a window that may write one. Never `false`
+/// when [`crossed`] could find one; `true` when unsure (a window from the
+/// future, pinned to now).
+pub fn may_cross(
+    notify_at: &[u8],
+    policies: &[Policy],
+    windows: &Windows,
+    now_ms: u64,
+    cost: u32,
+) -> bool {
+    if cost == 0 {
+        return false;
+    }
+    policies.iter().any(|p| {
+        let stored = window_of(windows, &p.name).copied();
+        let live = crate::rate_limit::in_force(stored, now_ms, p.window_ms);
+        if live.is_some() && live != stored {
+            return true;
+        }
+        let was = live.map_or(0, |w| u64::from(w.used));
+        let now = was.saturating_add(u64::from(cost));
+        notify_at.iter().any(|&percent| {
+            let at = units(p.limit, percent);
+            was < at && now >= at
+        })
+    })
+}
+
 /// The notice's event id: `evt_q` + hex of a hash of (key, policy, window,
 /// threshold): the same notice is the same event, whoever publishes it.
 pub fn event_id(key_id: &str, n: &Notice) -> String {
@@ -103,21 +134,30 @@ pub fn data(key_prefix: &str, n: &Notice) -> serde_json::Value {
     })
 }
 
-/// `notify_at` as a plan gives it: 1–10 distinct percentages of 1–100.
-pub fn check(notify_at: &[u8]) -> Result<(), String> {
-    if notify_at.is_empty() || notify_at.len() > MAX_THRESHOLDS {
-        return Err(format!("must list 1 to {MAX_THRESHOLDS} percentages"));
+/// Where a key's notices go: what the calling worker knows of the key and
+/// the request, sent with each admission charged to the key's API policies
+/// (`guard::AdmitRequest::notices`) so the object can write a notice it
+/// decides in the same transaction, with no call of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeTo {
+    pub key_id: String,
+    pub key_prefix: String,
+    pub project: String,
+    /// The admission that crossed the threshold (the event's `request_id`).
+    pub request_id: String,
+}
+
+/// The event to publish for `n`, as the key's object keeps it in its outbox
+/// (published by its alarm through the one write path, as an event from a
+/// response is).
+pub fn pending(to: &NoticeTo, n: &Notice) -> PendingEvent {
+    PendingEvent {
+        id: event_id(&to.key_id, n),
+        project: to.project.clone(),
+        event_type: EVENT_TYPE.to_string(),
+        data: data(&to.key_prefix, n),
+        request_id: to.request_id.clone(),
     }
-    if notify_at.iter().any(|p| !(1..=100).contains(p)) {
-        return Err("each must be a percentage from 1 to 100".into());
-    }
-    let mut sorted = notify_at.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != notify_at.len() {
-        return Err("must not list a percentage twice".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -161,6 +201,43 @@ mod tests {
         assert!(crossed(&[], &pol, &w(0, 0), &w(0, 10)).is_empty());
     }
 
+    proptest::proptest! {
+        /// `may_cross` is never false when the admission crosses a threshold.
+        #[test]
+        fn may_cross_never_misses_a_crossing(
+            limit in 1u32..50,
+            used in 0u32..60,
+            cost in 0u32..12,
+            start in 0u64..200_000,
+            now in 0u64..200_000,
+            at in proptest::collection::vec(1u8..=100, 1..4),
+        ) {
+            let pol = p(limit);
+            let before = w(start, used.min(limit));
+            let checked = crate::limits::check_all(&before, &pol, now, cost);
+            // A peek (cost 0) is never noticed: it charges nothing (`store::admit`).
+            if let (Some(after), true) = (checked.windows, cost > 0) {
+                if checked.verdicts.admitted() && !crossed(&at, &pol, &before, &after).is_empty() {
+                    proptest::prop_assert!(may_cross(&at, &pol, &before, now, cost));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn may_cross_is_false_for_most_admissions() {
+        let (pol, at) = (p(100), [50u8, 100]);
+        assert!(!may_cross(&at, &pol, &w(0, 10), 1_000, 1));
+        assert!(may_cross(&at, &pol, &w(0, 49), 1_000, 1));
+        assert!(!may_cross(&at, &pol, &w(0, 50), 1_000, 1));
+        assert!(may_cross(&at, &pol, &w(0, 99), 1_000, 1));
+        assert!(!may_cross(&at, &pol, &w(0, 49), 1_000, 0), "a peek");
+        // The window ended: the next one counts from 0.
+        assert!(!may_cross(&at, &pol, &w(0, 49), 60_000, 1));
+        assert!(may_cross(&at, &p(1), &w(0, 1), 60_000, 1));
+        assert!(may_cross(&at, &pol, &Vec::new(), 0, 50));
+    }
+
     #[test]
     fn a_notice_is_one_event_whoever_publishes_it() {
         let n = &crossed(&[80], &p(5), &w(0, 3), &w(0, 4))[0];
@@ -170,14 +247,5 @@ mod tests {
         let d = data("pgk_abc", n);
         assert_eq!(d["percent"], 80);
         assert_eq!(d["resets_at"], "1970-01-01T00:01:00.000Z");
-    }
-
-    #[test]
-    fn thresholds_are_checked() {
-        assert!(check(&[80, 100]).is_ok());
-        assert!(check(&[]).is_err());
-        assert!(check(&[0]).is_err());
-        assert!(check(&[101]).is_err());
-        assert!(check(&[50, 50]).is_err());
     }
 }

@@ -122,7 +122,7 @@ impl Window {
 /// never reopens the quota), and one that starts more than a window ahead
 /// (a stored window from the future, or [`Window::UNREADABLE`]) is pinned to
 /// `now_ms` with its usage kept, so it ends at most one window from now.
-fn in_force(state: Option<Window>, now_ms: u64, window_ms: u64) -> Option<Window> {
+pub(crate) fn in_force(state: Option<Window>, now_ms: u64, window_ms: u64) -> Option<Window> {
     let w = state?;
     let w = match w.start_ms > now_ms.saturating_add(window_ms) {
         true => Window {

@@ -186,7 +186,9 @@ impl KeyGuard {
         if let Some(answer) = fast {
             return Ok((answer, Vec::new()));
         }
-        let done = match store::admit_needs_transaction(req) {
+        // Decided before the match: its borrow of the limiter must end first.
+        let tx = store::admit_needs_transaction(req, self.limiter.borrow().as_ref(), now);
+        let done = match tx {
             true => self.atomically(|s| store::admit(s, req, body, now))?,
             false => self.directly(|s| store::admit(s, req, body, now))?,
         };

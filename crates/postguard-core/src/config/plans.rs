@@ -35,6 +35,11 @@ pub struct Plan {
     /// (its audit row says `would_refuse`). Absent: enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforce: Option<bool>,
+    /// Quota notices (docs/webhooks.md): the percentages of each policy's
+    /// limit at which `postguard.quota.threshold` is published to the key's
+    /// project, once per window. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_at: Option<Vec<u32>>,
 }
 
 /// One named policy of a plan.
@@ -96,6 +101,7 @@ impl Plan {
             policies,
             concurrency: self.concurrency,
             report_only: self.enforce == Some(false),
+            notify_at: self.notify_at_percent(),
         }
     }
 
@@ -110,7 +116,18 @@ impl Plan {
             }],
             concurrency: None,
             report_only: false,
+            notify_at: Vec::new(),
         }
+    }
+
+    /// `notify_at` as percentages (a validated plan's are 1–100; anything
+    /// else is left out).
+    fn notify_at_percent(&self) -> Vec<u8> {
+        self.notify_at
+            .iter()
+            .flatten()
+            .filter_map(|p| u8::try_from(*p).ok())
+            .collect()
     }
 
     /// How long a stored response is replayed (s).
@@ -148,6 +165,7 @@ impl Plan {
         }
         out.concurrency = o.concurrency.or(out.concurrency);
         out.enforce = o.enforce.or(out.enforce);
+        out.notify_at = o.notify_at.clone().or(out.notify_at);
         out.gateway = o.gateway.clone().or(out.gateway);
         out.idempotency_ttl_s = o.idempotency_ttl_s.or(out.idempotency_ttl_s);
         out
@@ -233,6 +251,33 @@ pub fn validate_plan(at: &str, plan: &Plan) -> Result<(), ConfigError> {
     if let Some(t) = plan.idempotency_ttl_s {
         range(format!("{at}.idempotency_ttl_s"), t, 1, MAX_TTL_S)?;
     }
+    if let Some(list) = &plan.notify_at {
+        for (i, p) in list.iter().enumerate() {
+            range(format!("{at}.notify_at[{i}]"), *p, 1, 100)?;
+        }
+        check_notify_at(&plan.notify_at_percent())
+            .map_err(|why| ConfigError::new(format!("{at}.notify_at"), why))?;
+    }
+    Ok(())
+}
+
+/// Most thresholds a plan's `notify_at` may list.
+const MAX_NOTIFY_AT: usize = 10;
+
+/// `notify_at` as a plan gives it: 1–10 distinct percentages of 1–100.
+fn check_notify_at(notify_at: &[u8]) -> Result<(), String> {
+    if notify_at.is_empty() || notify_at.len() > MAX_NOTIFY_AT {
+        return Err(format!("must list 1 to {MAX_NOTIFY_AT} percentages"));
+    }
+    if notify_at.iter().any(|p| !(1..=100).contains(p)) {
+        return Err("each must be a percentage from 1 to 100".into());
+    }
+    let mut sorted = notify_at.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != notify_at.len() {
+        return Err("must not list a percentage twice".into());
+    }
     Ok(())
 }
 
@@ -275,6 +320,77 @@ mod tests {
             c.settings.plans["gold"].limits().policies[0].window_ms,
             60_000
         );
+    }
+
+    fn field_of(text: &str) -> String {
+        match Config::load(&env(Some(text))) {
+            Ok(_) => String::new(),
+            Err(e) => e.field,
+        }
+    }
+
+    #[test]
+    fn notify_at_is_a_plans_list_of_percentages() {
+        let c = Config::load(&env(Some(
+            r#"{"plans":{"gold":{"requests_per_window":10,"notify_at":[80,100]},"free":{"requests_per_window":5}}}"#,
+        )))
+        .unwrap();
+        assert_eq!(c.settings.plans["gold"].limits().notify_at, [80, 100]);
+        assert!(
+            c.settings.plans["free"].limits().notify_at.is_empty(),
+            "none by default"
+        );
+        assert!(c.settings.plans["gold"]
+            .gateway_limits()
+            .notify_at
+            .is_empty());
+        let plan = |n: &str| {
+            format!(r#"{{"plans":{{"p":{{"requests_per_window":10,"notify_at":{n}}}}}}}"#)
+        };
+        assert_eq!(field_of(&plan("[0]")), "plans.p.notify_at[0]");
+        assert_eq!(field_of(&plan("[50, 101]")), "plans.p.notify_at[1]");
+        assert_eq!(field_of(&plan("[-5]")), "plans.p.notify_at[0]");
+        assert_eq!(field_of(&plan(r#"["80"]"#)), "plans.p.notify_at[0]");
+        assert_eq!(field_of(&plan("[]")), "plans.p.notify_at");
+        assert_eq!(field_of(&plan("[80, 80]")), "plans.p.notify_at");
+        assert_eq!(
+            field_of(&plan("[1,2,3,4,5,6,7,8,9,10,11]")),
+            "plans.p.notify_at"
+        );
+        assert_eq!(field_of(&plan("80")), "plans.p.notify_at");
+        assert_eq!(field_of(&plan("[1, 100]")), "");
+    }
+
+    #[test]
+    fn thresholds_are_checked() {
+        use super::check_notify_at as check;
+        assert!(check(&[80, 100]).is_ok());
+        assert!(check(&[]).is_err());
+        assert!(check(&[0]).is_err());
+        assert!(check(&[101]).is_err());
+        assert!(check(&[50, 50]).is_err());
+    }
+
+    #[test]
+    fn a_keys_overrides_may_set_notify_at() {
+        use crate::config::Plan;
+        let plan = Plan {
+            notify_at: Some(vec![50]),
+            ..Plan::single(10, 60)
+        };
+        let none = plan.overlaid(&Plan::default());
+        assert_eq!(none.limits().notify_at, [50]);
+        let o = Plan {
+            notify_at: Some(vec![90, 100]),
+            ..Plan::default()
+        };
+        assert_eq!(plan.overlaid(&o).limits().notify_at, [90, 100]);
+        let bad = Plan {
+            notify_at: Some(vec![0]),
+            ..Plan::default()
+        };
+        let e = super::validate_plan("overrides", &plan.overlaid(&bad)).unwrap_err();
+        assert_eq!(e.field, "overrides.notify_at[0]");
     }
 
     proptest::proptest! {

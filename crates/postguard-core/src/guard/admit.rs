@@ -164,6 +164,27 @@ pub fn limits_of(fresher: Option<&Profile>, req: &AdmitRequest) -> Limits {
     }
 }
 
+/// The limits whose quota notices an admission of `req` may write: those
+/// it enforces (`limits_of`), if they list `notify_at` and the caller said
+/// where notices go. Read without cloning (it is asked on every admission).
+pub fn notice_limits<'a>(
+    profile: Option<&'a Profile>,
+    req: &'a AdmitRequest,
+) -> Option<&'a Limits> {
+    req.notices.as_ref()?;
+    let limits = match (fresher(profile, req), req.scope) {
+        (Some(p), Scope::Api) => &p.limits,
+        (Some(p), Scope::Gateway) => &p.gateway,
+        (None, _) => req.limits.as_ref()?,
+    };
+    (!limits.notify_at.is_empty()).then_some(limits)
+}
+
+/// Whether an admission of `req` may write quota notices ([`notice_limits`]).
+pub fn notifies(profile: Option<&Profile>, req: &AdmitRequest) -> bool {
+    notice_limits(profile, req).is_some()
+}
+
 /// Whether the calling secret has expired as an edge sees it: by the
 /// caller's record and by the key's `profile` as the home last told the
 /// edge (a reroll's previous secrets, an expiry set since the record).

@@ -216,8 +216,11 @@ fn prefetch(
         return None;
     }
     let ask = edge.should_prefetch(limits, s, now)?;
+    // Where notices go: the grant charges the home's windows, and a
+    // threshold it crosses is noticed there (`store::lease`).
     let peek = AdmitRequest {
         caller: req.admit.caller.clone(),
+        notices: req.admit.notices.clone(),
         ..AdmitRequest::charge(0, req.admit.requested_limits())
     };
     Some(lease_request(req, peek, Some(ask)))

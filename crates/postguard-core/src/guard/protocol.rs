@@ -49,6 +49,13 @@ pub struct AdmitRequest {
     /// are over (`store::Done::forget_at`), so no object is left behind.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transient: bool,
+    /// Where the key's quota notices go (`quota_notice::NoticeTo`): sent
+    /// with every admission of an API key charged to its API policies, so
+    /// a threshold this admission crosses is written to the object's outbox
+    /// with the charge. Absent: no notice (an object of an earlier build
+    /// ignores it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notices: Option<Box<crate::quota_notice::NoticeTo>>,
 }
 
 /// An operation to create if the claim is taken.
@@ -79,6 +86,7 @@ impl AdmitRequest {
             lookup: None,
             operation: None,
             transient: false,
+            notices: None,
         }
     }
 

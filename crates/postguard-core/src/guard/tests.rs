@@ -29,6 +29,7 @@ fn req(cost: u32, claim: Option<Claim>) -> AdmitRequest {
         lookup: None,
         operation: None,
         transient: false,
+        notices: None,
     }
 }
 
@@ -187,6 +188,7 @@ fn zero_cost_peek_changes_nothing() {
 
 fn policies() -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![
             Policy {
                 name: "burst".into(),
@@ -266,6 +268,7 @@ fn profile(version: u64) -> Profile {
         version,
         plan: "gold".into(),
         limits: Limits {
+            notify_at: Vec::new(),
             policies: vec![Policy {
                 name: "default".into(),
                 limit: 7,

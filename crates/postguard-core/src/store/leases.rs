@@ -4,7 +4,7 @@
 //! windows — the ledger beside them, both in the one transaction the
 //! object runs this in.
 
-use super::{admit, Done, GuardStore};
+use super::{admit, notices, Done, GuardStore};
 use crate::guard::{self, AdmitResponse, GuardState, LeaseReply, LeaseRequest, Profile};
 use crate::lease::{self, Ask, AtHome, Grant};
 
@@ -20,9 +20,12 @@ pub fn lease<S: GuardStore>(
     let done = admit(store, &req.admit, body, now_ms)?;
     let state = store.state()?;
     let fresher = guard::fresher(state.profile.as_ref(), &req.admit);
-    let grant = match (&req.ask, &done.answer) {
-        (Some(_), AdmitResponse::Revoked | AdmitResponse::Expired) | (None, _) => None,
-        (Some(ask), _) => Some(grant_ask(store, &state, req, ask, fresher, now_ms)?),
+    let (grant, noticed) = match (&req.ask, &done.answer) {
+        (Some(_), AdmitResponse::Revoked | AdmitResponse::Expired) | (None, _) => (None, None),
+        (Some(ask), _) => {
+            let (g, noticed) = grant_ask(store, &state, req, ask, fresher, now_ms)?;
+            (Some(g), noticed)
+        }
     };
     Ok(Done {
         answer: LeaseReply {
@@ -32,14 +35,16 @@ pub fn lease<S: GuardStore>(
         },
         payload: done.payload,
         alarm_by: done.alarm_by,
-        work_at: done.work_at,
+        work_at: done.work_at.into_iter().chain(noticed).min(),
         forget_at: done.forget_at,
     })
 }
 
 /// The grant, written: the windows it charged and the ledger that says to
-/// whom. No `await` between the admission and this (the caller's one
-/// transaction), so the grant sees what the admission left.
+/// whom, and the quota notices the charge crossed (decided where the home
+/// charges: a leased block counts as used when it is leased). No `await`
+/// between the admission and this (the caller's one transaction), so the
+/// grant sees what the admission left.
 fn grant_ask<S: GuardStore>(
     store: &mut S,
     state: &GuardState,
@@ -47,7 +52,7 @@ fn grant_ask<S: GuardStore>(
     ask: &Ask,
     fresher: Option<&Profile>,
     now_ms: u64,
-) -> Result<Grant, S::Error> {
+) -> Result<(Grant, Option<u64>), S::Error> {
     let limits = guard::limits_of(fresher, &req.admit);
     let (mut windows, mut ledger) = (state.windows.clone(), state.ledger.clone());
     let at = AtHome {
@@ -56,11 +61,13 @@ fn grant_ask<S: GuardStore>(
         request_ms: req.request_ms,
     };
     let g = lease::grant(&mut windows, &mut ledger, &limits, ask, &req.settings, at);
+    let mut noticed = None;
     if windows != state.windows {
         store.put_windows(&windows)?;
+        noticed = notices(store, state, &req.admit, &state.windows, &windows, now_ms)?;
     }
     if ledger != state.ledger {
         store.put_ledger(&ledger)?;
     }
-    Ok(g)
+    Ok((g, noticed))
 }

@@ -17,6 +17,7 @@ use crate::lease;
 use crate::lease::Ledger;
 use crate::limits::Windows;
 use crate::operations::Operation;
+use crate::quota_notice;
 use crate::response_events::PendingEvent;
 
 /// Which body of an operation: the request it runs, or the answer it keeps.
@@ -127,7 +128,8 @@ impl<T> Done<T> {
 }
 
 /// `admit`: charge the limits, take a concurrency slot, then claim (or
-/// replay, or look up) the Idempotency-Key.
+/// replay, or look up) the Idempotency-Key; the quota notices the charge
+/// crossed go to the outbox with it ([`notices`]).
 pub fn admit<S: GuardStore>(
     store: &mut S,
     req: &AdmitRequest,
@@ -149,6 +151,14 @@ pub fn admit<S: GuardStore>(
     if let Some(w) = &plan.windows {
         store.put_windows(w)?;
     }
+    // Only an admission of a cost charges; a refusal or a peek writes a
+    // window only to pin one from the future to now.
+    let noticed = match (&plan.windows, &plan.response) {
+        (Some(after), AdmitResponse::Admitted { .. }) if req.cost > 0 => {
+            notices(store, &state, req, &state.windows, after, now_ms)?
+        }
+        _ => None,
+    };
     if let (Some(c), Some(new_claim)) = (&req.claim, &plan.claim) {
         store.put_record(&c.key, new_claim)?;
         // A claim that replaces an expired record drops its old body.
@@ -191,11 +201,42 @@ pub fn admit<S: GuardStore>(
     let slot_expiry = plan.slot.as_ref().map(|(_, until)| *until);
     Ok(Done {
         alarm_by: claim_expiry.into_iter().chain(slot_expiry).min(),
-        work_at: plan.operation.as_ref().and_then(|op| op.due_at),
+        work_at: (plan.operation.as_ref().and_then(|op| op.due_at))
+            .into_iter()
+            .chain(noticed)
+            .min(),
         forget_at: forget_at(req, plan.windows.is_some(), &plan.response),
         answer: plan.response,
         payload,
     })
+}
+
+/// Quota notices (`quota_notice`): the thresholds of `notify_at` that the
+/// windows crossed from `before` to `after`, each written to the outbox
+/// (due now; `Some(now_ms)` when one was) — in the transaction that writes
+/// `after`, which the object runs one at a time, so each threshold of a
+/// window is crossed by one admission however many arrive together, and its
+/// event id (key, policy, window, threshold) makes any repeat the same event.
+pub fn notices<S: GuardStore>(
+    store: &mut S,
+    state: &GuardState,
+    req: &AdmitRequest,
+    before: &Windows,
+    after: &Windows,
+    now_ms: u64,
+) -> Result<Option<u64>, S::Error> {
+    let Some(to) = req.notices.as_deref() else {
+        return Ok(None);
+    };
+    if !guard::notifies(state.profile.as_ref(), req) {
+        return Ok(None);
+    }
+    let limits = guard::limits_of(guard::fresher(state.profile.as_ref(), req), req);
+    let crossed = quota_notice::crossed(&limits.notify_at, &limits.policies, before, after);
+    for n in &crossed {
+        store.put_pending(&quota_notice::pending(to, n), now_ms)?;
+    }
+    Ok((!crossed.is_empty()).then_some(now_ms))
 }
 
 /// When a transient object whose windows were just written forgets them:
@@ -249,11 +290,30 @@ pub fn admit_in_memory(
     (plan.windows.is_none() && plan.claim.is_none() && plan.slot.is_none()).then_some(plan.response)
 }
 
-/// Whether [`admit`] needs a storage transaction for `req`. Without a claim
-/// or a slot it writes at most one statement (the windows), which is atomic
-/// on its own; with either it may write several, which must commit together.
-pub fn admit_needs_transaction(req: &AdmitRequest) -> bool {
-    req.claim.is_some() || req.slot.is_some()
+/// Whether [`admit`] needs a storage transaction for `req` at `now_ms`.
+/// Without a claim or a slot it writes at most one statement (the windows),
+/// which is atomic on its own — unless the charge may cross a quota
+/// notice's threshold (`quota_notice::may_cross`, a few admissions per
+/// window), when it may also write the notice, which must commit with it.
+/// `state`: the object's, if it holds it in memory (unknown, a request
+/// that may notify takes the transaction).
+pub fn admit_needs_transaction(
+    req: &AdmitRequest,
+    state: Option<&GuardState>,
+    now_ms: u64,
+) -> bool {
+    if req.claim.is_some() || req.slot.is_some() {
+        return true;
+    }
+    if req.notices.is_none() {
+        return false;
+    }
+    let Some(state) = state else {
+        return true;
+    };
+    guard::notice_limits(state.profile.as_ref(), req).is_some_and(|l| {
+        quota_notice::may_cross(&l.notify_at, &l.policies, &state.windows, now_ms, req.cost)
+    })
 }
 
 /// `complete`: store the origin's response under this request's claim, and

@@ -15,6 +15,7 @@ fn ok<T>(r: Result<T, std::convert::Infallible>) -> T {
 
 fn single(quota: Quota) -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![crate::limits::Policy::single(quota)],
         concurrency: None,
         report_only: false,
@@ -598,4 +599,248 @@ fn a_grant_is_written_with_the_windows_and_its_slots_count_at_the_home() {
         .and_then(|v| v.inflight)
         .expect("inflight");
     assert_eq!(inflight.in_use, slots + 1);
+}
+
+mod quota_notices {
+    use super::*;
+    use crate::quota_notice::{NoticeTo, EVENT_TYPE};
+
+    /// A plan of 10 per minute, its notices at `notify_at`.
+    fn limits(notify_at: &[u8]) -> Limits {
+        Limits {
+            notify_at: notify_at.to_vec(),
+            ..single(Quota::new(10, 60_000).unwrap())
+        }
+    }
+
+    fn to(rid: &str) -> Option<Box<NoticeTo>> {
+        Some(Box::new(NoticeTo {
+            key_id: "key_1".into(),
+            key_prefix: "pgk_abc".into(),
+            project: "acme".into(),
+            request_id: rid.into(),
+        }))
+    }
+
+    /// One admission of the key, as the proxy sends it.
+    fn request(notify_at: &[u8], rid: &str) -> AdmitRequest {
+        AdmitRequest {
+            notices: to(rid),
+            ..AdmitRequest::charge(1, limits(notify_at))
+        }
+    }
+
+    /// `rounds` rounds of 10 requests "at once": the object runs them one at
+    /// a time, each on its own, whatever order they arrive in. Returns how
+    /// many were admitted and how many ran in a transaction; a notice is
+    /// only ever written by one that did.
+    fn rounds(s: &mut MemoryStore, notify_at: &[u8], rounds: u32, now: u64) -> (u32, u32) {
+        let (mut admitted, mut transactions) = (0, 0);
+        for r in 0..rounds {
+            for i in 0..10 {
+                let req = request(notify_at, &format!("req_{r}_{i}"));
+                // What the object does: the in-memory answer when it writes
+                // nothing, else `admit` (a transaction when it may notify).
+                let state = ok(s.state());
+                if admit_in_memory(&state, &req, now).is_some() {
+                    continue;
+                }
+                let tx = admit_needs_transaction(&req, Some(&state), now);
+                let waiting = ok(s.pending(u64::MAX, 100)).len();
+                let d = ok(admit(s, &req, &[], now));
+                if ok(s.pending(u64::MAX, 100)).len() > waiting {
+                    assert!(
+                        tx,
+                        "a notice is written with the charge, in one transaction"
+                    );
+                }
+                transactions += u32::from(tx);
+                if matches!(d.answer, AdmitResponse::Admitted { .. }) {
+                    admitted += 1;
+                }
+            }
+        }
+        (admitted, transactions)
+    }
+
+    fn events(s: &mut MemoryStore, now: u64) -> Vec<PendingEvent> {
+        let mut out: Vec<PendingEvent> = ok(s.pending(now, 100))
+            .into_iter()
+            .map(|p| p.event)
+            .collect();
+        out.sort_by_key(|e| e.data["percent"].as_u64());
+        out
+    }
+
+    #[test]
+    fn three_rounds_of_ten_cross_half_and_the_limit_once_each() {
+        let mut s = MemoryStore::default();
+        assert_eq!(
+            rounds(&mut s, &[50, 100], 3, 1_000),
+            (10, 2),
+            "only the 5th and the 10th may cross, and open a transaction"
+        );
+        let evs = events(&mut s, 1_000);
+        assert_eq!(evs.len(), 2, "{evs:?}");
+        assert!(evs
+            .iter()
+            .all(|e| e.event_type == EVENT_TYPE && e.project == "acme"));
+        let half = &evs[0];
+        assert_eq!(
+            half.data,
+            serde_json::json!({
+                "key_prefix": "pgk_abc", "policy": "default", "limit": 10, "used": 5,
+                "percent": 50, "resets_at": "1970-01-01T00:01:01.000Z",
+            })
+        );
+        assert_eq!(
+            half.request_id, "req_0_4",
+            "the fifth admission crossed 50 %"
+        );
+        assert_eq!(
+            (
+                evs[1].data["percent"].as_u64(),
+                evs[1].data["used"].as_u64()
+            ),
+            (Some(100), Some(10))
+        );
+        assert_eq!(evs[1].request_id, "req_0_9");
+        assert_ne!(half.id, evs[1].id);
+        assert!(half.id.starts_with("evt_q"));
+        // More requests in the window (all refused) add nothing.
+        rounds(&mut s, &[50, 100], 2, 30_000);
+        assert_eq!(events(&mut s, 30_000).len(), 2);
+    }
+
+    #[test]
+    fn nothing_without_notify_at_or_without_where_to() {
+        let mut s = MemoryStore::default();
+        assert_eq!(rounds(&mut s, &[], 3, 1_000), (10, 0));
+        assert!(events(&mut s, 1_000).is_empty());
+        let mut s = MemoryStore::default();
+        for _ in 0..10 {
+            let req = AdmitRequest::charge(1, limits(&[50, 100]));
+            assert!(
+                !admit_needs_transaction(&req, None, 1_000),
+                "no target: no notice"
+            );
+            ok(admit(&mut s, &req, &[], 1_000));
+        }
+        assert!(events(&mut s, 1_000).is_empty());
+    }
+
+    #[test]
+    fn a_new_window_notifies_again() {
+        let mut s = MemoryStore::default();
+        rounds(&mut s, &[50, 100], 3, 1_000);
+        let first = events(&mut s, 1_000);
+        // The alarm publishes them, then the window ends.
+        for p in ok(s.pending(1_000, 100)) {
+            ok(published(&mut s, &p, true, 1_000));
+        }
+        assert!(events(&mut s, 61_000).is_empty());
+        assert_eq!(rounds(&mut s, &[50, 100], 3, 61_000), (10, 2));
+        let next = events(&mut s, 61_000);
+        assert_eq!(next.len(), 2);
+        assert_eq!(next[1].data["resets_at"], "1970-01-01T00:02:01.000Z");
+        assert!(
+            next.iter().all(|e| first.iter().all(|f| f.id != e.id)),
+            "new ids"
+        );
+    }
+
+    #[test]
+    fn the_work_is_due_at_once_and_a_repeat_is_the_same_event() {
+        let mut s = MemoryStore::default();
+        for i in 0..4 {
+            let d = ok(admit(&mut s, &request(&[50], &format!("r{i}")), &[], 1_000));
+            assert_eq!(d.work_at, None);
+        }
+        let d = ok(admit(&mut s, &request(&[50], "r4"), &[], 1_000));
+        assert_eq!(d.work_at, Some(1_000), "the alarm publishes it now");
+        // The same notice written again (a window restored from the future,
+        // say) is the same id, kept once.
+        let evs = events(&mut s, 1_000);
+        ok(s.put_pending(&evs[0], 2_000));
+        assert_eq!(events(&mut s, 2_000).len(), 1);
+    }
+
+    #[test]
+    fn a_profile_set_since_the_callers_record_decides() {
+        let mut s = MemoryStore::default();
+        let profile = crate::guard::Profile {
+            version: 5,
+            limits: limits(&[100]),
+            ..crate::guard::Profile::default()
+        };
+        ok(update(&mut s, &profile));
+        for i in 0..10 {
+            let state = ok(s.state());
+            let req = request(&[], &format!("r{i}"));
+            assert_eq!(
+                admit_needs_transaction(&req, Some(&state), 1_000),
+                i == 9,
+                "the profile's notify_at: the 10th reaches 100 %"
+            );
+            ok(admit(&mut s, &req, &[], 1_000));
+        }
+        let evs = events(&mut s, 1_000);
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].data["percent"], 100);
+    }
+
+    #[test]
+    fn a_grant_to_an_edge_notifies_where_the_home_charges_it() {
+        use crate::guard::LeaseRequest;
+        use crate::lease::{Ask, EdgeLimits};
+        let mut s = MemoryStore::default();
+        let settings = EdgeLimits {
+            enabled: true,
+            min_block: 2,
+            ..EdgeLimits::default()
+        };
+        let ask = Ask {
+            edge: "LHR.0".into(),
+            id: 1,
+            life: 1,
+            want: 20,
+            have: Vec::new(),
+            slots: None,
+        };
+        let lease_of = |rid: &str, ask: Option<Ask>| LeaseRequest {
+            admit: request(&[50, 100], rid),
+            ask,
+            settings,
+            request_ms: 1_000,
+        };
+        let done = ok(lease(&mut s, &lease_of("r0", Some(ask)), &[], 1_000));
+        let units = done.answer.grant.map_or(0, |g| g.blocks[0].units);
+        let used = 1 + units;
+        let evs = events(&mut s, 1_000);
+        let expect: Vec<u64> = [50u64, 100]
+            .into_iter()
+            .filter(|p| u64::from(used) * 100 >= p * 10)
+            .collect();
+        assert_eq!(
+            evs.iter()
+                .filter_map(|e| e.data["percent"].as_u64())
+                .collect::<Vec<_>>(),
+            expect,
+            "{used} of 10 charged at the home"
+        );
+        if !expect.is_empty() {
+            assert_eq!(done.work_at, Some(1_000));
+        }
+        // Forwarded requests fill the window: each threshold still once.
+        for i in 1..12 {
+            ok(lease(&mut s, &lease_of(&format!("r{i}"), None), &[], 1_001));
+        }
+        let evs = events(&mut s, 1_001);
+        assert_eq!(
+            evs.iter()
+                .filter_map(|e| e.data["percent"].as_u64())
+                .collect::<Vec<_>>(),
+            [50, 100]
+        );
+    }
 }

@@ -14,6 +14,7 @@ const T0: u64 = 1_700_000_000_000;
 
 fn limits(quota: u32) -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![Policy {
             name: "default".into(),
             limit: quota,
@@ -384,4 +385,45 @@ fn an_answer_does_not_lower_the_homes_figure_while_an_ask_is_in_flight() {
     }
     edge.heard(&reply, &sent, T0 + 7);
     assert_eq!(figure(&edge), Some(0));
+}
+
+#[test]
+fn quota_notices_are_made_where_the_home_charges_once_per_threshold() {
+    use crate::quota_notice::NoticeTo;
+    let mut home = Home::default();
+    let mut edges = [EdgeState::default(), EdgeState::default()];
+    let noticed = Limits {
+        notify_at: vec![10, 50, 90, 100],
+        ..limits(200)
+    };
+    let mut reqs = [
+        request("LHR.0", noticed.clone(), settings(2)),
+        request("AMS.0", noticed, settings(2)),
+    ];
+    for r in &mut reqs {
+        r.admit.notices = Some(Box::new(NoticeTo {
+            key_id: "key_1".into(),
+            key_prefix: "pgk_abc".into(),
+            project: "acme".into(),
+            request_id: "req_1".into(),
+        }));
+    }
+    let mut admitted_n = 0;
+    for i in 0..400u64 {
+        let e = (i % 2) as usize;
+        if admitted(&home.run(&mut edges[e], &reqs[e], T0 + i)) {
+            admitted_n += 1;
+        }
+    }
+    assert!(home.asks > 0, "the edges leased blocks");
+    assert!(admitted_n <= 200);
+    let events = ok(store::GuardStore::pending(&mut home.store, T0 + 400, 100));
+    let mut percents: Vec<u64> = events
+        .iter()
+        .filter_map(|p| p.event.data["percent"].as_u64())
+        .collect();
+    percents.sort_unstable();
+    // Every unit of the window is admitted or leased by the end: each
+    // threshold is reached at the home once.
+    assert_eq!(percents, [10, 50, 90, 100], "{admitted_n} admitted");
 }

@@ -35,6 +35,7 @@ fn on(max_block: u32) -> EdgeLimits {
 
 fn one(limit: u32, window_ms: u64) -> Limits {
     Limits {
+        notify_at: Vec::new(),
         policies: vec![p("minute", limit, window_ms)],
         concurrency: None,
         report_only: false,
@@ -157,6 +158,7 @@ fn a_first_block_needs_half_a_share_of_min_block_then_blocks_shrink_to_one() {
     // The home of a key with 25 and 40 left, asked by an edge that wants 20:
     // the tighter policy's share (12) is worth a first block.
     let limits = Limits {
+        notify_at: Vec::new(),
         policies: vec![p("a", 25, 60_000), p("b", 40, 60_000)],
         concurrency: None,
         report_only: false,
@@ -207,6 +209,7 @@ fn a_first_block_needs_half_a_share_of_min_block_then_blocks_shrink_to_one() {
 fn under_a_concurrency_quota_units_come_only_with_slots() {
     let s = on(100);
     let limits = Limits {
+        notify_at: Vec::new(),
         policies: vec![p("minute", 1_000, 60_000)],
         concurrency: Some(1),
         report_only: false,
@@ -225,6 +228,7 @@ fn under_a_concurrency_quota_units_come_only_with_slots() {
     assert_eq!(e.admit(&limits, 1, true, T0 + 1), EdgeDecision::Forward);
     // With room for slots, units come with them.
     let limits = Limits {
+        notify_at: Vec::new(),
         concurrency: Some(8),
         ..limits
     };
@@ -371,6 +375,7 @@ fn a_repeated_ask_is_answered_again_and_charged_once() {
 fn every_policy_is_topped_up_to_the_same_level() {
     let s = on(1_000);
     let limits = Limits {
+        notify_at: Vec::new(),
         policies: vec![p("burst", 40, 1_000), p("minute", 1_000, 60_000)],
         concurrency: None,
         report_only: false,
@@ -556,6 +561,7 @@ fn returned_units_stay_spent_and_the_edge_stops_counting() {
 fn slots_outlive_every_request_started_on_them() {
     let s = on(100);
     let limits = Limits {
+        notify_at: Vec::new(),
         policies: vec![p("minute", 1_000, 60_000)],
         concurrency: Some(8),
         report_only: false,

@@ -93,6 +93,7 @@ fn any_case() -> impl Strategy<Value = Case> {
                 Case {
                     offsets,
                     limits: Limits {
+                        notify_at: Vec::new(),
                         policies,
                         concurrency,
                         report_only: false,
@@ -128,6 +129,7 @@ fn any_slot_case() -> impl Strategy<Value = Case> {
             |(offsets, concurrency, (max_block, lease_ms), request_ms, scale, steps)| Case {
                 offsets,
                 limits: Limits {
+                    notify_at: Vec::new(),
                     policies: vec![p("minute", 1_000_000, 60_000)],
                     concurrency: Some(concurrency),
                     report_only: false,

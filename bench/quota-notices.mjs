@@ -1,0 +1,90 @@
+// Benchmark (issue 36 item 5): what quota notices cost on the proxy path. One gateway, two plans
+// side by side: `plain` (no notify_at) and `noticed` (notify_at [50, 80, 100]), each with a key
+// that has room and a key that is spent. Scenarios: a fresh POST (charge + claim + forward +
+// store: the admission with notify_at also computes the crossed thresholds in its transaction),
+// a GET without an Idempotency-Key (the charge alone: a transaction only with notify_at) and a 429 (answered from the object's memory: it writes nothing, so it notifies nothing). The
+// quota is large, so no threshold is crossed while measuring: the figure is the steady cost every
+// admission pays for being able to notify. req/s with notify_at ÷ without, in alternating runs
+// in one process (the machine is shared and noisy: only ratios side by side mean anything).
+// Usage: node bench/quota-notices.mjs [rounds] [seconds]
+import { startOrigin } from '../tests/support/origin.mjs';
+import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
+import { commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+
+const ROUNDS = Number(process.argv[2] ?? 5);
+const SECONDS = Number(process.argv[3] ?? 4);
+const CONNECTIONS = 16;
+const BIG = 10_000_000;
+const NOTIFY_AT = [50, 80, 100];
+const PLANS = {
+  plain: { requests_per_window: BIG, window_s: 3600 },
+  noticed: { requests_per_window: BIG, window_s: 3600, notify_at: NOTIFY_AT },
+  plain_spent: { requests_per_window: 1, window_s: 86400 },
+  noticed_spent: { requests_per_window: 1, window_s: 86400, notify_at: NOTIFY_AT },
+};
+
+function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
+  let n = 0;
+  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  return cannon({
+    url,
+    method,
+    headers,
+    body,
+    connections: CONNECTIONS,
+    duration: SECONDS,
+    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
+  });
+}
+
+const origin = await startOrigin();
+const gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans: PLANS }) } });
+try {
+  const keys = {};
+  for (const plan of Object.keys(PLANS)) keys[plan] = (await gw.createKey({ project: 'bench', plan })).key;
+  const auth = (plan) => ({ authorization: `Bearer ${keys[plan]}`, 'content-type': 'application/json' });
+  const body = '{"amount":100}';
+  for (const plan of ['plain_spent', 'noticed_spent']) await gw.fetch('/bench/items', { headers: auth(plan) }); // spends the only admission (and notifies, once)
+  const scenarios = {
+    'fresh POST': (plan) => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth(plan), body, fresh: true }),
+    // Without an Idempotency-Key or a concurrency quota the charge alone is one statement, run
+    // without a transaction; with notify_at it may write a notice too, so it runs in one.
+    'GET (charge only)': (plan) => load(`${gw.url}/bench/items`, { headers: auth(plan) }),
+    '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
+  };
+  const rows = [];
+  for (const [name, run] of Object.entries(scenarios)) {
+    const ratios = [];
+    const rate = { plain: [], noticed: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      // Alternate which goes first, so a drift in the machine's load favours neither.
+      const order = round % 2 ? ['noticed', 'plain'] : ['plain', 'noticed'];
+      const got = {};
+      for (const plan of order) {
+        const res = await run(plan);
+        const expected = name === '429' ? res['4xx'] : res['2xx'];
+        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${plan}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
+        got[plan] = res.requests.average;
+      }
+      rate.plain.push(got.plain);
+      rate.noticed.push(got.noticed);
+      ratios.push(got.noticed / got.plain);
+      console.log(`${name} round ${round + 1}: without ${got.plain.toFixed(0)} req/s, with ${got.noticed.toFixed(0)} req/s, ratio ${(got.noticed / got.plain).toFixed(3)}`);
+    }
+    rows.push(`| ${name} | ${median(rate.plain).toFixed(0)} | ${median(rate.noticed).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
+  }
+  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
+  writeSection('quota-notices', [
+    `## Quota notices (issue 36 item 5): notify_at ÷ none, build ${commitOf(ROOT)}, ${when} UTC`,
+    '',
+    `\`node bench/quota-notices.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a plan without \`notify_at\` against a key on the same plan with \`notify_at: [${NOTIFY_AT.join(', ')}]\` (a quota of ${BIG.toLocaleString('en')}: no threshold is crossed while measuring). Goal: ≥ 0.95.`,
+    '',
+    '| scenario | without notify_at, req/s (median) | with notify_at, req/s (median) | with ÷ without, median (spread) |',
+    '|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n'));
+} finally {
+  await gw.dispose();
+  await origin.kill();
+}

@@ -108,6 +108,11 @@ pub struct PlanOverrides {
     /// `would_refuse`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforce: Option<bool>,
+    /// Quota notices: the percentages (1–100) of each policy's limit at which the event
+    /// `postguard.quota.threshold` is published to the key's project, once per window and
+    /// threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_at: Option<Vec<u8>>,
 }
 
 /// An API key (operator view).

@@ -68,6 +68,11 @@ export interface PlanOverrides {
    * but a request they would refuse is forwarded (its audit row says `would_refuse`).
    */
   enforce?: boolean;
+  /**
+   * Quota notices: the percentages (1–100) of each policy's limit at which the event
+   * `postguard.quota.threshold` is published to the key's project, once per window and threshold.
+   */
+  notify_at?: number[];
 }
 
 export interface ApiKey {

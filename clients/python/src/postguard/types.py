@@ -80,6 +80,10 @@ class PlanOverrides(TypedDict, total=False):
     #: advertised, but a request they would refuse is forwarded (its audit row says
     #: ``would_refuse``).
     enforce: bool
+    #: Quota notices: the percentages (1–100) of each policy's limit at which the event
+    #: ``postguard.quota.threshold`` is published to the key's project, once per window
+    #: and threshold.
+    notify_at: list[int]
 
 
 class ApiKey(TypedDict, total=False):

@@ -283,6 +283,8 @@ export interface PublishInput {
   data: unknown;
   /** The event id; generated (`evt_…`) when absent so that a retried publish is a no-op. */
   id?: string;
+  /** Scheduled event: no attempt before this time — epoch ms or RFC 3339, at most 7 days ahead. */
+  deliver_at?: number | string;
 }
 
 export interface EventRow {

@@ -193,6 +193,8 @@ export interface Subscription {
   disabled_reason?: string | null;
   disabled_at?: number | null;
   rate_limit_per_s?: number | null;
+  /** What its receiver last advertised (RateLimit / X-RateLimit-*) while the reset is ahead; at 0 left, attempts wait for `reset_at` (epoch ms). */
+  receiver_limit?: { remaining: number; reset_at: number } | null;
   /** How its endpoint answered the last 24 h (in list and get answers, gateway 0.4+). */
   health?: SubscriptionHealth;
 }

@@ -23,11 +23,16 @@ pub struct Row {
     pub disabled_reason: Option<String>,
     pub disabled_at: Option<u64>,
     pub rate_limit_per_s: Option<u32>,
+    /// What its receiver last advertised (`receiver_limits`), if anything.
+    pub receiver_remaining: Option<u64>,
+    pub receiver_reset_at: Option<u64>,
 }
 
 /// The columns of [`Row`], from `subscriptions s LEFT JOIN subscription_ops o`.
-const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s \
-     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id";
+const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s, \
+     r.remaining AS receiver_remaining, r.reset_at AS receiver_reset_at \
+     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+     LEFT JOIN receiver_limits r ON r.subscription_id = s.id";
 
 /// A subscription to create.
 pub struct New<'a> {

@@ -111,7 +111,7 @@ async fn write_one(env: &Env, sql: &str, binds: &[JsValue]) -> Result<bool> {
     Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
 }
 
-/// Deletes it and its state row; `false` when there was none. (The owner
+/// Deletes it, its state row and its receiver's limit; `false` when there was none. (The owner
 /// row may stay: nothing joins it without its subscription.)
 pub async fn delete(env: &Env, project: &str, id: &str) -> Result<bool> {
     let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
@@ -120,6 +120,9 @@ pub async fn delete(env: &Env, project: &str, id: &str) -> Result<bool> {
     }
     let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
     write_one(env, sql, &[text(id), text(project)]).await?;
+    // Its receiver's advertised limit (the subscription, checked above, was the project's).
+    let sql = "DELETE FROM receiver_limits WHERE subscription_id = ?";
+    write_one(env, sql, &[text(id)]).await?;
     Ok(true)
 }
 

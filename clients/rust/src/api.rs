@@ -404,6 +404,17 @@ pub struct Subscription {
     pub secret: Option<String>,
     #[serde(default)]
     pub state: Option<String>,
+    /// What its receiver last advertised (`RateLimit`, `X-RateLimit-*`) while the reset is
+    /// ahead; at 0 left its attempts wait for `reset_at`.
+    #[serde(default)]
+    pub receiver_limit: Option<ReceiverLimit>,
+}
+
+/// A receiver's advertised limit: `remaining` requests until `reset_at` (epoch ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct ReceiverLimit {
+    pub remaining: u64,
+    pub reset_at: u64,
 }
 
 /// A new subscription: `NewSubscription::new(url, ["order.*"]).description("billing")`.

@@ -103,6 +103,7 @@ async fn publish(env: &Env, cfg: &Config, a: &Alert) -> Result<()> {
             event_type: a.event_type.to_string(),
             data: a.data.clone(),
             request_id: request_id.clone(),
+            deliver_at: None,
             exclude: None,
         })
         .collect();

@@ -20,6 +20,7 @@ pub async fn one(env: &Env, cfg: &Config, ev: &PendingEvent) -> Result<(), Strin
         event_type: ev.event_type.clone(),
         data: ev.data.clone(),
         request_id: ev.request_id.clone(),
+        deliver_at: None,
         exclude: None,
     };
     match write::store(env, cfg, vec![event]).await.pop() {

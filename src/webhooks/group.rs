@@ -48,6 +48,7 @@ struct Pending {
     id: String,
     event_type: String,
     data: serde_json::Value,
+    deliver_at: Option<u64>,
     request_id: String,
     bytes: usize,
     reply: Reply,
@@ -107,6 +108,8 @@ pub struct NewEvent {
     pub id: String,
     pub event_type: String,
     pub data: serde_json::Value,
+    /// No attempt before this time (epoch ms, bounded by the request's parse).
+    pub deliver_at: Option<u64>,
     pub request_id: String,
     /// The request body's size: what bounds a group's transaction.
     pub bytes: usize,
@@ -122,6 +125,7 @@ pub async fn submit(env: &Env, cfg: &Config, ev: NewEvent) -> Outcome {
             id: ev.id,
             event_type: ev.event_type,
             data: ev.data,
+            deliver_at: ev.deliver_at,
             request_id: ev.request_id,
             bytes: ev.bytes,
             reply,
@@ -223,6 +227,7 @@ async fn commit(env: &Env, cfg: &Config, group: Vec<Pending>) {
             id: p.id,
             event_type: p.event_type,
             data: p.data,
+            deliver_at: p.deliver_at,
             request_id: p.request_id,
             exclude: None,
         });

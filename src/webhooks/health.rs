@@ -74,6 +74,7 @@ async fn announce_disabled(
         event_type: ops::DISABLED_EVENT.to_string(),
         data,
         request_id: r.request_id.to_string(),
+        deliver_at: None,
         exclude: Some(r.subscription_id.to_string()),
     };
     for outcome in write::store(env, cfg, vec![event]).await {

@@ -140,10 +140,33 @@ pub fn new_id(prefix: &str) -> String {
 /// (100 messages, 256 KB): a fan-out or a re-queue of any size goes out.
 pub async fn enqueue(env: &worker::Env, jobs: Vec<Job>) -> worker::Result<()> {
     let queue = env.queue(crate::bindings::DELIVERIES)?;
+    let now = crate::runtime::now_ms();
     for range in batches(&jobs) {
-        queue.send_batch(jobs[range].to_vec()).await?;
+        queue.send_batch(messages(&jobs[range], now)).await?;
     }
     Ok(())
+}
+
+/// `jobs` as queue messages at `now`: a scheduled job planned for later (a
+/// scheduled event's `deliver_at`) is delayed by the whole wait up to the
+/// queue's maximum ([`schedule::first_hop_s`]); what is left is chained by
+/// the consumer (the job arrives early and waits another hop).
+///
+/// [`schedule::first_hop_s`]: postguard_core::webhooks::schedule::first_hop_s
+pub fn messages(jobs: &[Job], now: u64) -> Vec<worker::SendMessage<Job>> {
+    jobs.iter()
+        .map(|j| {
+            let delay = j.not_before.map_or(0, |at| {
+                postguard_core::webhooks::schedule::first_hop_s(at, now)
+            });
+            let m = worker::MessageBuilder::new(j.clone());
+            match u32::try_from(delay) {
+                Ok(0) => m.build(),
+                Ok(d) => m.delay_seconds(d).build(),
+                Err(_) => m.delay_seconds(u32::MAX).build(),
+            }
+        })
+        .collect()
 }
 
 /// The ranges of `jobs` that each fit one `sendBatch` (the core decides).

@@ -36,7 +36,7 @@ struct Accepted<'a> {
 pub async fn publish(cx: &Ctx<'_>) -> Handled {
     let (env, cfg, rc) = (cx.env, cx.cfg, cx.rc);
     let body = &cx.body;
-    let input = events::parse_publish(body)?;
+    let input = events::parse_publish_at(body, now_ms())?;
     rc.note(|f| f.project = Some(input.project.clone()));
     let event_id = input.id.clone().unwrap_or_else(|| new_id("evt_"));
     let ev = group::NewEvent {
@@ -44,6 +44,7 @@ pub async fn publish(cx: &Ctx<'_>) -> Handled {
         id: event_id.clone(),
         event_type: input.event_type,
         data: input.data,
+        deliver_at: input.deliver_at,
         request_id: rc.request_id.clone(),
         bytes: body.len(),
     };

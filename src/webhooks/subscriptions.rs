@@ -5,9 +5,9 @@
 
 use postguard_core::page::{decode_cursor, encode_cursor, parse_limit, Page};
 use postguard_core::portal;
-use postguard_core::webhooks::health;
 use postguard_core::webhooks::ops::{self, SubState};
 use postguard_core::webhooks::signature;
+use postguard_core::webhooks::{health, pacing};
 use postguard_core::{Invalid, Problem};
 use serde::Serialize;
 use worker::{Env, Result};
@@ -33,6 +33,9 @@ pub struct Subscription {
     #[serde(skip_serializing_if = "Option::is_none")]
     disabled_at: Option<u64>,
     rate_limit_per_s: Option<u32>,
+    /// What its receiver last advertised in its answers (`RateLimit`,
+    /// `X-RateLimit-*`) while its reset is ahead; `null` otherwise.
+    receiver_limit: Option<pacing::ReceiverLimit>,
     #[serde(skip_serializing_if = "Option::is_none")]
     secret: Option<String>,
     /// How its endpoint answered the last 24 h (`webhooks::health`): in
@@ -55,6 +58,15 @@ impl From<rows::Row> for Subscription {
             disabled_reason: r.disabled_reason.filter(|_| disabled),
             disabled_at: r.disabled_at.filter(|_| disabled),
             rate_limit_per_s: r.rate_limit_per_s,
+            receiver_limit: r.receiver_remaining.zip(r.receiver_reset_at).and_then(
+                |(remaining, reset_at)| {
+                    let kept = pacing::ReceiverLimit {
+                        remaining,
+                        reset_at,
+                    };
+                    pacing::observe(Some(&kept), None, now_ms())
+                },
+            ),
             secret: None,
             health: None,
         }
@@ -116,6 +128,7 @@ pub async fn create(cx: &Ctx<'_>, project: &Project) -> Handled {
         disabled_reason: None,
         disabled_at: None,
         rate_limit_per_s: rate,
+        receiver_limit: None,
         secret: Some(secret),
         health: None,
     };

@@ -39,6 +39,8 @@ pub struct Publish {
     pub id: String,
     pub event_type: String,
     pub data: serde_json::Value,
+    /// No attempt before this time (epoch ms; `deliver_at`, already bounded).
+    pub deliver_at: Option<u64>,
     /// The X-Request-Id of the request that published it (trace).
     pub request_id: String,
     /// A subscription that gets no delivery (the one an operational event is about).
@@ -102,6 +104,7 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
             request_id: Some(p.request_id.clone()),
         },
         deliveries,
+        deliver_at: p.deliver_at,
     }
 }
 
@@ -227,8 +230,14 @@ async fn send(env: &Env, jobs: &[(ShardKey, usize, Vec<FirstJob>)]) -> Vec<usize
     let all: Vec<Job> = flat.iter().map(|(_, _, j)| j.clone()).collect();
     let mut failed = Vec::new();
     let mut stop = false;
+    let now = now_ms();
     for range in super::batches(&all) {
-        if stop || queue.send_batch(all[range.clone()].to_vec()).await.is_err() {
+        if stop
+            || queue
+                .send_batch(super::messages(&all[range.clone()], now))
+                .await
+                .is_err()
+        {
             stop = true;
             failed.extend(flat[range].iter().map(|(_, i, _)| *i));
             continue;

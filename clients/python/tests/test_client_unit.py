@@ -335,6 +335,15 @@ def test_publish_fixes_the_event_id_once_for_every_attempt() -> None:
     c = Client("http://gw.test", origin_token="org", transport=httpx.MockTransport(handler))
     c.publish_event("p", "t", event_id="evt_mine")
     assert json.loads(seen[0].content)["id"] == "evt_mine"
+    assert "deliver_at" not in json.loads(seen[0].content)
+
+
+def test_publish_passes_deliver_at_through() -> None:
+    seen, handler = scripted([httpx.Response(202, json={"id": "a"}), httpx.Response(202, json={"id": "b"})])
+    c = Client("http://gw.test", origin_token="org", transport=httpx.MockTransport(handler))
+    c.publish_event("p", "t", deliver_at=1800000000000)
+    c.publish_event("p", "t", deliver_at="2027-01-15T08:00:00Z")
+    assert [json.loads(r.content)["deliver_at"] for r in seen] == [1800000000000, "2027-01-15T08:00:00Z"]
 
 
 # --- on_attempt exposes the planned delay (issue 25 item 7) --------------------------------

@@ -198,6 +198,8 @@ export interface Subscription {
   disabled_reason?: string | null;
   disabled_at?: number | null;
   rate_limit_per_s?: number | null;
+  /** What its receiver last advertised (RateLimit / X-RateLimit-*) while the reset is ahead; at 0 left, attempts wait for `reset_at` (epoch ms). */
+  receiver_limit?: { remaining: number; reset_at: number } | null;
   /** How its endpoint answered the last 24 h (in list and get answers, gateway 0.4+). */
   health?: SubscriptionHealth;
 }
@@ -288,6 +290,8 @@ export interface PublishInput {
   data: unknown;
   /** The event id; generated (`evt_…`) when absent so that a retried publish is a no-op. */
   id?: string;
+  /** Scheduled event: no attempt before this time — epoch ms or RFC 3339, at most 7 days ahead. */
+  deliver_at?: number | string;
 }
 
 export interface EventRow {

@@ -118,6 +118,13 @@ test('publish gives the event an id once, so every attempt is the same event', a
   assert.equal(f.calls[0].headers.get('authorization'), 'Bearer org');
 });
 
+test('publish passes deliver_at through unchanged', async () => {
+  const f = scriptedFetch([[202, { id: 'evt_x' }], [202, { id: 'evt_y' }]]);
+  await client(f).events.publish({ project: 'p', type: 't', data: {}, deliver_at: 1800000000000 });
+  await client(f).events.publish({ project: 'p', type: 't', data: {}, deliver_at: '2027-01-15T08:00:00Z' });
+  assert.deepEqual(f.calls.map((c) => JSON.parse(c.body).deliver_at), [1800000000000, '2027-01-15T08:00:00Z']);
+});
+
 test('a lost answer exhausts the attempts as RetriesExhaustedError with the key', async () => {
   const f = scriptedFetch([lost()]);
   const pg = new Postguard({ baseUrl: 'http://gw.test', adminToken: 'adm', fetch: f, clock: fakeClock(), random: () => 0, throttle: false, maxAttempts: 3 });

@@ -47,6 +47,7 @@ pub(super) async fn run_all(env: &Env, cfg: &Config, runs: &[Run<'_>]) {
         }
     }
     let settled = settle_all(env, cfg, &done).await;
+    observe_limits(env, &done).await;
     let mut healthy = Vec::new();
     for ((r, rec), ok) in done.iter().zip(settled) {
         match ok {
@@ -75,6 +76,48 @@ pub(super) async fn run_all(env: &Env, cfg: &Config, runs: &[Run<'_>]) {
         .collect();
     if let Err(e) = health::update(env, cfg, &attempted).await {
         log::emit(Line::error("updating subscription health failed").err(e));
+    }
+}
+
+/// What each subscription's receiver advertised in this batch's answers
+/// (`pacing::receiver_limit`, kept by `pacing::observe`), stored where it
+/// changed (one D1 `batch()`); a limit whose reset passed is dropped. Best
+/// effort: a lost write only means the next answer is the word.
+async fn observe_limits(env: &Env, done: &[(&Run<'_>, Recorded)]) {
+    let now = now_ms();
+    // (subscription, as stored, as now seen)
+    type Seen<'s> = (
+        &'s str,
+        Option<pacing::ReceiverLimit>,
+        Option<pacing::ReceiverLimit>,
+    );
+    let mut seen: Vec<Seen> = Vec::new();
+    for (r, rec) in done {
+        let Some(t) = r.target.filter(|_| !rec.redirect) else {
+            continue;
+        };
+        let i = match seen.iter().position(|(s, _, _)| *s == t.id) {
+            Some(i) => i,
+            None => {
+                let stored = t.receiver_limit();
+                seen.push((t.id.as_str(), stored, stored));
+                seen.len() - 1
+            }
+        };
+        let row = &rec.settle.row;
+        let advertised = row
+            .response_headers
+            .as_deref()
+            .and_then(|h| pacing::from_headers(h, row.at.saturating_add(row.duration_ms)));
+        seen[i].2 = pacing::observe(seen[i].2.as_ref(), advertised, now);
+    }
+    let changes: Vec<(String, Option<pacing::ReceiverLimit>)> = seen
+        .into_iter()
+        .filter(|(_, stored, now_seen)| stored != now_seen)
+        .map(|(s, _, l)| (s.to_string(), l))
+        .collect();
+    if let Err(e) = directory::store_receiver_limits(env, &changes, now).await {
+        log::emit(Line::warn("storing receivers' advertised limits failed").err(e));
     }
 }
 

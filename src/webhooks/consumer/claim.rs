@@ -191,6 +191,47 @@ async fn recheck_holds(env: &Env, mut held: Vec<(ShardKey, String)>) {
     }
 }
 
+/// Receivers that say how fast (`pacing`), before the throttle and the
+/// claim: each paced job takes one of what its subscription's receiver
+/// last advertised (`pacing::spend`, counted down through the batch in its
+/// order); one that finds none left until the advertised reset goes back
+/// to the queue with the delay to it — a wait, not an attempt: nothing is
+/// claimed, no attempt number used, nothing recorded.
+pub(super) fn pace<'a>(
+    due: Vec<Due<'a>>,
+    targets: &[Target],
+    later: &mut Vec<Later<'a>>,
+) -> Vec<Due<'a>> {
+    let now = now_ms();
+    let mut kept: Vec<(&str, Option<pacing::ReceiverLimit>)> = Vec::new();
+    let mut out = Vec::with_capacity(due.len());
+    for d in due {
+        let target =
+            d.1.subscription_id
+                .as_deref()
+                .and_then(|s| targets.iter().find(|t| t.id == s))
+                .filter(|_| pacing::applies_to(&d.2));
+        let Some(t) = target else {
+            out.push(d);
+            continue;
+        };
+        let i = match kept.iter().position(|(s, _)| *s == t.id) {
+            Some(i) => i,
+            None => {
+                kept.push((t.id.as_str(), t.receiver_limit()));
+                kept.len() - 1
+            }
+        };
+        let (p, next) = pacing::spend(kept[i].1.as_ref(), now);
+        kept[i].1 = next;
+        match p {
+            pacing::Pace::Go => out.push(d),
+            pacing::Pace::Wait { delay_s, .. } => later.push((d.0, d.1, delay_s)),
+        }
+    }
+    out
+}
+
 /// The per-subscription throttle (`rate_limit_per_s`), before the claim:
 /// each job to a throttled subscription reserves the next slot (one D1
 /// `batch()` for the batch's unreserved ones; none when nothing is

@@ -21,13 +21,13 @@ use postguard_core::log::Line;
 use postguard_core::webhooks::delivery::{
     self, Attempted, Claim, FollowUp, Place, CONTENDED_DELAY_S,
 };
-use postguard_core::webhooks::ops;
 use postguard_core::webhooks::protocol as wire;
 use postguard_core::webhooks::records::{
     self, AttemptRecord, ClaimJob, Claimed, DeliveryRecord, FirstJob, SubView,
 };
 use postguard_core::webhooks::retry::AttemptResult;
 use postguard_core::webhooks::shard::ShardKey;
+use postguard_core::webhooks::{ops, pacing};
 use serde::Deserialize;
 use worker::{Env, MessageBuilder, MessageExt, Result};
 
@@ -39,7 +39,7 @@ mod attempt;
 mod claim;
 
 use attempt::run_all;
-use claim::{claim_all, throttle};
+use claim::{claim_all, pace, throttle};
 
 use crate::bindings;
 use crate::durable::webhook_shard::{ClaimReq, SettleReq, UnclaimReq};
@@ -79,6 +79,7 @@ pub async fn handle(messages: Vec<Msg>, from_dlq: bool, env: &Env, cfg: &Config)
             return Ok(());
         }
     };
+    let due = pace(due, &targets, &mut later);
     let due = match throttle(env, due, &targets, &mut later).await {
         Ok(d) => d,
         Err((e, d)) => {

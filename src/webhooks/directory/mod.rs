@@ -15,6 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 use postguard_core::webhooks::ops::SubState;
+use postguard_core::webhooks::pacing::ReceiverLimit;
 use postguard_core::webhooks::shard::ShardKey;
 use serde::Deserialize;
 use worker::{D1Database, D1Result, Env, Result};
@@ -219,12 +220,56 @@ pub struct Target {
     pub rate_limit_per_s: Option<u32>,
     /// When the key that created the subscription was revoked.
     pub key_revoked_at: Option<u64>,
+    /// What its receiver last advertised (`receiver_limits`).
+    #[serde(default)]
+    pub receiver_remaining: Option<u64>,
+    #[serde(default)]
+    pub receiver_reset_at: Option<u64>,
 }
 
 impl Target {
     pub fn holds(&self) -> bool {
         self.state.is_some_and(SubState::holds)
     }
+
+    /// The limit its receiver last advertised, as stored.
+    pub fn receiver_limit(&self) -> Option<ReceiverLimit> {
+        Some(ReceiverLimit {
+            remaining: self.receiver_remaining?,
+            reset_at: self.receiver_reset_at?,
+        })
+    }
+}
+
+/// Stores each subscription's receiver limit after its attempts' answers
+/// (`pacing::observe`): the new one, or none (the row deleted). One D1
+/// `batch()`; only changes are passed in.
+pub async fn store_receiver_limits(
+    env: &Env,
+    limits: &[(String, Option<ReceiverLimit>)],
+    now: u64,
+) -> Result<()> {
+    if limits.is_empty() {
+        return Ok(());
+    }
+    let d = db(env)?;
+    let statements = limits
+        .iter()
+        .map(|(sub, l)| match l {
+            Some(l) => d
+                .prepare(
+                    "INSERT INTO receiver_limits (subscription_id, remaining, reset_at, updated_at) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (subscription_id) DO UPDATE SET remaining = excluded.remaining, \
+                     reset_at = excluded.reset_at, updated_at = excluded.updated_at",
+                )
+                .bind(&[text(sub), num(l.remaining), num(l.reset_at), num(now)]),
+            None => d
+                .prepare("DELETE FROM receiver_limits WHERE subscription_id = ?")
+                .bind(&[text(sub)]),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    d.batch(statements).await?;
+    Ok(())
 }
 
 /// The subscriptions of one batch, in one query.
@@ -235,9 +280,11 @@ pub async fn targets(env: &Env, ids: &[&str]) -> Result<Vec<Target>> {
     db(env)?
         .prepare(
             "SELECT s.id, s.url, s.secret, s.previous_secret, s.previous_secret_until, o.state, o.failing_since, \
-             o.rate_limit_per_s, w.key_revoked_at FROM subscriptions s \
+             o.rate_limit_per_s, w.key_revoked_at, r.remaining AS receiver_remaining, \
+             r.reset_at AS receiver_reset_at FROM subscriptions s \
              LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
              LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
+             LEFT JOIN receiver_limits r ON r.subscription_id = s.id \
              WHERE s.id IN (SELECT value FROM json_each(?))",
         )
         .bind(&[text(&to_json(ids)?)])?

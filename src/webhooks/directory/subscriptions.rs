@@ -23,11 +23,16 @@ pub struct Row {
     pub disabled_reason: Option<String>,
     pub disabled_at: Option<u64>,
     pub rate_limit_per_s: Option<u32>,
+    /// What its receiver last advertised (`receiver_limits`), if anything.
+    pub receiver_remaining: Option<u64>,
+    pub receiver_reset_at: Option<u64>,
 }
 
 /// The columns of [`Row`], from `subscriptions s LEFT JOIN subscription_ops o`.
-const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s \
-     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id";
+const COLUMNS: &str = "s.id, s.url, s.events, s.description, s.created_at, o.state, o.disabled_reason, o.disabled_at, o.rate_limit_per_s, \
+     r.remaining AS receiver_remaining, r.reset_at AS receiver_reset_at \
+     FROM subscriptions s LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
+     LEFT JOIN receiver_limits r ON r.subscription_id = s.id";
 
 /// A subscription to create.
 pub struct New<'a> {
@@ -106,7 +111,7 @@ async fn write_one(env: &Env, sql: &str, binds: &[JsValue]) -> Result<bool> {
     Ok(res.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0)
 }
 
-/// Deletes it and its state row; `false` when there was none. (The owner
+/// Deletes it, its state row and its receiver's limit; `false` when there was none. (The owner
 /// row may stay: nothing joins it without its subscription.)
 pub async fn delete(env: &Env, project: &str, id: &str) -> Result<bool> {
     let sql = "DELETE FROM subscriptions WHERE id = ? AND project = ?";
@@ -115,6 +120,9 @@ pub async fn delete(env: &Env, project: &str, id: &str) -> Result<bool> {
     }
     let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
     write_one(env, sql, &[text(id), text(project)]).await?;
+    // Its receiver's advertised limit (the subscription, checked above, was the project's).
+    let sql = "DELETE FROM receiver_limits WHERE subscription_id = ?";
+    write_one(env, sql, &[text(id)]).await?;
     Ok(true)
 }
 

@@ -116,11 +116,21 @@ def new_event_id() -> str:
     return f"evt_{uuid.uuid4().hex}"
 
 
-def publish_event(project: str, type: str, data: Any, event_id: str | None) -> Call:
+def publish_event(
+    project: str,
+    type: str,
+    data: Any,
+    event_id: str | None,
+    deliver_at: int | str | datetime | None = None,
+) -> Call:
     """The event id is fixed here (``evt_<uuid>`` when not given), so that every attempt
-    publishes the same event: the gateway treats a known id as a no-op."""
+    publishes the same event: the gateway treats a known id as a no-op. ``deliver_at``
+    (scheduled event): no attempt before it, at most 7 days ahead."""
     body = {"project": project, "type": type, "data": {} if data is None else data}
     body["id"] = event_id or new_event_id()
+    at = _time("deliver_at", deliver_at)
+    if at is not None:
+        body["deliver_at"] = at
     return make_call("POST", f"{V1}/events", auth="origin", json=body)
 
 

@@ -359,12 +359,20 @@ class Client(BaseClient):
     # -- the origin ----------------------------------------------------------------------------
 
     def publish_event(
-        self, project: str, type: str, data: Any = None, *, event_id: str | None = None
+        self,
+        project: str,
+        type: str,
+        data: Any = None,
+        *,
+        event_id: str | None = None,
+        deliver_at: int | str | datetime | None = None,
     ) -> PublishedEvent:
         """Publish as the origin (``origin_token``); the gateway fans it out. Without an
         ``event_id`` one is generated (``evt_…``) and kept for every attempt, so a
-        retried publish is the same event, never a second one."""
-        return cast(PublishedEvent, self._json(ep.publish_event(project, type, data, event_id)))
+        retried publish is the same event, never a second one. ``deliver_at`` (epoch ms,
+        RFC 3339 or an aware datetime, at most 7 days ahead): no attempt before it."""
+        call = ep.publish_event(project, type, data, event_id, deliver_at)
+        return cast(PublishedEvent, self._json(call))
 
     # -- the operator ----------------------------------------------------------------------------
 

@@ -179,6 +179,11 @@ class IdempotencyStatus(_IdempotencyStatusFields, total=False):
     expires_at: int
 
 
+class ReceiverLimit(TypedDict):
+    remaining: int
+    reset_at: int
+
+
 class Subscription(TypedDict, total=False):
     id: str
     url: str
@@ -187,6 +192,9 @@ class Subscription(TypedDict, total=False):
     created_at: int
     state: str
     rate_limit_per_s: int | None
+    #: What its receiver last advertised (RateLimit / X-RateLimit-*) while the reset is ahead:
+    #: ``{"remaining": int, "reset_at": epoch ms}``, or None.
+    receiver_limit: ReceiverLimit | None
     #: Only on create: shown once.
     secret: str
 

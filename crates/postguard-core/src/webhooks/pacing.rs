@@ -273,6 +273,17 @@ fn member(raw: &str) -> Option<Member<'_>> {
     })
 }
 
+/// Whether a job is paced by its subscription's receiver limit: scheduled
+/// attempts and manual retries go to the subscription's receiver; a
+/// redirect goes elsewhere (an inspector), and a dead-letter-queue job
+/// sends nothing (it gives up).
+pub fn applies_to(job: &super::delivery::Job) -> bool {
+    matches!(
+        job,
+        super::delivery::Job::Scheduled { .. } | super::delivery::Job::ManualRetry
+    )
+}
+
 /// May the next attempt to the receiver go at `now`?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pace {
@@ -546,6 +557,15 @@ mod tests {
         assert_eq!(kept, lim(0, 10_000));
         assert_eq!(spend(kept.as_ref(), NOW + 10_000), (Pace::Go, None));
         assert_eq!(spend(None, NOW), (Pace::Go, None));
+    }
+
+    #[test]
+    fn redirects_and_dead_letters_are_not_paced() {
+        use super::super::delivery::Job;
+        assert!(applies_to(&Job::Scheduled { at: NOW }));
+        assert!(applies_to(&Job::ManualRetry));
+        assert!(!applies_to(&Job::Redirect));
+        assert!(!applies_to(&Job::DeadLetterQueue { scheduled_at: None }));
     }
 
     #[test]

@@ -348,6 +348,11 @@ impl Refusal {
 pub struct NewEvent {
     pub event: EventRecord,
     pub deliveries: Vec<NewDelivery>,
+    /// No attempt before this time (epoch ms, already bounded by
+    /// [`super::schedule::deliver_at`]): the deliveries' `next_attempt_at`
+    /// and their first job's time ([`super::schedule::first_attempt_at`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -426,11 +431,16 @@ pub fn publish<S: WebhookStore>(
             continue;
         }
         let mut jobs = Vec::new();
+        let first_at = super::schedule::first_attempt_at(ev.event.created_at, ev.deliver_at);
         for d in &ev.deliveries {
-            let (status, next) = if d.held {
+            // A held subscription's delivery due later is queued for its
+            // time like any other and held then if still held: created
+            // `paused` it would lose its time and a resume before it would
+            // send it early.
+            let (status, next) = if d.held && first_at <= ev.event.created_at {
                 (Status::Paused, None)
             } else {
-                (Status::Pending, Some(ev.event.created_at))
+                (Status::Pending, Some(first_at))
             };
             let record = DeliveryRecord {
                 id: d.id.clone(),

@@ -37,6 +37,7 @@ fn event(id: &str, subs: &[(&str, bool)], now: u64) -> NewEvent {
                 held: *held,
             })
             .collect(),
+        deliver_at: None,
     }
 }
 
@@ -79,6 +80,49 @@ fn publish_stores_once_and_flushes_what_is_unsent() {
     assert_eq!(third[0], Stored::Known { jobs: vec![] });
     assert_eq!(s.usage[&capacity::utc_day(T0)].events, 1);
     assert_eq!(s.usage[&capacity::utc_day(T0)].deliveries, 2);
+}
+
+#[test]
+fn a_scheduled_event_is_due_at_deliver_at_and_so_is_its_first_job() {
+    let mut s = MemoryStore::default();
+    let at = T0 + 8_000;
+    let ev = NewEvent {
+        deliver_at: Some(at),
+        ..event("evt_s", &[("a", false)], T0)
+    };
+    let out = publish(&mut s, std::slice::from_ref(&ev), &LIMITS, T0).unwrap();
+    let Stored::Stored { jobs } = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(jobs[0].at, at);
+    assert_eq!(s.deliveries["dlv_evt_s_a"].next_attempt_at, Some(at));
+    // The outbox sweep and a repeated publish keep its time.
+    assert_eq!(unsent(&mut s, T0, 10).unwrap()[0].at, at);
+    let again = publish(&mut s, &[ev], &LIMITS, T0 + 1).unwrap();
+    assert_eq!(again[0], Stored::Known { jobs: jobs.clone() });
+    // A held subscription's delivery keeps its time (held when its job comes, if still held).
+    let held = NewEvent {
+        deliver_at: Some(at),
+        ..event("evt_h", &[("b", true)], T0)
+    };
+    let out = publish(&mut s, &[held], &LIMITS, T0).unwrap();
+    assert!(matches!(&out[0], Stored::Stored { jobs } if jobs[0].at == at));
+    assert_eq!(s.deliveries["dlv_evt_h_b"].status, Status::Pending);
+    // The job that arrives early waits; at its time it is sent.
+    let sub = SubView {
+        subscribed: true,
+        held: false,
+    };
+    let d = s.deliveries["dlv_evt_s_a"].snapshot(sub);
+    let job = delivery::Job::Scheduled { at };
+    assert!(matches!(
+        delivery::plan(job, &d, T0 + 2_000, 40_000),
+        delivery::Plan::Wait { .. }
+    ));
+    assert!(matches!(
+        delivery::plan(job, &d, at, 40_000),
+        delivery::Plan::Send(_)
+    ));
 }
 
 #[test]

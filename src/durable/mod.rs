@@ -31,6 +31,17 @@ extern "C" {
     ) -> Result<JsValue, JsValue>;
 }
 
+/// A failure inside an object (its storage, an answer's encoding) as the
+/// worker's error, which the caller's typed call maps to a 500 problem.
+pub fn err(e: impl std::fmt::Display) -> worker::Error {
+    worker::Error::RustError(e.to_string())
+}
+
+/// A typed answer as the call carries it (JSON).
+pub fn encode<T: serde::Serialize>(answer: &T) -> worker::Result<String> {
+    serde_json::to_string(answer).map_err(err)
+}
+
 /// Runs `f` inside the object's `transactionSync`: every write it makes
 /// commits together, or none does when it fails (throwing is what makes the
 /// runtime roll back). `storage_error` names a failure of the runtime itself.

@@ -21,6 +21,7 @@ use worker::{
     SqlStorageValue, State,
 };
 
+use super::encode;
 use crate::{bindings, http};
 use sql::{err, int, Sql};
 
@@ -34,11 +35,6 @@ pub struct AuditShard {
 /// The request of operation `O` from a call's body.
 fn decode<O: Operation>(body: &[u8]) -> Result<O::Request> {
     serde_json::from_slice(body).map_err(err)
-}
-
-/// A typed answer as the call carries it.
-fn encode<T: serde::Serialize>(answer: &T) -> Result<String> {
-    serde_json::to_string(answer).map_err(err)
 }
 
 impl AuditShard {

@@ -127,9 +127,7 @@ pub fn int(v: u64) -> SqlStorageValue {
     SqlStorageValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-pub fn err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
-}
+pub use crate::durable::err;
 
 /// The storage port over the object's tables.
 pub struct Sql<'a>(pub &'a SqlStorage);

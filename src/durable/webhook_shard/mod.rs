@@ -21,13 +21,13 @@ use postguard_core::webhooks::protocol::{
 };
 use postguard_core::webhooks::records::{self, WebhookStore};
 use postguard_core::webhooks::shard::ShardKey;
-use serde::Serialize;
 use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
     State,
 };
 
+use super::encode;
 use crate::bindings;
 use sql::{err, Sql};
 use worker::wasm_bindgen_futures::JsFuture;
@@ -42,11 +42,6 @@ pub struct WebhookShard {
 /// The request of operation `O` from a call's body.
 fn decode<O: Operation>(body: &[u8]) -> Result<O::Request> {
     serde_json::from_slice(body).map_err(err)
-}
-
-/// A typed answer as the call carries it.
-fn encode<T: Serialize>(answer: &T) -> Result<String> {
-    serde_json::to_string(answer).map_err(err)
 }
 
 impl WebhookShard {

@@ -84,9 +84,7 @@ fn text(v: &str) -> SqlStorageValue {
     SqlStorageValue::String(v.to_string())
 }
 
-pub fn err(e: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(e.to_string())
-}
+pub use crate::durable::err;
 
 /// The storage port over the object's tables.
 pub struct Sql<'a>(pub &'a SqlStorage);

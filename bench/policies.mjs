@@ -7,7 +7,7 @@
 // Usage: node bench/policies.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+import { commitOf, load as cannon, sideBySide, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -58,27 +58,7 @@ try {
     'fresh POST': (plan) => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth(plan), body, fresh: true }),
     '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
   };
-  const rows = [];
-  for (const [name, run] of Object.entries(scenarios)) {
-    const ratios = [];
-    const rate = { one: [], three: [] };
-    for (let round = 0; round < ROUNDS; round++) {
-      // Alternate which goes first, so a drift in the machine's load favours neither.
-      const order = round % 2 ? ['three', 'one'] : ['one', 'three'];
-      const got = {};
-      for (const plan of order) {
-        const res = await run(plan);
-        const expected = name === '429' ? res['4xx'] : res['2xx'];
-        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${plan}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
-        got[plan] = res.requests.average;
-      }
-      rate.one.push(got.one);
-      rate.three.push(got.three);
-      ratios.push(got.three / got.one);
-      console.log(`${name} round ${round + 1}: one ${got.one.toFixed(0)} req/s, three ${got.three.toFixed(0)} req/s, ratio ${(got.three / got.one).toFixed(3)}`);
-    }
-    rows.push(`| ${name} | ${median(rate.one).toFixed(0)} | ${median(rate.three).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
-  }
+  const rows = await sideBySide(scenarios, ['one', 'three'], ROUNDS);
   const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
   writeSection('policies', [
     `## Several policies per plan (issue 25): three ÷ one, build ${commitOf(ROOT)}, ${when} UTC`,

@@ -9,7 +9,7 @@
 // Usage: node bench/quota-notices.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+import { commitOf, load as cannon, sideBySide, writeSection } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -52,27 +52,7 @@ try {
     'GET (charge only)': (plan) => load(`${gw.url}/bench/items`, { headers: auth(plan) }),
     '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
   };
-  const rows = [];
-  for (const [name, run] of Object.entries(scenarios)) {
-    const ratios = [];
-    const rate = { plain: [], noticed: [] };
-    for (let round = 0; round < ROUNDS; round++) {
-      // Alternate which goes first, so a drift in the machine's load favours neither.
-      const order = round % 2 ? ['noticed', 'plain'] : ['plain', 'noticed'];
-      const got = {};
-      for (const plan of order) {
-        const res = await run(plan);
-        const expected = name === '429' ? res['4xx'] : res['2xx'];
-        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${plan}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
-        got[plan] = res.requests.average;
-      }
-      rate.plain.push(got.plain);
-      rate.noticed.push(got.noticed);
-      ratios.push(got.noticed / got.plain);
-      console.log(`${name} round ${round + 1}: without ${got.plain.toFixed(0)} req/s, with ${got.noticed.toFixed(0)} req/s, ratio ${(got.noticed / got.plain).toFixed(3)}`);
-    }
-    rows.push(`| ${name} | ${median(rate.plain).toFixed(0)} | ${median(rate.noticed).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
-  }
+  const rows = await sideBySide(scenarios, ['plain', 'noticed'], ROUNDS);
   const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
   writeSection('quota-notices', [
     `## Quota notices (issue 36 item 5): notify_at ÷ none, build ${commitOf(ROOT)}, ${when} UTC`,

@@ -56,3 +56,33 @@ export async function benchGateway(originUrl, { config = {}, ...options } = {}) 
   await gw.fetch('/bench/items', { headers: { authorization: `Bearer ${tiny}` } }); // uses the only admission
   return { gw, key, tiny, auth, body };
 }
+
+/**
+ * Runs each scenario `rounds` times for two variants side by side, alternating which goes
+ * first (a drift in the machine's load favours neither), and checks each run answered as
+ * expected (4xx for a scenario named '429', else 2xx, at least 99 %). `run(variant)` is one
+ * autocannon run. Returns the table rows `| name | a req/s | b req/s | b ÷ a (spread) |`.
+ */
+export async function sideBySide(scenarios, [a, b], rounds) {
+  const rows = [];
+  for (const [name, run] of Object.entries(scenarios)) {
+    const ratios = [];
+    const rate = { [a]: [], [b]: [] };
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 ? [b, a] : [a, b];
+      const got = {};
+      for (const variant of order) {
+        const res = await run(variant);
+        const expected = name === '429' ? res['4xx'] : res['2xx'];
+        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${variant}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
+        got[variant] = res.requests.average;
+      }
+      rate[a].push(got[a]);
+      rate[b].push(got[b]);
+      ratios.push(got[b] / got[a]);
+      console.log(`${name} round ${round + 1}: ${a} ${got[a].toFixed(0)} req/s, ${b} ${got[b].toFixed(0)} req/s, ratio ${(got[b] / got[a]).toFixed(3)}`);
+    }
+    rows.push(`| ${name} | ${median(rate[a]).toFixed(0)} | ${median(rate[b]).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
+  }
+  return rows;
+}

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { launchChromium, newPage, assertNothingRan, axe } from './support/browser.mjs';
+import { launchChromium, newPage, assertNothingRan, axe, view, shown } from './support/browser.mjs';
 import { startOrigin } from './support/origin.mjs';
 import { startGateway, poll, cfg, bearer, ROOT, ADMIN_TOKEN } from './support/gateway.mjs';
 import { show } from './support/util.mjs';
@@ -111,21 +111,6 @@ async function signInAsOperator(page) {
   await page.getByLabel('API key or operator token').fill(ADMIN_TOKEN);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByText('Operator (every project)').waitFor();
-}
-
-async function view(page, name) {
-  await page.getByRole('link', { name, exact: true }).click();
-  await page.getByRole('heading', { level: 1, name }).waitFor();
-}
-
-/** Waits for `locator`; on failure says what the page showed instead. */
-async function shown(page, locator, timeout = 15000) {
-  try {
-    await locator.waitFor({ timeout });
-  } catch (e) {
-    throw new Error(`${e.message}\npage: ${await page.locator('main').textContent()}`);
-  }
-  return locator;
 }
 
 /** The rows of a table named `name`: each row's cells as text, and its data-key-prefix. */

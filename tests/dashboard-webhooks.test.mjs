@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { launchChromium, newPage, assertNothingRan, axe } from './support/browser.mjs';
+import { launchChromium, newPage, assertNothingRan, axe, view, shown } from './support/browser.mjs';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, bearer, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN } from './support/gateway.mjs';
@@ -55,21 +55,6 @@ async function portalUrl() {
   const res = await gw.admin('POST', '/_postguard/v1/portal-links', { project, ttl_s: 3600 });
   assert.equal(res.status, 201, res.text);
   return res.json.url;
-}
-
-async function view(page, name) {
-  await page.getByRole('link', { name, exact: true }).click();
-  await page.getByRole('heading', { level: 1, name }).waitFor();
-}
-
-/** Waits for `locator`; on failure says what the page showed instead. */
-async function shown(page, locator, timeout = 15000) {
-  try {
-    await locator.waitFor({ timeout });
-  } catch (e) {
-    throw new Error(`${e.message}\npage: ${await page.locator('main').textContent()}`);
-  }
-  return locator;
 }
 
 async function signInAsOperator(page) {

@@ -13,7 +13,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { launchChromium, newPage, assertNothingRan, axe } from './support/browser.mjs';
+import { launchChromium, newPage, assertNothingRan, axe, view } from './support/browser.mjs';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, bearer, ROOT, ADMIN_TOKEN, ORIGIN_TOKEN } from './support/gateway.mjs';
@@ -128,11 +128,6 @@ const keyMeta = (prefix) => {
   const h = seen.headers['x-postguard-key-meta'];
   return h === undefined ? undefined : JSON.parse(Buffer.from(h, 'base64url'));
 };
-
-async function view(page, name) {
-  await page.getByRole('link', { name, exact: true }).click();
-  await page.getByRole('heading', { level: 1, name }).waitFor();
-}
 
 before(async () => {
   origin = await startOrigin();

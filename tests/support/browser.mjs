@@ -55,3 +55,19 @@ export async function axe(page, label) {
   );
   return result.violations.map((v) => `${v.id} (${v.impact})`);
 }
+
+/** Opens the dashboard view `name` from the navigation and waits for its heading. */
+export async function view(page, name) {
+  await page.getByRole('link', { name, exact: true }).click();
+  await page.getByRole('heading', { level: 1, name }).waitFor();
+}
+
+/** Waits for `locator`; on failure says what the page showed instead. */
+export async function shown(page, locator, timeout = 15000) {
+  try {
+    await locator.waitFor({ timeout });
+  } catch (e) {
+    throw new Error(`${e.message}\npage: ${await page.locator('main').textContent()}`);
+  }
+  return locator;
+}

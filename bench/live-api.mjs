@@ -8,7 +8,7 @@
 import crypto from 'node:crypto';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ROOT, ADMIN_TOKEN } from '../tests/support/gateway.mjs';
-import { commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+import { commitOf, load as cannon, median, spread, writeSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -16,14 +16,7 @@ const CONNECTIONS = 16;
 const PLANS = { bench: { requests_per_window: 10_000_000, window_s: 3600 } };
 const ROUTES = Array.from({ length: 10 }, (_, i) => ({ path: `/svc${i}/*`, origin: 'other', strip_prefix: `/svc${i}` }));
 
-function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
-  let n = 0;
-  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
-  return cannon({
-    url, method, headers, body, connections: CONNECTIONS, duration: SECONDS,
-    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
-  });
-}
+const load = (url, opts = {}) => loadUrl(url, { ...opts, connections: CONNECTIONS, seconds: SECONDS });
 
 const origin = await startOrigin();
 const other = await startOrigin();

@@ -13,7 +13,7 @@ import zlib from 'node:zlib';
 import { startOrigin } from '../tests/support/origin.mjs';
 import { ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
 import { PASS_THROUGH, REFERENCE, REFERENCE_RPC, RUST_PASS_THROUGH, RUST_REFERENCE, RUST_REFERENCE_RPC, startBaseline, withRust } from './passthrough.mjs';
-import { benchGateway, commitOf, load as cannon, median, spread, writeSection } from './results.mjs';
+import { benchGateway, commitOf, median, spread, writeSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -23,20 +23,7 @@ const CONNECTIONS = 16;
 const BEFORE_ROOT = process.env.BEFORE_ROOT;
 const commit = commitOf(ROOT);
 
-function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
-  let n = 0;
-  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
-  return cannon({
-    url,
-    method,
-    headers,
-    body,
-    connections: CONNECTIONS,
-    duration: SECONDS,
-    // A fresh Idempotency-Key per request: every request is a new operation.
-    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
-  });
-}
+const load = (url, opts = {}) => loadUrl(url, { ...opts, connections: CONNECTIONS, seconds: SECONDS });
 
 const origin = await startOrigin();
 const bare = await startBaseline(PASS_THROUGH, origin.url);

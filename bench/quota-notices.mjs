@@ -9,7 +9,7 @@
 // Usage: node bench/quota-notices.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, load as cannon, sideBySide, writeSection } from './results.mjs';
+import { commitOf, sideBySide, writeSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -23,19 +23,7 @@ const PLANS = {
   noticed_spent: { requests_per_window: 1, window_s: 86400, notify_at: NOTIFY_AT },
 };
 
-function load(url, { method = 'GET', headers = {}, body, fresh = false } = {}) {
-  let n = 0;
-  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
-  return cannon({
-    url,
-    method,
-    headers,
-    body,
-    connections: CONNECTIONS,
-    duration: SECONDS,
-    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
-  });
-}
+const load = (url, opts = {}) => loadUrl(url, { ...opts, connections: CONNECTIONS, seconds: SECONDS });
 
 const origin = await startOrigin();
 const gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans: PLANS }) } });

@@ -86,3 +86,21 @@ export async function sideBySide(scenarios, [a, b], rounds) {
   }
   return rows;
 }
+
+/**
+ * One autocannon run against `url` for `seconds` over `connections`; `fresh` gives every
+ * request its own Idempotency-Key, so each is a new operation.
+ */
+export function loadUrl(url, { method = 'GET', headers = {}, body, fresh = false, connections, seconds }) {
+  let n = 0;
+  const stamp = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  return load({
+    url,
+    method,
+    headers,
+    body,
+    connections,
+    duration: seconds,
+    requests: fresh ? [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `bench-${stamp}-${n++}` } }) }] : undefined,
+  });
+}

@@ -105,6 +105,7 @@ async fn publish(env: &Env, cfg: &Config, a: &Alert) -> Result<()> {
             request_id: request_id.clone(),
             deliver_at: None,
             exclude: None,
+            ordering_key: None,
         })
         .collect();
     for outcome in write::store(env, cfg, events).await {

@@ -26,6 +26,8 @@ pub const KEY_GUARD: &str = "KEY_GUARD";
 pub const AUDIT: &str = "AUDIT";
 /// Durable Object namespace: one `WebhookShard` per (project, time bucket) (ADR 0035).
 pub const WEBHOOKS: &str = "WEBHOOKS";
+/// Durable Object namespace: one `ProjectHub` per project (ADR 0046).
+pub const PROJECTS: &str = "PROJECTS";
 /// KV namespace holding API keys by hash.
 pub const API_KEYS: &str = "API_KEYS";
 

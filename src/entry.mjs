@@ -6,7 +6,11 @@
 // runtime offers JS RPC only on such a class, and the worker calls those objects by RPC
 // (`run`) rather than by fetch (ADR 0018, ADR 0035). Glue only: every decision is in Rust.
 import { DurableObject } from 'cloudflare:workers';
-import Generated, { KeyGuard as RustKeyGuard, WebhookShard as RustWebhookShard } from './postguard.js';
+import Generated, {
+  KeyGuard as RustKeyGuard,
+  ProjectHub as RustProjectHub,
+  WebhookShard as RustWebhookShard,
+} from './postguard.js';
 
 // wasm-bindgen's futures wake a Rust task by passing a callback to the global
 // `queueMicrotask` each time an awaited promise settles (2–3 times per request). On
@@ -38,6 +42,7 @@ const handlers = Generated.prototype;
 // The proxies trap only `construct`: `prototype.constructor` is the class itself.
 const RawKeyGuard = RustKeyGuard.prototype.constructor;
 const RawWebhookShard = RustWebhookShard.prototype.constructor;
+const RawProjectHub = RustProjectHub.prototype.constructor;
 
 /** `method` called on `self`; a wasm trap marks the instance for reinitialisation (as the shim does). */
 function invoke(self, method, ...args) {
@@ -99,28 +104,37 @@ export class KeyGuard extends DurableObject {
   }
 }
 
+/**
+ * An object class called by JS RPC `run(op, body)` (JSON both ways), over the Rust class
+ * `Rust` (its proxied export) and `Raw` (the class itself).
+ */
+function jsonObject(Rust, Raw) {
+  return class extends DurableObject {
+    #rustObject = null;
+    #instance = -1;
+
+    #rust() {
+      if (initState.criticalError) new Rust(this.ctx, this.env);
+      if (this.#instance !== initState.instanceId) {
+        this.#rustObject = new Raw(this.ctx, this.env);
+        this.#instance = initState.instanceId;
+      }
+      return this.#rustObject;
+    }
+
+    run(op, body) {
+      return invoke(this.#rust(), Raw.prototype.rpc, op, body);
+    }
+
+    fetch(request) {
+      return invoke(this.#rust(), Raw.prototype.fetch, request);
+    }
+  };
+}
+
+// The project objects (ADR 0046): the publish path's copy of the subscribers, the ordering lanes.
+export class ProjectHub extends jsonObject(RustProjectHub, RawProjectHub) {}
+
 // The webhook shards (ADR 0035) the same way: the worker calls `run` by JS RPC; `fetch`
 // stays for tests and operators reaching an object through the runtime's API.
-export class WebhookShard extends DurableObject {
-  #shard = null;
-  #instance = -1;
-
-  /** The Rust object, made again once the wasm instance was reinitialised. */
-  #rust() {
-    if (initState.criticalError) new RustWebhookShard(this.ctx, this.env);
-    if (this.#instance !== initState.instanceId) {
-      this.#shard = new RawWebhookShard(this.ctx, this.env);
-      this.#instance = initState.instanceId;
-    }
-    return this.#shard;
-  }
-
-  /** One operation: `op` is its path ("/publish", …), `body` its JSON; resolves to the JSON answer. */
-  run(op, body) {
-    return invoke(this.#rust(), RawWebhookShard.prototype.rpc, op, body);
-  }
-
-  fetch(request) {
-    return invoke(this.#rust(), RawWebhookShard.prototype.fetch, request);
-  }
-}
+export class WebhookShard extends jsonObject(RustWebhookShard, RawWebhookShard) {}

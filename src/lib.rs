@@ -32,6 +32,7 @@ mod webhooks;
 
 pub use durable::audit_shard::AuditShard;
 pub use durable::key_guard::KeyGuard;
+pub use durable::project_hub::ProjectHub;
 pub use durable::webhook_shard::WebhookShard;
 
 use postguard_core::log::Line;

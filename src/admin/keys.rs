@@ -296,11 +296,13 @@ pub async fn revoke(cx: &Ctx<'_>, id: &str) -> Handled {
     forget_all(&found);
     let at = found.record.revoked_at.unwrap_or_else(now_ms);
     let mode = cfg.settings.webhooks.on_key_revoked;
-    let mut n = subscriptions::of_revoked_key(env, &found.record.id, at, mode).await?;
+    let mut n =
+        subscriptions::of_revoked_key(env, &found.record.project, &found.record.id, at, mode)
+            .await?;
     if !has_live_key(cx, &kv, &found.record).await? {
         let ended = super::portal::end_project_sessions(env, &found.record.project, at).await?;
         let owner = postguard_core::portal::subscription_owner(&found.record.project);
-        n += subscriptions::of_revoked_key(env, &owner, at, mode).await?;
+        n += subscriptions::of_revoked_key(env, &found.record.project, &owner, at, mode).await?;
         if ended > 0 {
             crate::log::emit(
                 crate::log::of_request(

@@ -248,6 +248,7 @@ pub async fn end_sessions(cx: &Ctx<'_>) -> Handled {
             let owner = portal::subscription_owner(&project);
             crate::webhooks::directory::subscriptions::of_revoked_key(
                 cx.env,
+                &project,
                 &owner,
                 now,
                 postguard_core::config::OnKeyRevoked::Pause,

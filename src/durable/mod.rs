@@ -7,6 +7,7 @@ use worker::wasm_bindgen::{JsCast, JsValue};
 pub mod audit_shard;
 pub mod client;
 pub mod key_guard;
+pub mod project_hub;
 pub mod webhook_shard;
 
 /// The core's query arguments as SQLite values of an object's storage.
@@ -18,6 +19,43 @@ pub fn sql_args(args: Vec<postguard_core::audit::Arg>) -> Vec<worker::SqlStorage
             Arg::Int(i) => worker::SqlStorageValue::Integer(i),
         })
         .collect()
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// A stub of an object whose JS class (`src/entry.mjs`) offers `run(op,
+    /// body)` by RPC with JSON on both sides (`WebhookShard`, `ProjectHub`).
+    type JsonStub;
+    #[wasm_bindgen(method, catch)]
+    fn run(this: &JsonStub, op: &str, body: &str) -> Result<JsValue, JsValue>;
+}
+
+/// Operation `O` on the object `name` of `ns` by JS RPC (JSON both ways);
+/// `what` names the object kind in errors.
+pub async fn call_json<O: postguard_core::webhooks::protocol::Operation>(
+    ns: &worker::ObjectNamespace,
+    name: &str,
+    what: &str,
+    req: &O::Request,
+) -> worker::Result<O::Response> {
+    let stub: JsonStub = ns.id_from_name(name)?.get_stub()?.into_rpc::<JsonStub>();
+    let body = serde_json::to_string(req).map_err(err)?;
+    let path = O::PATH;
+    let pending = stub.run(path, &body).map_err(worker::Error::from)?;
+    // An RPC call answers a thenable, not necessarily a `Promise`.
+    let answer =
+        worker::wasm_bindgen_futures::JsFuture::from(worker::js_sys::Promise::resolve(&pending))
+            .await
+            .map_err(|e| {
+                err(format!(
+                    "{what} {path}: {}",
+                    e.as_string().unwrap_or_else(|| format!("{e:?}"))
+                ))
+            })?;
+    let text = answer
+        .as_string()
+        .ok_or_else(|| err(format!("{what} {path} answered no text")))?;
+    serde_json::from_str(&text).map_err(err)
 }
 
 #[wasm_bindgen::prelude::wasm_bindgen]

@@ -22,6 +22,7 @@ pub async fn one(env: &Env, cfg: &Config, ev: &PendingEvent) -> Result<(), Strin
         request_id: ev.request_id.clone(),
         deliver_at: None,
         exclude: None,
+        ordering_key: None,
     };
     match write::store(env, cfg, vec![event]).await.pop() {
         Some(Outcome::Stored | Outcome::Known) => Ok(()),

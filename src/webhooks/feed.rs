@@ -31,6 +31,7 @@ struct FeedEvent {
     timestamp: Value,
     data: Value,
     request_id: Option<String>,
+    ordering_key: Option<String>,
     deliveries: Summary,
     #[serde(skip)]
     created_at: u64,
@@ -48,6 +49,7 @@ impl From<FeedRow> for FeedEvent {
             timestamp: p["timestamp"].take(),
             data: p["data"].take(),
             request_id: r.event.request_id,
+            ordering_key: r.event.ordering_key,
             deliveries: Summary {
                 total: c.total,
                 delivered: c.delivered,

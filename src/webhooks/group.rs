@@ -49,6 +49,7 @@ struct Pending {
     event_type: String,
     data: serde_json::Value,
     deliver_at: Option<u64>,
+    ordering_key: Option<String>,
     request_id: String,
     bytes: usize,
     reply: Reply,
@@ -110,6 +111,8 @@ pub struct NewEvent {
     pub data: serde_json::Value,
     /// No attempt before this time (epoch ms, bounded by the request's parse).
     pub deliver_at: Option<u64>,
+    /// Its lane key (validated by the parse).
+    pub ordering_key: Option<String>,
     pub request_id: String,
     /// The request body's size: what bounds a group's transaction.
     pub bytes: usize,
@@ -126,6 +129,7 @@ pub async fn submit(env: &Env, cfg: &Config, ev: NewEvent) -> Outcome {
             event_type: ev.event_type,
             data: ev.data,
             deliver_at: ev.deliver_at,
+            ordering_key: ev.ordering_key,
             request_id: ev.request_id,
             bytes: ev.bytes,
             reply,
@@ -230,6 +234,7 @@ async fn commit(env: &Env, cfg: &Config, group: Vec<Pending>) {
             deliver_at: p.deliver_at,
             request_id: p.request_id,
             exclude: None,
+            ordering_key: p.ordering_key,
         });
     }
     let outcomes = write::store(env, cfg, events).await;

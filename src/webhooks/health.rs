@@ -76,6 +76,7 @@ async fn announce_disabled(
         request_id: r.request_id.to_string(),
         deliver_at: None,
         exclude: Some(r.subscription_id.to_string()),
+        ordering_key: None,
     };
     for outcome in write::store(env, cfg, vec![event]).await {
         if let write::Outcome::Failed(why) = outcome {

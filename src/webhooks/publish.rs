@@ -45,6 +45,7 @@ pub async fn publish(cx: &Ctx<'_>) -> Handled {
         event_type: input.event_type,
         data: input.data,
         deliver_at: input.deliver_at,
+        ordering_key: input.ordering_key,
         request_id: rc.request_id.clone(),
         bytes: body.len(),
     };

@@ -1,10 +1,11 @@
 //! The one write path of every event (ADR 0035): HTTP publishes (through
 //! `super::group`), the operational `postguard.subscription.disabled`, and
-//! anything later work publishes. [`store`] reads the projects'
-//! subscriptions (one D1 read), plans each event's deliveries
-//! ([`plan`]), writes each shard's events, deliveries and outbox state in
-//! ONE call of that shard (one `transactionSync`), then sends the first
-//! attempts to the queue. An event is durable before its caller answers.
+//! anything later work publishes. [`store`] asks each project's object
+//! (`ProjectHub`, ADR 0046: no D1 read) for each event's deliveries, keyed
+//! ones placed in their lanes (ADR 0043), writes each shard's events,
+//! deliveries and outbox state in ONE call of that shard (one
+//! `transactionSync`), then sends the first attempts to the queue. An
+//! event is durable before its caller answers.
 //!
 //! The outbox marks of sent jobs ride in the shard's next publish call, or
 //! are written by [`flush_marks`] when none follows; a lost mark only means
@@ -19,19 +20,22 @@ use std::collections::HashMap;
 
 use postguard_core::config::Config;
 use postguard_core::webhooks::events;
+use postguard_core::webhooks::hub::{Draft, Prepare, PrepareReq, Prepared};
+use postguard_core::webhooks::ordering::{Committed, Lane};
 use postguard_core::webhooks::records::{
     EventRecord, FirstJob, Limits, NewDelivery, NewEvent, Stored,
 };
-use postguard_core::webhooks::shard::{delivery_id, ShardKey};
+use postguard_core::webhooks::shard::ShardKey;
 use postguard_core::Problem;
 use worker::{Env, Result};
 
-use super::directory::{self, Receiver};
+use super::directory;
 use super::shards;
 use super::{usage, Job};
 use crate::bindings;
+use crate::durable::project_hub;
 use crate::durable::webhook_shard::{IdsReq, PublishReq, ReleaseReq};
-use crate::runtime::{new_ulid_parts, now_ms};
+use crate::runtime::now_ms;
 
 /// An event to store and fan out.
 pub struct Publish {
@@ -45,6 +49,8 @@ pub struct Publish {
     pub request_id: String,
     /// A subscription that gets no delivery (the one an operational event is about).
     pub exclude: Option<String>,
+    /// Its lane key (`ordering_key`, already validated).
+    pub ordering_key: Option<String>,
 }
 
 /// What became of one event.
@@ -63,12 +69,13 @@ thread_local! {
     /// Delivery ids sent to the queue, per shard, whose outbox marks wait
     /// for that shard's next publish call.
     static SENT: RefCell<HashMap<ShardKey, Vec<String>>> = RefCell::new(HashMap::new());
+    /// Keyed deliveries' commits, per project, waiting for that project's
+    /// next call to its object (`ordering::committed`).
+    static COMMITTED: RefCell<HashMap<String, Vec<Committed>>> = RefCell::new(HashMap::new());
 }
 
-/// The event's payload and one delivery per matching subscription (but
-/// `exclude`); a held (paused or disabled) subscription's is created
-/// `paused`, with no attempt planned.
-pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now: u64) -> NewEvent {
+/// The event's record with the deliveries its project's object planned.
+pub fn plan(cfg: &Config, p: &Publish, deliveries: Vec<NewDelivery>, now: u64) -> NewEvent {
     let payload = events::payload(
         &p.id,
         &p.event_type,
@@ -76,25 +83,6 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
         &p.data,
         cfg.settings.webhooks.max_payload_bytes as usize,
     );
-    let mut deliveries = Vec::new();
-    for sub in subs {
-        let filters: Vec<String> =
-            serde_json::from_slice(sub.events.as_bytes()).unwrap_or_default();
-        if !events::matches(&filters, &p.event_type)
-            || p.exclude.as_deref() == Some(sub.id.as_str())
-        {
-            continue;
-        }
-        let (_, random) = new_ulid_parts();
-        deliveries.push(NewDelivery {
-            id: delivery_id(shard, random),
-            subscription_id: sub.id.clone(),
-            url: sub.url.clone(),
-            held: sub
-                .state
-                .is_some_and(postguard_core::webhooks::ops::SubState::holds),
-        });
-    }
     NewEvent {
         event: EventRecord {
             id: p.id.clone(),
@@ -102,6 +90,7 @@ pub fn plan(cfg: &Config, shard: &ShardKey, p: &Publish, subs: &[Receiver], now:
             payload: String::from_utf8_lossy(&payload).into_owned(),
             created_at: now,
             request_id: Some(p.request_id.clone()),
+            ordering_key: p.ordering_key.clone(),
         },
         deliveries,
         deliver_at: p.deliver_at,
@@ -119,18 +108,21 @@ pub async fn store(env: &Env, cfg: &Config, events: Vec<Publish>) -> Vec<Outcome
     }
 }
 
+/// The events grouped by shard, in their order: `(shard, indexes)`.
+fn by_shard(cfg: &Config, events: &[Publish], now: u64) -> Vec<(ShardKey, Vec<usize>)> {
+    let mut out: Vec<(ShardKey, Vec<usize>)> = Vec::new();
+    for (i, p) in events.iter().enumerate() {
+        let key = shards::current(cfg, &p.project, now);
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, idx)) => idx.push(i),
+            None => out.push((key, vec![i])),
+        }
+    }
+    out
+}
+
 async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Outcome>> {
     let now = now_ms();
-    let mut projects: Vec<&str> = events.iter().map(|e| e.project.as_str()).collect();
-    projects.sort_unstable();
-    projects.dedup();
-    let read = directory::receivers(
-        env,
-        &projects,
-        postguard_core::webhooks::capacity::utc_day(now),
-    )
-    .await?;
-    let receivers = &read.receivers;
     // D1 holds the directory and the subscriptions: at its mark nothing new
     // can be found again, so every publish waits for retention.
     if let Err(problem) = usage::storage_admits(cfg, now) {
@@ -139,41 +131,12 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
             .map(|_| Outcome::Refused(problem.clone()))
             .collect());
     }
-    // Each event's shard, and the shards' batches in the events' order.
-    let mut batches: Vec<(ShardKey, Vec<usize>, Vec<NewEvent>)> = Vec::new();
-    for (i, p) in events.iter().enumerate() {
-        let key = shards::current(cfg, &p.project, now);
-        let subs = receivers.get(&p.project).map_or(&[][..], Vec::as_slice);
-        let planned = plan(cfg, &key, p, subs, now);
-        match batches.iter_mut().find(|(k, _, _)| *k == key) {
-            Some((_, idx, evs)) => {
-                idx.push(i);
-                evs.push(planned);
-            }
-            None => batches.push((key, vec![i], vec![planned])),
-        }
-    }
-    let keys: Vec<ShardKey> = batches.iter().map(|(k, _, _)| k.clone()).collect();
+    let batches = by_shard(cfg, events, now);
+    let keys: Vec<ShardKey> = batches.iter().map(|(k, _)| k.clone()).collect();
     directory::enter(env, &keys, shards::bucket_ms(cfg), now).await?;
-    let calls = batches.into_iter().map(|(key, idx, evs)| {
-        let limits = Limits {
-            bytes_elsewhere: read.bytes_today.get(&key.project).copied().unwrap_or(0),
-            ..shards::limits(cfg)
-        };
-        async move {
-            let sent = SENT
-                .with(|s| s.borrow_mut().remove(&key))
-                .unwrap_or_default();
-            let req = PublishReq {
-                sent,
-                events: evs,
-                limits,
-                now,
-            };
-            let got: Result<Vec<Stored>> = shards::call::<wire::Publish>(env, &key, &req).await;
-            (key, idx, got)
-        }
-    });
+    let calls = batches
+        .into_iter()
+        .map(|(key, idx)| commit_shard(env, cfg, key, idx, events, now));
     let answers = futures_util::future::join_all(calls).await;
     let mut out: Vec<Option<Outcome>> = events.iter().map(|_| None).collect();
     let mut to_send: Vec<(ShardKey, usize, Vec<FirstJob>)> = Vec::new();
@@ -211,6 +174,117 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Outcome::Failed("no answer from its shard".into())))
         .collect())
+}
+
+/// One shard's events: their deliveries planned (and keyed ones chained)
+/// by the project's object, then stored in the shard in one call; the
+/// keyed deliveries' commits are reported with the project's next call.
+async fn commit_shard(
+    env: &Env,
+    cfg: &Config,
+    key: ShardKey,
+    idx: Vec<usize>,
+    events: &[Publish],
+    now: u64,
+) -> (ShardKey, Vec<usize>, Result<Vec<Stored>>) {
+    let got = async {
+        let prepared = prepare(env, cfg, &key, &idx, events, now).await?;
+        let planned: Vec<NewEvent> = idx
+            .iter()
+            .zip(prepared.deliveries)
+            .map(|(i, ds)| plan(cfg, &events[*i], ds, now))
+            .collect();
+        let limits = Limits {
+            bytes_elsewhere: prepared.bytes_today,
+            ..shards::limits(cfg)
+        };
+        let sent = SENT
+            .with(|s| s.borrow_mut().remove(&key))
+            .unwrap_or_default();
+        let req = PublishReq {
+            sent,
+            events: planned.clone(),
+            limits,
+            now,
+        };
+        let stored = shards::call::<wire::Publish>(env, &key, &req).await;
+        report(&key.project, &planned, stored.as_ref().ok());
+        stored
+    }
+    .await;
+    (key, idx, got)
+}
+
+/// Asks the project's object to plan `idx`'s deliveries (with the commits
+/// of its earlier keyed deliveries).
+async fn prepare(
+    env: &Env,
+    cfg: &Config,
+    key: &ShardKey,
+    idx: &[usize],
+    events: &[Publish],
+    now: u64,
+) -> Result<Prepared> {
+    let committed = COMMITTED
+        .with(|c| c.borrow_mut().remove(&key.project))
+        .unwrap_or_default();
+    let retention_ms = u64::from(cfg.settings.retention.deliveries_days) * 86_400_000;
+    let req = PrepareReq {
+        shard: key.clone(),
+        drafts: idx
+            .iter()
+            .map(|i| Draft {
+                event_type: events[*i].event_type.clone(),
+                ordering_key: events[*i].ordering_key.clone(),
+                exclude: events[*i].exclude.clone(),
+            })
+            .collect(),
+        committed: committed.clone(),
+        idle_before: now.saturating_sub(retention_ms),
+        now,
+    };
+    let got = project_hub::call::<Prepare>(env, &key.project, &req).await;
+    if got.is_err() {
+        // Not delivered: they ride with the next call.
+        COMMITTED.with(|c| {
+            c.borrow_mut()
+                .entry(key.project.clone())
+                .or_default()
+                .extend(committed)
+        });
+    }
+    got
+}
+
+/// Keeps the outcome of each keyed delivery's commit for the project's
+/// next call: stored, or certainly not (refused; a known id keeps its
+/// first deliveries). An unknown outcome (the call failed) is not reported.
+fn report(project: &str, planned: &[NewEvent], stored: Option<&Vec<Stored>>) {
+    let Some(stored) = stored else { return };
+    let mut out = Vec::new();
+    for (ev, s) in planned.iter().zip(stored) {
+        let ok = matches!(s, Stored::Stored { .. });
+        for d in &ev.deliveries {
+            if let Some(l) = &d.lane {
+                out.push(Committed {
+                    lane: Lane {
+                        subscription_id: d.subscription_id.clone(),
+                        ordering_key: l.ordering_key.clone(),
+                    },
+                    delivery_id: d.id.clone(),
+                    stored: ok,
+                });
+            }
+        }
+    }
+    if !out.is_empty() {
+        COMMITTED.with(|c| {
+            c.borrow_mut()
+                .entry(project.to_string())
+                .or_default()
+                .extend(out)
+        });
+    }
 }
 
 /// Sends the first attempts in `sendBatch`-sized chunks; the events (their

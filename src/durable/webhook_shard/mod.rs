@@ -16,8 +16,8 @@ use std::cell::{Cell, RefCell};
 
 use postguard_core::webhooks::protocol::{
     self as op, Archive, ClaimAttempts, CountRecoverable, DetailOf, Done, Drop, DumpAll, Feed,
-    Health, Import, List, ManualAttempt, MarkSent, Operation, Publish, Recover, Release, Requeue,
-    RestoreRecords, SettleAttempts, Size, SizeReply, Unclaim, Unsent, Vitals, VitalsOf,
+    Health, Import, List, ManualAttempt, MarkSent, Operation, Peek, Publish, Recover, Release,
+    Requeue, RestoreRecords, SettleAttempts, Size, SizeReply, Unclaim, Unsent, Vitals, VitalsOf,
 };
 use postguard_core::webhooks::records::{self, WebhookStore};
 use postguard_core::webhooks::shard::ShardKey;
@@ -30,7 +30,6 @@ use worker::{
 use super::encode;
 use crate::bindings;
 use sql::{err, Sql};
-use worker::wasm_bindgen_futures::JsFuture;
 
 #[durable_object]
 pub struct WebhookShard {
@@ -97,12 +96,17 @@ impl WebhookShard {
                 self.tx::<ClaimAttempts>(body, |s, r| records::claim(s, &r.jobs, r.now, r.lease_ms))
             }
             SettleAttempts::PATH => self.tx::<SettleAttempts>(body, |s, r| {
-                let follow = records::settle(s, &r.attempts, &r.schedule, r.now)?;
-                Ok(follow
-                    .into_iter()
-                    .map(|f| f.map(|f| (f.at, f.delay_s)))
-                    .collect())
+                let settled = records::settle(s, &r.attempts, &r.schedule, r.now)?;
+                Ok(op::SettleReply {
+                    follow_ups: settled
+                        .follow_ups
+                        .into_iter()
+                        .map(|f| f.map(|f| (f.at, f.delay_s)))
+                        .collect(),
+                    wakes: settled.wakes,
+                })
             }),
+            Peek::PATH => self.read::<Peek>(body, |s, r| records::peek(s, &r.ids)),
             Release::PATH => self.tx::<Release>(body, |s, r| {
                 records::release(s, &r.subscription_id, r.limit as usize, r.now)
             }),
@@ -196,15 +200,6 @@ impl DurableObject for WebhookShard {
     }
 }
 
-#[wasm_bindgen::prelude::wasm_bindgen]
-extern "C" {
-    /// A `WebhookShard` stub: `run` is the RPC method of the object's JS
-    /// class (`src/entry.mjs`), which hands the call to [`WebhookShard::rpc`].
-    type ShardStub;
-    #[wasm_bindgen(method, catch)]
-    fn run(this: &ShardStub, op: &str, body: &str) -> std::result::Result<JsValue, JsValue>;
-}
-
 thread_local! {
     /// The `WEBHOOKS` namespace, held for the isolate ([`bindings::per_isolate`]).
     static NAMESPACE: RefCell<Option<ObjectNamespace>> = const { RefCell::new(None) };
@@ -217,26 +212,7 @@ pub async fn call<O: Operation>(
     req: &O::Request,
 ) -> Result<O::Response> {
     let ns = bindings::per_isolate(&NAMESPACE, || env.durable_object(bindings::WEBHOOKS))?;
-    let stub: ShardStub = ns
-        .id_from_name(&shard.name())?
-        .get_stub()?
-        .into_rpc::<ShardStub>();
-    let body = serde_json::to_string(req).map_err(err)?;
-    let path = O::PATH;
-    let pending = stub.run(path, &body).map_err(worker::Error::from)?;
-    // An RPC call answers a thenable, not necessarily a `Promise`.
-    let answer = JsFuture::from(worker::js_sys::Promise::resolve(&pending))
-        .await
-        .map_err(|e| {
-            err(format!(
-                "webhook shard {path}: {}",
-                e.as_string().unwrap_or_else(|| format!("{e:?}"))
-            ))
-        })?;
-    let text = answer
-        .as_string()
-        .ok_or_else(|| err(format!("webhook shard {path} answered no text")))?;
-    serde_json::from_str(&text).map_err(err)
+    super::call_json::<O>(&ns, &shard.name(), "webhook shard", req).await
 }
 
 // The protocol's request types, for the callers that build them.

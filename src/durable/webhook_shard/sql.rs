@@ -47,7 +47,14 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("attempts", "signed", "TEXT"),
     ("attempts", "response_headers", "TEXT"),
     ("deliveries", "claimed_until", "INTEGER"),
+    ("deliveries", "ordering_key", "TEXT"),
+    ("deliveries", "ordering_seq", "INTEGER"),
+    ("deliveries", "blocked_by", "TEXT"),
+    ("events", "ordering_key", "TEXT"),
 ];
+
+/// Indexes over added columns, made after them: the wake-up's lookup.
+const ADDED_INDEXES: &str = "CREATE INDEX IF NOT EXISTS deliveries_blocked ON deliveries (blocked_by) WHERE blocked_by IS NOT NULL;";
 
 /// An attempt as one JSON object (its kept headers as JSON, not text).
 const ATTEMPT_JSON: &str = "json_object('delivery_id', delivery_id, 'request_id', request_id, \
@@ -57,14 +64,14 @@ const ATTEMPT_JSON: &str = "json_object('delivery_id', delivery_id, 'request_id'
 
 const DELIVERY_COLUMNS: &str =
     "id, event_id, event_type, subscription_id, url, status, attempts_made, \
-next_attempt_at, created_at, updated_at, queued_at, manual, claimed_until";
+next_attempt_at, created_at, updated_at, queued_at, manual, claimed_until, ordering_key, ordering_seq, blocked_by";
 
 /// A delivery with its event's `request_id` (the log's trace).
 const LIST_COLUMNS: &str = "SELECT d.id, d.event_id, d.event_type, d.subscription_id, d.url, d.status, \
-d.attempts_made, d.next_attempt_at, d.created_at, d.updated_at, d.queued_at, d.manual, e.request_id \
-FROM deliveries d LEFT JOIN events e ON e.id = d.event_id";
+d.attempts_made, d.next_attempt_at, d.created_at, d.updated_at, d.queued_at, d.manual, e.request_id, \
+d.ordering_key, d.blocked_by FROM deliveries d LEFT JOIN events e ON e.id = d.event_id";
 
-const EVENT_COLUMNS: &str = "id, event_type, payload, created_at, request_id";
+const EVENT_COLUMNS: &str = "id, event_type, payload, created_at, request_id, ordering_key";
 
 fn int(v: u64) -> SqlStorageValue {
     SqlStorageValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
@@ -153,8 +160,8 @@ impl WebhookStore for Sql<'_> {
 
     fn insert_event(&mut self, e: &EventRecord) -> Result<()> {
         self.run(
-            "INSERT OR IGNORE INTO events (id, event_type, payload, created_at, request_id) VALUES (?, ?, ?, ?, ?)",
-            vec![text(&e.id), text(&e.event_type), text(&e.payload), int(e.created_at), opt_text(e.request_id.as_deref())],
+            "INSERT OR IGNORE INTO events (id, event_type, payload, created_at, request_id, ordering_key) VALUES (?, ?, ?, ?, ?, ?)",
+            vec![text(&e.id), text(&e.event_type), text(&e.payload), int(e.created_at), opt_text(e.request_id.as_deref()), opt_text(e.ordering_key.as_deref())],
         )
     }
 
@@ -167,7 +174,7 @@ impl WebhookStore for Sql<'_> {
 
     fn put_delivery(&mut self, d: &DeliveryRecord) -> Result<()> {
         self.run(
-            &format!("INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            &format!("INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             vec![
                 text(&d.id),
                 text(&d.event_id),
@@ -182,6 +189,9 @@ impl WebhookStore for Sql<'_> {
                 opt_int(d.queued_at),
                 int(u64::from(d.manual)),
                 opt_int(d.claimed_until),
+                opt_text(d.ordering_key.as_deref()),
+                opt_int(d.ordering_seq),
+                opt_text(d.blocked_by.as_deref()),
             ],
         )
     }
@@ -259,6 +269,13 @@ impl WebhookStore for Sql<'_> {
                 text(Status::Paused.as_str()),
                 int(limit as u64),
             ],
+        )
+    }
+
+    fn blocked_on(&mut self, id: &str, limit: usize) -> Result<Vec<DeliveryRecord>> {
+        self.select_deliveries(
+            "WHERE blocked_by = ? LIMIT ?",
+            vec![text(id), int(limit as u64)],
         )
     }
 
@@ -435,8 +452,9 @@ impl WebhookStore for Sql<'_> {
 
     fn insert_events(&mut self, es: &[EventRecord]) -> Result<()> {
         self.run(
-            "INSERT OR IGNORE INTO events (id, event_type, payload, created_at, request_id) \
-             SELECT value->>'id', value->>'event_type', value->>'payload', value->>'created_at', value->>'request_id' FROM json_each(?)",
+            "INSERT OR IGNORE INTO events (id, event_type, payload, created_at, request_id, ordering_key) \
+             SELECT value->>'id', value->>'event_type', value->>'payload', value->>'created_at', value->>'request_id', \
+             value->>'ordering_key' FROM json_each(?)",
             vec![json_text(es)?],
         )
     }
@@ -457,7 +475,7 @@ impl WebhookStore for Sql<'_> {
                 "INSERT OR REPLACE INTO deliveries ({DELIVERY_COLUMNS}) SELECT value->>'id', value->>'event_id', \
                  value->>'event_type', value->>'subscription_id', value->>'url', value->>'status', value->>'attempts_made', \
                  value->>'next_attempt_at', value->>'created_at', value->>'updated_at', value->>'queued_at', value->>'manual', \
-                 value->>'claimed_until' FROM json_each(?)"
+                 value->>'claimed_until', value->>'ordering_key', value->>'ordering_seq', value->>'blocked_by' FROM json_each(?)"
             ),
             vec![json_text(ds)?],
         )
@@ -509,6 +527,7 @@ impl Sql<'_> {
                 }
             }
         }
+        sql.exec(ADDED_INDEXES, None)?;
         Ok(())
     }
 

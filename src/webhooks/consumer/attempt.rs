@@ -154,16 +154,17 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
                 schedule,
                 now,
             };
-            let got: Result<Vec<Option<(u64, u64)>>> =
+            let got: Result<wire::SettleReply> =
                 shards::call::<wire::SettleAttempts>(env, &key, &req).await;
-            (idx, got)
+            (key, idx, got)
         }
     });
     let mut out: Vec<Result<()>> = done.iter().map(|_| Ok(())).collect();
-    for (idx, got) in futures_util::future::join_all(calls).await {
+    for (key, idx, got) in futures_util::future::join_all(calls).await {
         match got {
-            Ok(follow) => {
-                for (i, f) in idx.into_iter().zip(follow) {
+            Ok(reply) => {
+                wake(env, &key, &reply.wakes).await;
+                for (i, f) in idx.into_iter().zip(reply.follow_ups) {
                     let sent = done[i].1.follow_up.map(|f| f.at);
                     if let Some((at, delay_s)) = f.filter(|(at, _)| Some(*at) != sent) {
                         let job = Job::first(
@@ -188,7 +189,19 @@ async fn settle_all(env: &Env, cfg: &Config, done: &[(&Run<'_>, Recorded)]) -> V
     out
 }
 
-/// Hands messages back to the queue after a failure of `what`.
+/// Sends at once the first jobs of the deliveries whose lane predecessor
+/// just settled (ADR 0043). A failure is logged: each blocked job also
+/// looks again on its own.
+async fn wake(env: &Env, key: &ShardKey, jobs: &[FirstJob]) {
+    if jobs.is_empty() {
+        return;
+    }
+    let all = jobs.iter().map(|j| Job::first(&key.project, j)).collect();
+    if let Err(e) = crate::webhooks::enqueue(env, all).await {
+        log::emit(Line::warn("waking an ordering lane failed (its recheck sends it)").err(e));
+    }
+}
+
 /// Gives back the claim of an attempt that was not sent (`records::unclaim`):
 /// its job, handed over again by the queue, claims the next attempt at once
 /// instead of waiting for the lease. A failure is logged: the job then waits.

@@ -3,6 +3,10 @@
 //! rechecked, and the per-subscription throttle's slots reserved.
 
 use super::*;
+use crate::durable::webhook_shard::IdsReq;
+use postguard_core::webhooks::hub::{ReservationOf, ReservationReq};
+use postguard_core::webhooks::ordering;
+use postguard_core::webhooks::records::PredRead;
 
 /// One job on its way to its shard's claim.
 struct Pending<'a> {
@@ -45,6 +49,7 @@ pub(super) async fn claim_all<'a>(
             delivery_id: job.delivery_id.clone(),
             job: kind.into(),
             sub,
+            predecessor: None,
         };
         let candidates = shards::candidates(cfg, &project, &job.delivery_id);
         pending.push(Pending {
@@ -59,9 +64,15 @@ pub(super) async fn claim_all<'a>(
     let mut runs = Vec::new();
     let mut held: Vec<(ShardKey, String)> = Vec::new();
     let lease_ms = delivery::attempt_lease_ms(cfg.settings.webhooks.timeout_ms);
-    for round in 0..2 {
+    let mut reads: Vec<(Pending<'a>, ShardKey, String, String)> = Vec::new();
+    // Two rounds over the candidate shards, then one for the jobs whose
+    // lane predecessor had to be read elsewhere first.
+    for round in 0..3 {
+        if round == 2 {
+            pending = read_predecessors(env, reads.drain(..)).await;
+        }
         if pending.is_empty() {
-            break;
+            continue;
         }
         let mut missing = Vec::new();
         for (p, shard, answer) in claim_round(env, pending, round, lease_ms).await {
@@ -83,7 +94,16 @@ pub(super) async fn claim_all<'a>(
                     payload,
                     sleep_ms: p.sleep_ms,
                 }),
-                Ok(Claimed::Wait { delay_s }) => later.push((p.m, p.job, delay_s)),
+                Ok(Claimed::Wait { delay_s } | Claimed::Blocked { delay_s, .. }) => {
+                    later.push((p.m, p.job, delay_s))
+                }
+                Ok(Claimed::Read { .. }) if round == 2 => {
+                    later.push((p.m, p.job, ordering::RECHECK_S))
+                }
+                Ok(Claimed::Read {
+                    predecessor,
+                    ordering_key,
+                }) => reads.push((p, shard, predecessor, ordering_key)),
                 Ok(Claimed::Held) => {
                     if let Some(t) = p.target {
                         held.push((shard, t.id.clone()));
@@ -91,7 +111,7 @@ pub(super) async fn claim_all<'a>(
                     p.m.ack();
                 }
                 Ok(Claimed::Dropped) => p.m.ack(),
-                Ok(Claimed::Missing) if round + 1 < p.candidates.len() => missing.push(p),
+                Ok(Claimed::Missing) if round == 0 && p.candidates.len() > 1 => missing.push(p),
                 Ok(Claimed::Missing) => adopt_then_retry(env, cfg, p, later).await,
             }
         }
@@ -99,6 +119,69 @@ pub(super) async fn claim_all<'a>(
     }
     recheck_holds(env, held).await;
     runs
+}
+
+/// The lane predecessors the shards could not read (ADR 0043): each in the
+/// shard its id names (one `Peek` per shard), and one not there in the
+/// project's object (its reservation). The jobs go back to their own shard
+/// with what was read; a read that failed leaves the job to wait its
+/// recheck.
+async fn read_predecessors<'a>(
+    env: &Env,
+    reads: impl Iterator<Item = (Pending<'a>, ShardKey, String, String)>,
+) -> Vec<Pending<'a>> {
+    let mut out = Vec::new();
+    for (mut p, shard, id, key) in reads {
+        let read_at = now_ms();
+        let found = match ordering::predecessor_shard(&shard.project, &id) {
+            Some(at) => shards::call::<wire::Peek>(
+                env,
+                &at,
+                &IdsReq {
+                    ids: vec![id.clone()],
+                    now: read_at,
+                },
+            )
+            .await
+            .map(|mut v| v.pop().flatten()),
+            None => Ok(None),
+        };
+        let read = match found {
+            Ok(Some(view)) => Ok(ordering::Predecessor::Found(view)),
+            Ok(None) => reservation(env, &shard.project, &p, &id, key)
+                .await
+                .map(|reservation| ordering::Predecessor::Missing {
+                    read_at,
+                    reservation,
+                }),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(read) => p.req.predecessor = Some(PredRead { id, read }),
+            Err(e) => log::emit(Line::warn("reading a lane predecessor failed").err(e)),
+        }
+        p.candidates = vec![shard];
+        out.push(p);
+    }
+    out
+}
+
+/// A missing predecessor's reservation in the project's object.
+async fn reservation(
+    env: &Env,
+    project: &str,
+    p: &Pending<'_>,
+    id: &str,
+    ordering_key: String,
+) -> Result<Option<ordering::Reservation>> {
+    let req = ReservationReq {
+        lane: ordering::Lane {
+            subscription_id: p.job.subscription_id.clone().unwrap_or_default(),
+            ordering_key,
+        },
+        delivery_id: id.to_string(),
+    };
+    crate::durable::project_hub::call::<ReservationOf>(env, project, &req).await
 }
 
 /// One round of claims: each job in its `round`-th candidate shard.
@@ -112,7 +195,9 @@ async fn claim_round<'a>(
     let mut by_shard: Vec<(ShardKey, Vec<Pending<'a>>)> = Vec::new();
     let mut orphans = Vec::new();
     for p in pending {
-        let Some(key) = p.candidates.get(round).cloned() else {
+        // Round 2 is the reads' (`read_predecessors`): one shard each.
+        let at = if round == 2 { 0 } else { round };
+        let Some(key) = p.candidates.get(at).cloned() else {
             orphans.push(p);
             continue;
         };

@@ -71,6 +71,7 @@ impl From<LegacyEvent> for EventRecord {
             payload: e.payload,
             created_at: e.created_at,
             request_id: e.request_id,
+            ordering_key: None,
         }
     }
 }

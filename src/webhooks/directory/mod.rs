@@ -156,6 +156,19 @@ pub struct Receiver {
     pub state: Option<SubState>,
 }
 
+impl Receiver {
+    /// As the project's object keeps it (`hub::Subscriber`); filters that
+    /// do not parse match nothing, as before.
+    pub fn subscriber(&self) -> postguard_core::webhooks::hub::Subscriber {
+        postguard_core::webhooks::hub::Subscriber {
+            id: self.id.clone(),
+            url: self.url.clone(),
+            events: serde_json::from_str(&self.events).unwrap_or_default(),
+            held: self.state.is_some_and(SubState::holds),
+        }
+    }
+}
+
 /// What the publish path reads of D1 for a group of projects.
 #[derive(Default)]
 pub struct Projects {
@@ -423,9 +436,17 @@ pub async fn health(
                 ])?,
         });
     }
-    d.batch(statements)
+    let changed: Vec<bool> = d
+        .batch(statements)
         .await?
         .iter()
         .map(|r| Ok(r.meta()?.and_then(|m| m.changes).unwrap_or(0) > 0))
-        .collect()
+        .collect::<Result<_>>()?;
+    // A disabled subscription's next deliveries are created held.
+    for ((_, project, h), c) in changes.iter().zip(&changed) {
+        if *c && matches!(h, Health::Disable { .. }) {
+            crate::durable::project_hub::invalidate(env, project).await;
+        }
+    }
+    Ok(changed)
 }

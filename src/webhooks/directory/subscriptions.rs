@@ -10,6 +10,7 @@ use worker::{Env, Result};
 
 use super::db;
 use crate::d1::{num, opt_text, text};
+use crate::durable::project_hub;
 
 /// A subscription as the API shows it (without its secrets).
 #[derive(Deserialize)]
@@ -70,6 +71,7 @@ pub async fn insert(env: &Env, s: &New<'_>, cap: u32) -> Result<bool> {
         );
     }
     let results = d.batch(statements).await?;
+    project_hub::invalidate(env, s.project).await;
     Ok(results
         .first()
         .and_then(|r| r.meta().ok().flatten())
@@ -118,6 +120,7 @@ pub async fn delete(env: &Env, project: &str, id: &str) -> Result<bool> {
     if !write_one(env, sql, &[text(id), text(project)]).await? {
         return Ok(false);
     }
+    project_hub::invalidate(env, project).await;
     let sql = "DELETE FROM subscription_ops WHERE subscription_id = ? AND project = ?";
     write_one(env, sql, &[text(id), text(project)]).await?;
     // Its receiver's advertised limit (the subscription, checked above, was the project's).
@@ -171,6 +174,7 @@ pub async fn patch(env: &Env, project: &str, id: &str, p: &Patch) -> Result<()> 
     }
     if !statements.is_empty() {
         d.batch(statements).await?;
+        project_hub::invalidate(env, project).await;
     }
     Ok(())
 }
@@ -202,6 +206,7 @@ pub async fn set_state(
         .bind(&[text(id), text(project), text(state.as_str()), reason, at])?
         .run()
         .await?;
+    project_hub::invalidate(env, project).await;
     Ok(())
 }
 
@@ -242,9 +247,15 @@ pub async fn project_secrets(env: &Env, project: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-/// When a key is revoked: pauses (marks `key_revoked_at` on their owner row)
-/// or deletes the subscriptions the key created; how many.
-pub async fn of_revoked_key(env: &Env, key_id: &str, at: u64, mode: OnKeyRevoked) -> Result<u64> {
+/// When a key of `project` is revoked: pauses (marks `key_revoked_at` on
+/// their owner row) or deletes the subscriptions the key created; how many.
+pub async fn of_revoked_key(
+    env: &Env,
+    project: &str,
+    key_id: &str,
+    at: u64,
+    mode: OnKeyRevoked,
+) -> Result<u64> {
     let db = db(env)?;
     let (id, at) = (JsValue::from_str(key_id), num(at));
     let statements = match mode {
@@ -259,6 +270,7 @@ pub async fn of_revoked_key(env: &Env, key_id: &str, at: u64, mode: OnKeyRevoked
         ],
     };
     let results = db.batch(statements).await?;
+    project_hub::invalidate(env, project).await;
     let changed = results
         .first()
         .and_then(|r| r.meta().ok().flatten())

@@ -45,6 +45,9 @@ fn archived(url: &str) -> Archived {
             manual: 0,
             request_id: Some("req_pub".into()),
             claimed_until: None,
+            ordering_key: None,
+            ordering_seq: None,
+            blocked_by: None,
         },
         attempts: vec![AttemptRecord {
             delivery_id: "dlv_1".into(),

@@ -37,6 +37,7 @@ pub mod delivery;
 pub mod events;
 pub mod fanout;
 pub mod health;
+pub mod hub;
 pub mod ops;
 pub mod ordering;
 pub mod pacing;

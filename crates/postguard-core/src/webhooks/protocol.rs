@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::Usage;
 use super::health::Tally;
+use super::ordering::PredView;
 use super::records::{
     Archived, AttemptRecord, ClaimJob, Claimed, DeliveryQuery, DeliveryRecord, Detail, EventQuery,
     EventRecord, FeedRow, FirstJob, Imported, Limits, Manual, NewEvent, RecoverStep, Recovered,
@@ -180,6 +181,16 @@ impl DayUsage {
     }
 }
 
+/// What a settle came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettleReply {
+    /// `(at, delay_s)` of each attempt's next job.
+    pub follow_ups: Vec<Option<(u64, u64)>>,
+    /// First jobs of deliveries whose lane predecessor just settled.
+    #[serde(default)]
+    pub wakes: Vec<FirstJob>,
+}
+
 macro_rules! operations {
     ($($(#[$doc:meta])* $op:ident, $path:literal, $req:ty => $resp:ty;)*) => {
         $(
@@ -192,6 +203,7 @@ macro_rules! operations {
             }
         )*
         /// Every operation's path (one each).
+        #[allow(dead_code)]
         pub const PATHS: &[&str] = &[$($path),*];
     };
 }
@@ -205,8 +217,10 @@ operations! {
     Unsent, "/unsent", BeforeReq => Vec<FirstJob>;
     /// Claim the attempts the queue's jobs ask for (compare-and-set each).
     ClaimAttempts, "/claim", ClaimReq => Vec<Claimed>;
-    /// Record attempts and their follow-ups: `(at, delay_s)` of each next job.
-    SettleAttempts, "/settle", SettleReq => Vec<Option<(u64, u64)>>;
+    /// Record attempts and their follow-ups, and wake the lanes' next.
+    SettleAttempts, "/settle", SettleReq => SettleReply;
+    /// Deliveries as a successor's gate sees them (ordering keys).
+    Peek, "/peek", IdsReq => Vec<Option<PredView>>;
     /// Release a resumed subscription's held deliveries.
     Release, "/release", ReleaseReq => Vec<FirstJob>;
     /// Give back an attempt claimed and never sent.
@@ -253,6 +267,8 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), PATHS.len());
-        assert_eq!(PATHS.len(), 22);
+        assert_eq!(PATHS.len(), 23);
     }
 }
+
+pub(crate) use operations;

@@ -107,6 +107,15 @@ impl WebhookStore for MemoryStore {
         v.truncate(limit);
         Ok(v)
     }
+    fn blocked_on(&mut self, id: &str, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
+        Ok(self
+            .deliveries
+            .values()
+            .filter(|d| d.blocked_by.as_deref() == Some(id))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
     fn overdue(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error> {
         let mut v: Vec<_> = self
             .deliveries

@@ -28,6 +28,9 @@ pub struct EventRecord {
     pub created_at: u64,
     /// The X-Request-Id of the publish request.
     pub request_id: Option<String>,
+    /// Its `ordering_key` ([`super::ordering`]), if published with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
 }
 
 /// A stored delivery.
@@ -56,6 +59,15 @@ pub struct DeliveryRecord {
     /// (`delivery::Claim::in_flight_until`); never shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_until: Option<u64>,
+    /// Its lane's key ([`super::ordering`]); `None`: not ordered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    /// Its place in its lane (1, 2, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_seq: Option<u64>,
+    /// The delivery before it in its lane, until its gate opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
 }
 
 impl DeliveryRecord {
@@ -99,6 +111,11 @@ pub struct DeliveryView {
     pub created_at: u64,
     /// The X-Request-Id of the publish request that created it (trace).
     pub request_id: Option<String>,
+    /// Its event's `ordering_key`, if any.
+    pub ordering_key: Option<String>,
+    /// The delivery it waits for in its lane (its first attempt does not
+    /// start before that one is `delivered` or `dead_letter`).
+    pub blocked_by: Option<String>,
 }
 
 impl DeliveryRecord {
@@ -116,6 +133,8 @@ impl DeliveryRecord {
             attempts_made: self.attempts_made,
             next_attempt_at: self.next_attempt_at,
             created_at: self.created_at,
+            ordering_key: self.ordering_key,
+            blocked_by: self.blocked_by,
         }
     }
 }
@@ -180,6 +199,8 @@ pub trait WebhookStore {
         subscription_id: &str,
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, Self::Error>;
+    /// Deliveries whose `blocked_by` is `id` (its lane's next), at most `limit`.
+    fn blocked_on(&mut self, id: &str, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
     /// In-progress deliveries whose next attempt is before `before`.
     fn overdue(&mut self, before: u64, limit: usize) -> Result<Vec<DeliveryRecord>, Self::Error>;
     /// Failed or dead-lettered deliveries of a subscription created in
@@ -362,6 +383,18 @@ pub struct NewDelivery {
     pub url: String,
     /// Its subscription is paused or disabled: created `paused`, not queued.
     pub held: bool,
+    /// Its lane and place ([`super::ordering::chain`]), when the event has
+    /// an `ordering_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<Placed>,
+}
+
+/// A keyed delivery's place in its lane, as the project's object chained it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    pub ordering_key: String,
+    pub seq: u64,
+    pub blocked_by: Option<String>,
 }
 
 /// A scheduled attempt to queue.
@@ -457,6 +490,9 @@ pub fn publish<S: WebhookStore>(
                 manual: 0,
                 request_id: None,
                 claimed_until: None,
+                ordering_key: d.lane.as_ref().map(|l| l.ordering_key.clone()),
+                ordering_seq: d.lane.as_ref().map(|l| l.seq),
+                blocked_by: d.lane.as_ref().and_then(|l| l.blocked_by.clone()),
             };
             if let Some(at) = next {
                 jobs.push(FirstJob::of(&record, at));
@@ -556,6 +592,10 @@ pub struct ClaimJob {
     pub delivery_id: String,
     pub job: JobKind,
     pub sub: SubView,
+    /// Its lane's predecessor as the consumer read it elsewhere (after a
+    /// [`Claimed::Read`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predecessor: Option<PredRead>,
 }
 
 /// [`delivery::Job`] on the wire.
@@ -614,6 +654,15 @@ pub enum Claimed {
     Dropped,
     /// No such delivery in this shard (it may be a legacy row not moved yet).
     Missing,
+    /// Its lane's predecessor `by` is not settled: send the job again after
+    /// `delay_s`. Nothing claimed, no attempt number used.
+    Blocked { by: String, delay_s: u64 },
+    /// Read its lane's predecessor (in its shard, else its reservation in
+    /// the project's object), then claim again with it.
+    Read {
+        predecessor: String,
+        ordering_key: String,
+    },
 }
 
 /// Plans each job ([`delivery::plan`]) and applies the claim or the hold at
@@ -630,6 +679,7 @@ pub fn claim<S: WebhookStore>(
 ) -> Result<Vec<Claimed>, S::Error> {
     let ids: Vec<&str> = jobs.iter().map(|j| j.delivery_id.as_str()).collect();
     let mut loaded = Loaded::of(s, &ids)?;
+    loaded.add_predecessors(s)?;
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         out.push(claim_one(&mut loaded, j, now, lease_ms));
@@ -667,7 +717,11 @@ fn claim_one(loaded: &mut Loaded, j: &ClaimJob, now: u64, lease_ms: u64) -> Clai
     let Some(mut d) = loaded.get(&j.delivery_id) else {
         return Claimed::Missing;
     };
-    let (claim, gave_up) = match delivery::plan(j.job.into(), &d.snapshot(j.sub), now, lease_ms) {
+    let plan = match lanes::gate(loaded, &mut d, j, now, lease_ms) {
+        Ok(plan) => plan,
+        Err(waits) => return waits,
+    };
+    let (claim, gave_up) = match plan {
         Plan::Send(c) => (c, None),
         Plan::GiveUp(c, why) => (c, Some(why)),
         Plan::Wait { delay_s } => return Claimed::Wait { delay_s },
@@ -736,7 +790,7 @@ pub fn settle<S: WebhookStore>(
     attempts: &[Settle],
     schedule: &[u32],
     now: u64,
-) -> Result<Vec<Option<delivery::FollowUp>>, S::Error> {
+) -> Result<Settled, S::Error> {
     let ids: Vec<&str> = attempts
         .iter()
         .map(|a| a.row.delivery_id.as_str())
@@ -744,6 +798,7 @@ pub fn settle<S: WebhookStore>(
     let mut loaded = Loaded::of(s, &ids)?;
     let mut rows = Vec::with_capacity(attempts.len());
     let mut out = Vec::with_capacity(attempts.len());
+    let mut settled = Vec::new();
     for a in attempts {
         let claim: Claim = a.claim.into();
         let result: Attempted = a.result.clone().into();
@@ -755,7 +810,11 @@ pub fn settle<S: WebhookStore>(
         let t: Transition =
             delivery::settle(&d.snapshot(a.sub), &claim.attempt, &result, schedule, ended);
         if let Some(w) = &t.write {
+            let before = d.status;
             if d.apply(w, now) {
+                if super::ordering::wakes(before, d.status) {
+                    settled.push(d.id.clone());
+                }
                 loaded.put(d);
             }
         }
@@ -768,7 +827,19 @@ pub fn settle<S: WebhookStore>(
     if !rows.is_empty() {
         s.insert_attempts(&rows)?;
     }
-    Ok(out)
+    Ok(Settled {
+        follow_ups: out,
+        wakes: lanes::woken(s, &settled)?,
+    })
+}
+
+/// What [`settle`] came to: each attempt's follow-up, and the first jobs
+/// of the deliveries its settled deliveries were blocking (to send at once:
+/// their gate opens).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub follow_ups: Vec<Option<delivery::FollowUp>>,
+    pub wakes: Vec<FirstJob>,
 }
 
 /// Resume: up to `limit` of the subscription's `paused` deliveries back to
@@ -796,6 +867,7 @@ pub fn release<S: WebhookStore>(
     Ok(out)
 }
 
+mod lanes;
 mod memory;
 mod operator;
 mod query;
@@ -803,6 +875,7 @@ mod query;
 mod tests;
 mod wire;
 
+pub use lanes::{peek, PredRead};
 pub use memory::MemoryStore;
 pub use operator::*;
 pub use query::*;

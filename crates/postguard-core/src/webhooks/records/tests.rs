@@ -27,6 +27,7 @@ fn event(id: &str, subs: &[(&str, bool)], now: u64) -> NewEvent {
             payload: format!("{{\"id\":\"{id}\"}}"),
             created_at: now,
             request_id: Some("req_1".into()),
+            ordering_key: None,
         },
         deliveries: subs
             .iter()
@@ -35,6 +36,7 @@ fn event(id: &str, subs: &[(&str, bool)], now: u64) -> NewEvent {
                 subscription_id: (*s).to_string(),
                 url: "https://r.test/".into(),
                 held: *held,
+                lane: None,
             })
             .collect(),
         deliver_at: None,
@@ -182,6 +184,7 @@ fn a_duplicate_job_sends_nothing_while_its_attempt_is_in_flight() {
         delivery_id: "dlv_evt_1_a".into(),
         job: JobKind::Scheduled { at },
         sub,
+        predecessor: None,
     };
     let sent = |c: &Claimed| match c {
         Claimed::Send {
@@ -217,7 +220,7 @@ fn a_duplicate_job_sends_nothing_while_its_attempt_is_in_flight() {
         sub,
     };
     let follow = settle(&mut s, &[st], SCHEDULE, T0 + 6_000).unwrap();
-    let next_at = follow[0].expect("a retry").at;
+    let next_at = follow.follow_ups[0].expect("a retry").at;
     assert_eq!(next_at, T0 + 6_001 + 1_000);
     // The waiting copies come back after the lease: superseded, nothing sent.
     let back = claim(&mut s, &[job(T0), job(T0)], T0 + 40_000, LEASE).unwrap();
@@ -258,6 +261,7 @@ fn hold_then_release_in_creation_order() {
             delivery_id: format!("dlv_evt_{i}_a"),
             job: JobKind::Scheduled { at: T0 + i },
             sub: held,
+            predecessor: None,
         };
         assert_eq!(
             claim(&mut s, &[j], T0 + 10, LEASE).unwrap(),
@@ -356,7 +360,7 @@ proptest! {
                     let id = format!("dlv_evt_{n}_a");
                     let d = s.deliveries[&id].clone();
                     let at = match (d.next_attempt_at, stale) { (Some(a), false) => a, (Some(a), true) => a.saturating_sub(1), (None, _) => now };
-                    let j = ClaimJob { delivery_id: id.clone(), job: JobKind::Scheduled { at }, sub };
+                    let j = ClaimJob { delivery_id: id.clone(), job: JobKind::Scheduled { at }, sub, predecessor: None };
                     if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now.max(at), LEASE).unwrap()[0] {
                         outstanding.push((*claim, id));
                     }
@@ -365,7 +369,7 @@ proptest! {
                     let id = format!("dlv_evt_{n}_a");
                     let kind = if matches!(op, Op::Redirect(_)) { JobKind::Redirect } else { JobKind::ManualRetry };
                     if let Manual::Queued { .. } = manual(&mut s, &id, 3, now).unwrap() {
-                        let j = ClaimJob { delivery_id: id.clone(), job: kind, sub };
+                        let j = ClaimJob { delivery_id: id.clone(), job: kind, sub, predecessor: None };
                         if let Claimed::Send { claim, .. } = &claim(&mut s, &[j], now, LEASE).unwrap()[0] {
                             outstanding.push((*claim, id.clone()));
                         }
@@ -541,8 +545,166 @@ fn deliveries_are_filtered_by_subscription_and_event_as_parsed() {
         manual: 0,
         request_id: None,
         claimed_until: None,
+        ordering_key: None,
+        ordering_seq: None,
+        blocked_by: None,
     };
     assert!(q.matches(&d("sub_2", "evt_9")));
     assert!(!q.matches(&d("sub_1", "evt_9")), "another subscription");
     assert!(!q.matches(&d("sub_2", "evt_8")), "another event");
+}
+
+/// Issue 36: the shard's claim gates a keyed delivery on the one before it
+/// in its lane (read in the same shard), uses no attempt number while it
+/// waits, and the predecessor's settle wakes it; another lane is not held.
+#[test]
+fn a_lane_waits_for_its_predecessor_and_its_settle_wakes_the_next() {
+    let mut s = MemoryStore::default();
+    let keyed = |id: &str, key: &str, seq: u64, by: Option<&str>| {
+        let mut e = event(id, &[("a", false)], T0);
+        e.deliveries[0].lane = Some(Placed {
+            ordering_key: key.into(),
+            seq,
+            blocked_by: by.map(str::to_owned),
+        });
+        e
+    };
+    let events = [
+        keyed("evt_1", "K", 1, None),
+        keyed("evt_2", "K", 2, Some("dlv_evt_1_a")),
+        keyed("evt_3", "L", 1, None),
+    ];
+    publish(&mut s, &events, &LIMITS, T0).unwrap();
+    let sub = SubView {
+        subscribed: true,
+        held: false,
+    };
+    let job = |id: &str| ClaimJob {
+        delivery_id: id.into(),
+        job: JobKind::Scheduled { at: T0 },
+        sub,
+        predecessor: None,
+    };
+    let got = claim(
+        &mut s,
+        &[job("dlv_evt_1_a"), job("dlv_evt_2_a"), job("dlv_evt_3_a")],
+        T0,
+        LEASE,
+    )
+    .unwrap();
+    let Claimed::Send { claim: first, .. } = got[0].clone() else {
+        panic!("the head goes: {:?}", got[0]);
+    };
+    assert!(
+        matches!(&got[1], Claimed::Blocked { by, .. } if by == "dlv_evt_1_a"),
+        "{:?}",
+        got[1]
+    );
+    assert!(matches!(got[2], Claimed::Send { .. }), "key L is not held");
+    assert_eq!(s.deliveries["dlv_evt_2_a"].attempts_made, 0);
+    // The head fails: still blocked; then it is delivered: the settle wakes K's next.
+    let outcome = |code| Settle {
+        claim: first,
+        result: Attempted::Sent(AttemptResult::Status {
+            code,
+            retry_after: None,
+        })
+        .into(),
+        row: row("dlv_evt_1_a", 1, T0 + 1_000),
+        sub,
+    };
+    let failed = settle(&mut s, &[outcome(500)], SCHEDULE, T0 + 1_000).unwrap();
+    assert!(failed.wakes.is_empty());
+    let again = claim(&mut s, &[job("dlv_evt_2_a")], T0 + 1_500, LEASE).unwrap();
+    assert!(matches!(again[0], Claimed::Blocked { .. }), "{again:?}");
+    let retry_at = failed.follow_ups[0].expect("a retry").at;
+    let retry = ClaimJob {
+        job: JobKind::Scheduled { at: retry_at },
+        ..job("dlv_evt_1_a")
+    };
+    let Claimed::Send { claim: second, .. } =
+        claim(&mut s, &[retry], retry_at, LEASE).unwrap()[0].clone()
+    else {
+        panic!("the retry goes");
+    };
+    let ok = Settle {
+        claim: second,
+        row: row("dlv_evt_1_a", 2, retry_at),
+        ..outcome(200)
+    };
+    let done = settle(&mut s, &[ok], SCHEDULE, retry_at).unwrap();
+    assert_eq!(
+        done.wakes
+            .iter()
+            .map(|j| j.delivery_id.as_str())
+            .collect::<Vec<_>>(),
+        ["dlv_evt_2_a"]
+    );
+    let woken = claim(&mut s, &[job("dlv_evt_2_a")], retry_at + 10, LEASE).unwrap();
+    assert!(
+        matches!(&woken[0], Claimed::Send { claim, .. } if claim.number == 1),
+        "{woken:?}"
+    );
+    assert_eq!(
+        s.deliveries["dlv_evt_2_a"].blocked_by, None,
+        "the gate opened for good"
+    );
+}
+
+/// A predecessor in another shard is read by the consumer ([`Claimed::Read`])
+/// and handed to the claim; one that never came to be hands its own
+/// predecessor on.
+#[test]
+fn a_predecessor_elsewhere_is_read_then_followed() {
+    let mut s = MemoryStore::default();
+    let mut e = event("evt_9", &[("a", false)], T0);
+    e.deliveries[0].lane = Some(Placed {
+        ordering_key: "K".into(),
+        seq: 3,
+        blocked_by: Some("dlv_elsewhere".into()),
+    });
+    publish(&mut s, &[e], &LIMITS, T0).unwrap();
+    let sub = SubView {
+        subscribed: true,
+        held: false,
+    };
+    let job = |predecessor| ClaimJob {
+        delivery_id: "dlv_evt_9_a".into(),
+        job: JobKind::Scheduled { at: T0 },
+        sub,
+        predecessor,
+    };
+    let first = claim(&mut s, &[job(None)], T0, LEASE).unwrap();
+    assert_eq!(
+        first,
+        vec![Claimed::Read {
+            predecessor: "dlv_elsewhere".into(),
+            ordering_key: "K".into(),
+        }]
+    );
+    let abandoned = PredRead {
+        id: "dlv_elsewhere".into(),
+        read: crate::webhooks::ordering::Predecessor::Missing {
+            read_at: T0,
+            reservation: Some(crate::webhooks::ordering::Reservation {
+                delivery_id: "dlv_elsewhere".into(),
+                seq: 2,
+                prev: Some("dlv_before".into()),
+                at: T0,
+                abandoned: true,
+            }),
+        },
+    };
+    let next = claim(&mut s, &[job(Some(abandoned))], T0, LEASE).unwrap();
+    assert_eq!(
+        next,
+        vec![Claimed::Read {
+            predecessor: "dlv_before".into(),
+            ordering_key: "K".into(),
+        }]
+    );
+    assert_eq!(
+        s.deliveries["dlv_evt_9_a"].blocked_by.as_deref(),
+        Some("dlv_before")
+    );
 }

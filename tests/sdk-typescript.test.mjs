@@ -635,6 +635,30 @@ describe('side by side', { concurrency: true }, () => {
       // A republished id is a no-op at the gateway: no second delivery.
       assert.deepEqual(await publisher.events.publish({ project: me.project, type: 'payment.succeeded', data: { amount: 42 }, id: e1.id }), { id: e1.id });
     });
+
+    // Needs the server side of ordering keys: the delivery log must show ordering_key.
+    it('ordering keys: two events published with the same ordering_key; their deliveries show the key and blocked_by', async () => {
+      const rcv = await startReceiver();
+      closers.push(() => rcv.close());
+      const pg = new Postguard({ baseUrl: gw.url, apiKey: await keyFor('big', 'ordering') });
+      const publisher = new Postguard({ baseUrl: gw.url, originToken: ORIGIN_TOKEN });
+      const project = (await pg.me()).project;
+      await pg.webhooks.create({ url: rcv.url, events: ['order.*'] });
+      const key = uniq('order');
+      const e1 = await publisher.events.publish({ project, type: 'order.created', data: { n: 1 }, ordering_key: key });
+      const e2 = await publisher.events.publish({ project, type: 'order.paid', data: { n: 2 }, ordering_key: key });
+      assert.match(e1.id, /^evt_/);
+      assert.match(e2.id, /^evt_/);
+      assert.notEqual(e1.id, e2.id);
+      // The deliveries are stored before the 202: listed at once, one per event (one subscription).
+      for (const e of [e1, e2]) {
+        const { data } = await pg.deliveries.list({ event_id: e.id });
+        assert.equal(data.length, 1, `one delivery of ${e.id}: ${JSON.stringify(data)}`);
+        const [d] = data;
+        assert.equal(d.ordering_key, key, `the delivery of ${e.id} shows its ordering_key: ${JSON.stringify(d)}`);
+        assert.ok(d.blocked_by === null || (typeof d.blocked_by === 'string' && /^dlv_/.test(d.blocked_by)), `blocked_by: ${JSON.stringify(d)}`);
+      }
+    });
   });
 
   describe('moving an existing API (issue 34)', () => {

@@ -346,6 +346,31 @@ def test_publish_passes_deliver_at_through() -> None:
     assert [json.loads(r.content)["deliver_at"] for r in seen] == [1800000000000, "2027-01-15T08:00:00Z"]
 
 
+def test_publish_sends_ordering_key_only_when_given() -> None:
+    seen, handler = scripted([httpx.Response(202, json={"id": "a"}), httpx.Response(202, json={"id": "b"})])
+    c = Client("http://gw.test", origin_token="org", transport=httpx.MockTransport(handler))
+    c.publish_event("p", "t", {"n": 1}, ordering_key="order-42")
+    c.publish_event("p", "t", {"n": 2})
+    bodies = [json.loads(r.content) for r in seen]
+    assert bodies[0]["ordering_key"] == "order-42" and bodies[0]["data"] == {"n": 1}
+    assert "ordering_key" not in bodies[1]
+
+
+@pytest.mark.anyio
+async def test_async_publish_sends_ordering_key() -> None:
+    seen, handler = scripted([httpx.Response(202, json={"id": "a"})])
+
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)
+
+    async with AsyncClient(
+        "http://gw.test", origin_token="org", transport=httpx.MockTransport(ahandler)
+    ) as c:
+        await c.publish_event("p", "t", ordering_key="order-42", deliver_at=1800000000000)
+    body = json.loads(seen[0].content)
+    assert (body["ordering_key"], body["deliver_at"]) == ("order-42", 1800000000000)
+
+
 # --- on_attempt exposes the planned delay (issue 25 item 7) --------------------------------
 
 

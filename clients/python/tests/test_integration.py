@@ -460,6 +460,25 @@ def test_webhook_delivery_verifies_tampered_is_refused_rotation(
         assert detail["subscription_id"] == sub["id"] and detail["attempts"]
 
 
+# Needs the server side of ordering keys: the delivery log must show ordering_key.
+def test_ordering_key_publishes_and_the_deliveries_show_it(env: Any, new_key: Any, admin: Client) -> None:
+    k = new_key()
+    key = f"order-{uuid.uuid4().hex[:8]}"
+    with Client(env.gateway, api_key=k.key) as c:
+        c.create_webhook(f"{env.receiver}/py-ordering/{k.project}", ["py.order.*"])
+        first = admin.publish_event(k.project, "py.order.created", {"n": 1}, ordering_key=key)["id"]
+        second = admin.publish_event(k.project, "py.order.paid", {"n": 2}, ordering_key=key)["id"]
+        assert first.startswith("evt_") and second.startswith("evt_") and first != second
+        # The deliveries are stored before the 202: listed at once, one per event.
+        for event_id in (first, second):
+            deliveries = c.list_deliveries(event_id=event_id).data
+            assert len(deliveries) == 1, deliveries
+            d = deliveries[0]
+            assert d.get("ordering_key") == key, d
+            blocked_by = d.get("blocked_by")
+            assert blocked_by is None or (isinstance(blocked_by, str) and blocked_by.startswith("dlv_")), d
+
+
 # --- typed endpoints, errors, audit pages --------------------------------------------------
 
 

@@ -457,6 +457,65 @@ impl NewSubscription {
     }
 }
 
+/// An event to publish with [`Client::publish`]:
+/// `NewEvent::new("acme", "order.paid", json!({"id": "ord_42"})).ordering_key("order-42")`.
+/// Without an [`id`](Self::id) one is generated (`evt_<uuid>`) once per publish, so that a
+/// retried publish is the same event.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NewEvent {
+    pub project: String,
+    pub event_type: String,
+    pub data: Value,
+    pub id: Option<String>,
+    /// Epoch milliseconds; see [`Self::deliver_at_ms`].
+    pub deliver_at_ms: Option<u64>,
+    pub ordering_key: Option<String>,
+}
+
+impl NewEvent {
+    pub fn new(project: impl Into<String>, event_type: impl Into<String>, data: Value) -> Self {
+        NewEvent {
+            project: project.into(),
+            event_type: event_type.into(),
+            data,
+            id: None,
+            deliver_at_ms: None,
+            ordering_key: None,
+        }
+    }
+    /// The event id (1–128 visible ASCII); publishing a known id again is a no-op.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+    /// A scheduled event: no attempt before this time (epoch milliseconds, at most 7 days
+    /// ahead; a time further is a 400 `VALIDATION_ERROR` naming `deliver_at`).
+    pub fn deliver_at_ms(mut self, epoch_ms: u64) -> Self {
+        self.deliver_at_ms = Some(epoch_ms);
+        self
+    }
+    /// Ordering key (1–128 visible ASCII, else a 400 `VALIDATION_ERROR` naming
+    /// `ordering_key`): per subscription, events with the same key are attempted in publish
+    /// order — each waits until the delivery before it is delivered or dead-lettered (its
+    /// [`Delivery::blocked_by`]); other keys and events without one go in parallel.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+    /// The JSON body sent, its id fixed (generated when not given).
+    pub fn body(&self) -> Value {
+        publish_body(
+            &self.project,
+            &self.event_type,
+            &self.data,
+            self.id.as_deref(),
+            self.deliver_at_ms,
+            self.ordering_key.as_deref(),
+        )
+    }
+}
+
 /// A webhook delivery (one event to one subscription).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Delivery {
@@ -469,6 +528,13 @@ pub struct Delivery {
     pub attempts_made: u32,
     pub next_attempt_at: Option<i64>,
     pub created_at: i64,
+    /// The event's ordering key ([`NewEvent::ordering_key`]); `None` without one.
+    #[serde(default)]
+    pub ordering_key: Option<String>,
+    /// The delivery (same subscription and ordering key, published before) this one waits
+    /// for before its first attempt; `None` when it is not waiting.
+    #[serde(default)]
+    pub blocked_by: Option<String>,
     /// Present on `GET /deliveries/{id}`.
     #[serde(default)]
     pub attempts: Vec<DeliveryAttempt>,
@@ -897,7 +963,7 @@ impl Client {
 
     /// `POST /events {project, type, data, id}` → the event id. Without an `id` one is
     /// generated (`evt_<uuid>`) so that a retried publish is the same event (the
-    /// gateway treats a known id as a no-op).
+    /// gateway treats a known id as a no-op). [`Self::publish`] takes the other fields.
     pub async fn publish_event(
         &self,
         project: &str,
@@ -905,15 +971,14 @@ impl Client {
         data: &Value,
         id: Option<&str>,
     ) -> Result<String, Error> {
-        #[derive(Deserialize)]
-        struct Published {
-            id: String,
-        }
-        let body = publish_body(project, event_type, data, id, None);
-        let p: Published = self
-            .call(Method::POST, &format!("{V1}/events"), Body::from(body))
-            .await?;
-        Ok(p.id)
+        self.post_event(publish_body(project, event_type, data, id, None, None))
+            .await
+    }
+
+    /// `POST /events` of a [`NewEvent`] (with a `deliver_at`, an `ordering_key`…) → the
+    /// event id, fixed once for every attempt.
+    pub async fn publish(&self, event: &NewEvent) -> Result<String, Error> {
+        self.post_event(event.body()).await
     }
 
     /// [`Self::publish_event`] of a scheduled event: no attempt before `deliver_at_ms`
@@ -927,11 +992,15 @@ impl Client {
         id: Option<&str>,
         deliver_at_ms: u64,
     ) -> Result<String, Error> {
+        let body = publish_body(project, event_type, data, id, Some(deliver_at_ms), None);
+        self.post_event(body).await
+    }
+
+    async fn post_event(&self, body: Value) -> Result<String, Error> {
         #[derive(Deserialize)]
         struct Published {
             id: String,
         }
-        let body = publish_body(project, event_type, data, id, Some(deliver_at_ms));
         let p: Published = self
             .call(Method::POST, &format!("{V1}/events"), Body::from(body))
             .await?;
@@ -1118,13 +1187,15 @@ impl Client {
 }
 
 /// The body of `POST /events`: the event id fixed here (`evt_<uuid>` when not given) so
-/// that every attempt publishes the same event; `deliver_at` only when given.
+/// that every attempt publishes the same event; `deliver_at` and `ordering_key` only when
+/// given.
 fn publish_body(
     project: &str,
     event_type: &str,
     data: &Value,
     id: Option<&str>,
     deliver_at_ms: Option<u64>,
+    ordering_key: Option<&str>,
 ) -> Value {
     let id = id.map_or_else(
         || format!("evt_{}", uuid::Uuid::new_v4().simple()),
@@ -1132,8 +1203,13 @@ fn publish_body(
     );
     let mut body =
         serde_json::json!({"project": project, "type": event_type, "data": data, "id": id});
-    if let (Some(at), Some(o)) = (deliver_at_ms, body.as_object_mut()) {
-        o.insert("deliver_at".into(), Value::from(at));
+    if let Some(o) = body.as_object_mut() {
+        if let Some(at) = deliver_at_ms {
+            o.insert("deliver_at".into(), Value::from(at));
+        }
+        if let Some(key) = ordering_key {
+            o.insert("ordering_key".into(), Value::from(key));
+        }
     }
     body
 }
@@ -1143,12 +1219,60 @@ mod tests {
     #[test]
     fn publish_passes_deliver_at_through() {
         let data = serde_json::json!({});
-        let b = super::publish_body("p", "t", &data, Some("evt_1"), Some(1_800_000_000_000));
+        let b = super::publish_body(
+            "p",
+            "t",
+            &data,
+            Some("evt_1"),
+            Some(1_800_000_000_000),
+            None,
+        );
         assert_eq!(b["deliver_at"], 1_800_000_000_000_u64);
         assert_eq!(b["id"], "evt_1");
-        let b = super::publish_body("p", "t", &data, None, None);
+        let b = super::publish_body("p", "t", &data, None, None, None);
         assert!(b.get("deliver_at").is_none());
+        assert!(b.get("ordering_key").is_none());
         assert!(b["id"].as_str().is_some_and(|id| id.starts_with("evt_")));
+    }
+
+    #[test]
+    fn new_event_sends_ordering_key_only_when_given() {
+        let e = super::NewEvent::new("p", "order.paid", serde_json::json!({"n": 1}))
+            .ordering_key("order-42")
+            .deliver_at_ms(1_800_000_000_000);
+        let b = e.body();
+        assert_eq!(b["ordering_key"], "order-42");
+        assert_eq!(b["deliver_at"], 1_800_000_000_000_u64);
+        assert_eq!(
+            (&b["project"], &b["type"], &b["data"]),
+            (
+                &serde_json::json!("p"),
+                &serde_json::json!("order.paid"),
+                &serde_json::json!({"n": 1})
+            )
+        );
+        assert!(b["id"].as_str().is_some_and(|id| id.starts_with("evt_")));
+        let b = super::NewEvent::new("p", "t", serde_json::json!({}))
+            .id("evt_1")
+            .body();
+        assert_eq!(b["id"], "evt_1");
+        assert!(b.get("ordering_key").is_none());
+        assert!(b.get("deliver_at").is_none());
+    }
+
+    #[test]
+    fn deliveries_decode_with_and_without_ordering_fields() {
+        let base = r#""id":"dlv_2","event_id":"evt_2","event_type":"t","subscription_id":"sub_1","url":"http://r","status":"pending","attempts_made":0,"next_attempt_at":null,"created_at":1"#;
+        let d: super::Delivery = serde_json::from_str(&format!(
+            r#"{{{base},"ordering_key":"order-42","blocked_by":"dlv_1"}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            (d.ordering_key.as_deref(), d.blocked_by.as_deref()),
+            (Some("order-42"), Some("dlv_1"))
+        );
+        let d: super::Delivery = serde_json::from_str(&format!("{{{base}}}")).unwrap();
+        assert_eq!((d.ordering_key, d.blocked_by), (None, None));
     }
 
     use super::*;

@@ -13,7 +13,8 @@ pub mod webhook;
 
 pub use api::{
     Granularity, IdempotencyState, IdempotencyStatus, ImportKey, ImportStatus, ImportedKey,
-    KeyUpdate, NewKey, NewSubscription, Page, PlanOverrides, Query, RerolledKey, Usage, UsageQuery,
+    KeyUpdate, NewEvent, NewKey, NewSubscription, Page, PlanOverrides, Query, RerolledKey, Usage,
+    UsageQuery,
 };
 pub use client::{
     AttemptEvent, Body, Client, ClientBuilder, Metrics, RequestOptions, Response, USER_AGENT,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
-use postguard_client::api::NewSubscription;
+use postguard_client::api::{NewEvent, NewSubscription};
 use postguard_client::webhook::{self, VerifyError};
 use postguard_client::{
     AttemptEvent, Body, Client, Error, Granularity, HeaderMap, IdempotencyState, ImportKey,
@@ -1613,4 +1613,52 @@ async fn a_subscription_created_with_a_moved_secret_delivers_signed_with_it() {
     let other = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     assert!(webhook::verify(&body, &headers, &[other]).is_err());
     client.delete_webhook(&sub.id).await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// 8. Ordering keys. Needs the server side: the delivery log must show `ordering_key`.
+
+#[tokio::test]
+#[ignore = "needs the gateway: run from tests/sdk-rust.test.mjs"]
+async fn ordering_key_publishes_and_the_deliveries_show_it() {
+    let project = unique_project("ordering");
+    let token = admin()
+        .create_key(&project, "big", Some("rust-sdk-ordering"))
+        .await
+        .unwrap()
+        .key
+        .expect("the key is shown on create");
+    let client = key_client(&token);
+    let publisher = key_client(&env("POSTGUARD_ORIGIN_TOKEN"));
+    client
+        .create_webhook(&NewSubscription::new(
+            format!("{}/rust-ordering/{project}", env("POSTGUARD_RECEIVER_URL")),
+            ["order.*"],
+        ))
+        .await
+        .unwrap();
+    let key = format!("order-{}", &uuid_like()[..8]);
+    let mut ids = Vec::new();
+    for (event_type, n) in [("order.created", 1), ("order.paid", 2)] {
+        let event = NewEvent::new(&project, event_type, json!({ "n": n })).ordering_key(&key);
+        ids.push(publisher.publish(&event).await.unwrap());
+    }
+    assert!(ids.iter().all(|id| id.starts_with("evt_")), "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+    // The deliveries are stored before the 202: listed at once, one per event.
+    for id in &ids {
+        let page = client
+            .list_deliveries(&[("event_id", id.as_str())], None)
+            .await
+            .unwrap();
+        assert_eq!(page.data.len(), 1, "one delivery of {id}: {:?}", page.data);
+        let d = &page.data[0];
+        assert_eq!(d.ordering_key.as_deref(), Some(key.as_str()), "{d:?}");
+        assert!(
+            d.blocked_by
+                .as_deref()
+                .is_none_or(|b| b.starts_with("dlv_")),
+            "{d:?}"
+        );
+    }
 }

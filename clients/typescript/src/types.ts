@@ -248,6 +248,10 @@ export interface Delivery {
   attempts_made: number;
   next_attempt_at: number | null;
   created_at: number;
+  /** The event's ordering key; null without one. */
+  ordering_key?: string | null;
+  /** The delivery (same subscription and ordering key) this one waits for before its first attempt; null when not waiting. */
+  blocked_by?: string | null;
 }
 
 export interface DeliveryAttempt {
@@ -292,6 +296,11 @@ export interface PublishInput {
   id?: string;
   /** Scheduled event: no attempt before this time — epoch ms or RFC 3339, at most 7 days ahead. */
   deliver_at?: number | string;
+  /**
+   * Ordering key (1–128 visible ASCII): per subscription, events with the same key are attempted
+   * in publish order; other keys and events without one go in parallel.
+   */
+  ordering_key?: string;
 }
 
 export interface EventRow {
@@ -300,6 +309,8 @@ export interface EventRow {
   timestamp: number | string;
   data: unknown;
   request_id: string;
+  /** The ordering key it was published with; null without one. */
+  ordering_key?: string | null;
   deliveries: { total: number; delivered: number; failed: number; dead_letter: number; pending: number; paused: number };
 }
 

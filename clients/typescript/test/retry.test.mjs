@@ -125,6 +125,15 @@ test('publish passes deliver_at through unchanged', async () => {
   assert.deepEqual(f.calls.map((c) => JSON.parse(c.body).deliver_at), [1800000000000, '2027-01-15T08:00:00Z']);
 });
 
+test('publish sends ordering_key in the body, and none when not given', async () => {
+  const f = scriptedFetch([[202, { id: 'evt_x' }], [202, { id: 'evt_y' }]]);
+  await client(f).events.publish({ project: 'p', type: 't', data: {}, ordering_key: 'order-42' });
+  await client(f).events.publish({ project: 'p', type: 't', data: {} });
+  const bodies = f.calls.map((c) => JSON.parse(c.body));
+  assert.equal(bodies[0].ordering_key, 'order-42');
+  assert.equal('ordering_key' in bodies[1], false);
+});
+
 test('a lost answer exhausts the attempts as RetriesExhaustedError with the key', async () => {
   const f = scriptedFetch([lost()]);
   const pg = new Postguard({ baseUrl: 'http://gw.test', adminToken: 'adm', fetch: f, clock: fakeClock(), random: () => 0, throttle: false, maxAttempts: 3 });

@@ -122,15 +122,19 @@ def publish_event(
     data: Any,
     event_id: str | None,
     deliver_at: int | str | datetime | None = None,
+    ordering_key: str | None = None,
 ) -> Call:
     """The event id is fixed here (``evt_<uuid>`` when not given), so that every attempt
     publishes the same event: the gateway treats a known id as a no-op. ``deliver_at``
-    (scheduled event): no attempt before it, at most 7 days ahead."""
+    (scheduled event): no attempt before it, at most 7 days ahead. ``ordering_key``: per
+    subscription, events with the same key are attempted in publish order."""
     body = {"project": project, "type": type, "data": {} if data is None else data}
     body["id"] = event_id or new_event_id()
     at = _time("deliver_at", deliver_at)
     if at is not None:
         body["deliver_at"] = at
+    if ordering_key is not None:
+        body["ordering_key"] = ordering_key
     return make_call("POST", f"{V1}/events", auth="origin", json=body)
 
 

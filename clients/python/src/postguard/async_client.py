@@ -373,12 +373,16 @@ class AsyncClient(BaseClient):
         *,
         event_id: str | None = None,
         deliver_at: int | str | datetime | None = None,
+        ordering_key: str | None = None,
     ) -> PublishedEvent:
         """Publish as the origin (``origin_token``); the gateway fans it out. Without an
         ``event_id`` one is generated (``evt_…``) and kept for every attempt, so a
         retried publish is the same event, never a second one. ``deliver_at`` (epoch ms,
-        RFC 3339 or an aware datetime, at most 7 days ahead): no attempt before it."""
-        call = ep.publish_event(project, type, data, event_id, deliver_at)
+        RFC 3339 or an aware datetime, at most 7 days ahead): no attempt before it.
+        ``ordering_key`` (1-128 visible ASCII): per subscription, events with the same key are
+        attempted in publish order, each waiting until the one before it is delivered or
+        dead-lettered; other keys and events without one go in parallel."""
+        call = ep.publish_event(project, type, data, event_id, deliver_at, ordering_key)
         return cast(PublishedEvent, await self._json(call))
 
     # -- the operator ----------------------------------------------------------------------------

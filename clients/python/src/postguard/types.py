@@ -225,6 +225,11 @@ class Delivery(TypedDict, total=False):
     attempts_made: int
     next_attempt_at: int | None
     created_at: int
+    #: The event's ordering key; ``None`` without one.
+    ordering_key: str | None
+    #: The delivery (same subscription and ordering key) this one waits for before its first
+    #: attempt; ``None`` when it is not waiting.
+    blocked_by: str | None
     #: Only on :meth:`Client.get_delivery`.
     attempts: list[Attempt]
 
@@ -239,6 +244,8 @@ class Event(TypedDict, total=False):
     timestamp: str
     data: Any
     request_id: str
+    #: The ordering key it was published with; ``None`` without one.
+    ordering_key: str | None
     deliveries: dict[str, int]
 
 

@@ -2,6 +2,8 @@
 // lives only in sessionStorage (this tab, until it closes): never in a URL, a
 // cookie or localStorage.
 
+import type * as sdk from '../../clients/typescript/src/types';
+
 export const API = '/_postguard/v1';
 
 export type Kind = 'operator' | 'key' | 'session';
@@ -147,11 +149,8 @@ export type {
   AuditRow,
   CreatedApiKey,
   CreatedSubscription,
-  Delivery,
   DeliveryAttempt,
-  DeliveryDetail,
   DeliveryStatus,
-  EventRow,
   Inflight,
   KeyActivity,
   Me,
@@ -165,3 +164,16 @@ export type {
   TestResult,
   Usage,
 } from '../../clients/typescript/src/types';
+
+/**
+ * Ordering keys (ADR 0043): a delivery's lane and the delivery before it that it waits for.
+ * Optional until the SDK's types declare them (then these intersections change nothing).
+ */
+export interface Ordered {
+  ordering_key?: string | null;
+  /** The delivery before this one in its lane while this one waits for it; null otherwise. */
+  blocked_by?: string | null;
+}
+export type Delivery = sdk.Delivery & Ordered;
+export type DeliveryDetail = sdk.DeliveryDetail & Ordered;
+export type EventRow = sdk.EventRow & Pick<Ordered, 'ordering_key'>;

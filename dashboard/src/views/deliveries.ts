@@ -1,11 +1,14 @@
 // Deliveries, newest first, filtered by status, event type, subscription, event id
-// and time (the last 14 days unless a time is given); a row expands to the payload
+// and time (the last 14 days unless a time is given), each with its ordering key and,
+// while it waits for the delivery before it in its lane, that one (a button opens it:
+// in the list, or below it when on another page); a row expands to the payload
 // and every attempt — its response status, excerpt, and its request and response
 // headers (the signature redacted by the gateway) — with Retry and Redirect
 // buttons that call the API and show what happened. The operator picks a project
 // and reads it (Retry and Redirect stay the project's).
 
 import * as api from '../api';
+import { showOrdering } from '../ordering';
 import {
   button,
   field,
@@ -38,6 +41,17 @@ const STATUSES: Array<[string, string]> = [
 ];
 /** How long the page watches a delivery after Retry or Redirect. */
 const WATCH_MS = 60_000;
+const HEADERS = ['Created (UTC)', 'Event', 'Event ID', 'URL', 'Status', 'Ordering key', 'Attempts', 'ID', 'Details'];
+
+/** What a list row needs from its view. */
+interface RowContext {
+  project: string | undefined;
+  onError: (e: unknown) => void;
+  /** Opens a delivery's details (the one a delivery waits for). */
+  open: (id: string) => void;
+  /** The Details button of each row shown, by delivery id. */
+  shown: Map<string, HTMLButtonElement>;
+}
 
 function attemptHeaders(a: api.DeliveryAttempt): HTMLElement {
   const answer = a.status_code !== null ? `HTTP ${a.status_code}` : `no answer (${a.error ?? 'unknown'})`;
@@ -87,7 +101,10 @@ function showStatus(cell: HTMLElement, status: string): void {
   cell.className = `badge d-${status}`;
 }
 
-function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () => Promise<api.DeliveryDetail>, readOnly: boolean): HTMLElement {
+/** Refreshes a list row from a delivery read again: its status, and its wait (ended or not). */
+type Shown = (d: api.DeliveryDetail) => void;
+
+function detailView(d: api.DeliveryDetail, showRow: Shown, refresh: () => Promise<api.DeliveryDetail>, readOnly: boolean): HTMLElement {
   const msg = h('p', { class: 'status' });
   const attemptsBox = h('div', null, attempts(d.attempts));
   const target = input('redirect_url', { type: 'url', placeholder: 'https://…' });
@@ -98,7 +115,7 @@ function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () 
       await new Promise((r) => setTimeout(r, 1000));
       const now = await refresh();
       replace(attemptsBox, attempts(now.attempts));
-      showStatus(statusCell, now.status);
+      showRow(now);
       const last = now.attempts[now.attempts.length - 1];
       if (now.attempts.length > after && last) {
         const outcome = last.status_code !== null ? `HTTP ${last.status_code}` : (last.error ?? 'no answer');
@@ -145,11 +162,18 @@ function detailView(d: api.DeliveryDetail, statusCell: HTMLElement, refresh: () 
   );
 }
 
-function row(d: api.Delivery, project: string | undefined, onError: (e: unknown) => void): HTMLTableRowElement[] {
+function row(d: api.Delivery, cx: RowContext): HTMLTableRowElement[] {
+  const project = cx.project;
   const detail = h('tr', { class: 'detail', hidden: true });
-  const cell = h('td', { colspan: 8 });
+  const cell = h('td', { colspan: HEADERS.length });
   detail.append(cell);
   const statusCell = h('span', { class: `badge d-${d.status}` }, d.status);
+  const orderingCell = h('td', { class: 'ordering' });
+  showOrdering(orderingCell, d, cx.open);
+  const showRow: Shown = (now) => {
+    showStatus(statusCell, now.status);
+    showOrdering(orderingCell, now, cx.open);
+  };
   const fetchOne = (): Promise<api.DeliveryDetail> =>
     api.call<api.DeliveryDetail>('GET', `/deliveries/${encodeURIComponent(d.id)}`, { query: { project } });
   const toggle = button('Details', () => {
@@ -160,12 +184,13 @@ function row(d: api.Delivery, project: string | undefined, onError: (e: unknown)
       replace(cell, 'Loading…');
       fetchOne()
         .then((full) => {
-          showStatus(statusCell, full.status);
-          replace(cell, detailView(full, statusCell, fetchOne, project !== undefined));
+          showRow(full);
+          replace(cell, detailView(full, showRow, fetchOne, project !== undefined));
         })
-        .catch(onError);
+        .catch(cx.onError);
     }
   }, { 'aria-expanded': 'false', 'aria-label': `Details of delivery ${d.id}` });
+  cx.shown.set(d.id, toggle);
   return [
     h(
       'tr',
@@ -175,6 +200,7 @@ function row(d: api.Delivery, project: string | undefined, onError: (e: unknown)
       td(ident(d.event_id)),
       h('td', { class: 'url' }, h('code', null, d.url)),
       td(statusCell),
+      orderingCell,
       td(d.attempts_made),
       td(ident(d.id)),
       td(toggle),
@@ -209,8 +235,33 @@ export async function deliveries(main: HTMLElement): Promise<void> {
   const msg = h('p', { class: 'status' });
   const list = h('div');
   const pager = h('div', { class: 'row pager' });
+  /** A delivery waited for that is not in the list (another page, or filtered out). */
+  const waited = h('div', { class: 'waited' });
   const onError = (e: unknown): void => status(msg, api.describe(e), 'error');
   const projectNow = (): string | undefined => project?.value.trim() || undefined;
+  const shown = new Map<string, HTMLButtonElement>();
+  /** Expands a shown row's details (unless open) and moves the focus there; false when not shown. */
+  const expand = (id: string): boolean => {
+    const toggle = shown.get(id);
+    if (!toggle?.isConnected) return false;
+    if (toggle.getAttribute('aria-expanded') !== 'true') toggle.click();
+    toggle.focus();
+    return true;
+  };
+  /** Opens delivery `id`: its row's details when shown, else the delivery read alone, below the list. */
+  const open = (id: string): void => {
+    if (expand(id)) return;
+    api
+      .call<api.DeliveryDetail>('GET', `/deliveries/${encodeURIComponent(id)}`, { query: { project: projectNow() } })
+      .then((d) => {
+        const title = `Delivery ${id}`;
+        const note = h('p', { class: 'hint' }, 'A delivery in the list waits for this one, which is not on this page.');
+        replace(waited, h('h2', null, title), note, scroller(title, table(title, HEADERS, row(d, context()))));
+        expand(id);
+      })
+      .catch(onError);
+  };
+  const context = (): RowContext => ({ project: projectNow(), onError, open, shown });
 
   /** The subscription filter's choices: the project's subscriptions by URL. */
   const loadSubscriptions = async (): Promise<void> => {
@@ -228,6 +279,8 @@ export async function deliveries(main: HTMLElement): Promise<void> {
       return;
     }
     const from = fromUtcInput(since.value) ?? Date.now() - 14 * DAY_MS;
+    shown.clear();
+    replace(waited);
     const page = await api.call<api.Page<api.Delivery>>('GET', '/deliveries', {
       query: {
         project: projectNow(),
@@ -246,7 +299,7 @@ export async function deliveries(main: HTMLElement): Promise<void> {
       page.data.length
         ? scroller(
             'Deliveries',
-            table('Deliveries, newest first', ['Created (UTC)', 'Event', 'Event ID', 'URL', 'Status', 'Attempts', 'ID', 'Details'], page.data.flatMap((d) => row(d, projectNow(), onError))),
+            table('Deliveries, newest first', HEADERS, page.data.flatMap((d) => row(d, context()))),
           )
         : h('p', null, 'No deliveries match.'),
     );
@@ -264,7 +317,7 @@ export async function deliveries(main: HTMLElement): Promise<void> {
       .then(() => load())
       .catch(onError);
   });
-  main.append(form, msg, h('h2', null, 'Deliveries'), list, pager);
+  main.append(form, msg, h('h2', null, 'Deliveries'), list, pager, waited);
   await loadSubscriptions();
   await load();
 }

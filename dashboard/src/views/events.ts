@@ -1,9 +1,10 @@
 // Events: the project's events as published (`GET /events`), newest first, with the
-// event types seen among the latest ones (each a filter), each event's delivery counts,
-// and its deliveries one click away (`GET /deliveries?event_id=`), linked to the
+// event types seen among the latest ones (each a filter), each event's ordering key and
+// delivery counts, and its deliveries (with the one each waits for) one click away (`GET /deliveries?event_id=`), linked to the
 // Deliveries view. The operator picks a project.
 
 import * as api from '../api';
+import { orderingKey } from '../ordering';
 import {
   button,
   field,
@@ -26,6 +27,7 @@ type EventRow = api.EventRow;
 
 /** Events read to list the types seen. */
 const TYPES_SAMPLE = 200;
+const HEADERS = ['Published (UTC)', 'Type', 'Event ID', 'Ordering key', 'Deliveries', 'Request ID', 'Details'];
 
 /** "2 delivered, 1 dead_letter" — the non-zero counts. */
 export function summaryText(d: EventRow['deliveries']): string {
@@ -52,19 +54,20 @@ async function deliveriesOf(e: EventRow, project: string | undefined): Promise<H
       td(h('span', { class: `badge d-${d.status}` }, d.status)),
       td(d.attempts_made),
       td(ident(d.id)),
+      h('td', { class: 'waiting' }, ident(d.blocked_by)),
     ),
   );
   return h(
     'div',
     null,
-    scroller(`Deliveries of event ${e.id}`, table(`Deliveries of event ${e.id}`, ['URL', 'Status', 'Attempts', 'Delivery ID'], rows)),
+    scroller(`Deliveries of event ${e.id}`, table(`Deliveries of event ${e.id}`, ['URL', 'Status', 'Attempts', 'Delivery ID', 'Waiting for'], rows)),
     h('p', null, h('a', { href: `#deliveries?${link}` }, `Open the deliveries of ${e.id} with their attempts`)),
   );
 }
 
 function row(e: EventRow, project: string | undefined, onError: (err: unknown) => void): HTMLTableRowElement[] {
   const detail = h('tr', { class: 'detail', hidden: true });
-  const cell = h('td', { colspan: 6 });
+  const cell = h('td', { colspan: HEADERS.length });
   detail.append(cell);
   const toggle = button('Deliveries', () => {
     const open = toggle.getAttribute('aria-expanded') === 'true';
@@ -84,6 +87,7 @@ function row(e: EventRow, project: string | undefined, onError: (err: unknown) =
       td(when(timestampOf(e))),
       td(h('code', null, e.type)),
       td(ident(e.id)),
+      h('td', { class: 'ordering' }, orderingKey(e.ordering_key)),
       h('td', { class: 'summary' }, summaryText(e.deliveries)),
       td(ident(e.request_id)),
       td(toggle),
@@ -159,7 +163,7 @@ export async function events(main: HTMLElement): Promise<void> {
     replace(
       list,
       page.data.length
-        ? scroller('Events', table('Events, newest first', ['Published (UTC)', 'Type', 'Event ID', 'Deliveries', 'Request ID', 'Details'], page.data.flatMap((e) => row(e, projectNow(), onError))))
+        ? scroller('Events', table('Events, newest first', HEADERS, page.data.flatMap((e) => row(e, projectNow(), onError))))
         : h('p', null, 'No events match.'),
     );
     replace(pager);

@@ -2,7 +2,8 @@
 // 24 h: attempts, the share answered 2xx, the last attempt, a state); create
 // (the secret shown once, with a copy button), rotate the secret, delete;
 // pause/resume, send a test ping and recover the failed deliveries of the last
-// 14 days (docs/operating-webhooks.md). The operator picks a project and reads
+// 14 days (docs/operating-webhooks.md); the limit its receiver advertised, to
+// which the gateway paces deliveries (docs/webhooks.md "Receivers that say how fast"). The operator picks a project and reads
 // it (changing a project's webhooks stays the project's).
 
 import * as api from '../api';
@@ -19,6 +20,20 @@ function lastAttempt(hl: api.SubscriptionHealth | undefined): HTMLElement | stri
   if (!hl || hl.last_attempt_at === null) return '—';
   const outcome = hl.last_status_code !== null ? `HTTP ${hl.last_status_code}` : (hl.last_error ?? 'no answer');
   return h('span', null, when(hl.last_attempt_at), ' ', h('span', { class: 'nowrap' }, outcome));
+}
+
+/** "0 left, resets 2027-01-15 08:00:00Z" — what the receiver last advertised (RateLimit, X-RateLimit-*). */
+function receiverLimit(s: api.Subscription): HTMLElement | string {
+  const l = s.receiver_limit;
+  if (!l) return 'none advertised';
+  return h(
+    'span',
+    { 'data-remaining': l.remaining, 'data-reset-at': l.reset_at },
+    h('span', { class: 'nowrap' }, `${l.remaining} left`),
+    ', resets ',
+    when(l.reset_at),
+    l.remaining === 0 ? h('small', { class: 'hint' }, ' (deliveries wait until then)') : null,
+  );
 }
 
 /** The operator's view of one project: the list only. */
@@ -64,11 +79,12 @@ function subscriptionTable(subs: api.Subscription[], actions: (s: api.Subscripti
       h('td', { class: 'health' }, h('span', { class: `badge h-${hl?.state ?? 'idle'}` }, hl?.state ?? 'idle')),
       h('td', { class: 'success nowrap' }, successText(hl)),
       h('td', { class: 'last-attempt' }, lastAttempt(hl)),
+      h('td', { class: 'receiver-limit' }, receiverLimit(s)),
       td(ident(s.id), h('br'), h('small', { class: 'hint nowrap' }, `created ${time(s.created_at)}`), h('br'), h('a', { href: `#deliveries?${deliveries}`, 'aria-label': `Deliveries to ${s.url}` }, 'Deliveries')),
       cells[i],
     );
   });
-  const headers = ['URL', 'Events', 'Description', 'State', 'Health (24 h)', 'Success (24 h)', 'Last attempt (UTC)', 'ID'];
+  const headers = ['URL', 'Events', 'Description', 'State', 'Health (24 h)', 'Success (24 h)', 'Last attempt (UTC)', 'Receiver limit (UTC)', 'ID'];
   if (cells.some((c) => c !== null)) headers.push('Actions');
   return scroller('Subscriptions', table('Subscriptions with their endpoint’s health over the last 24 hours', headers, rows));
 }

@@ -133,6 +133,31 @@ describe('calls per request', () => {
   });
 });
 
+// Issue 36 #0: nothing that every tenant shares sits on the publish path. A publish asks the
+// project's object for its deliveries (its copy of the subscribers, ADR 0046) and stores them in
+// its shard: no D1 statement at all once the copy is loaded (the warm-up loads it).
+describe('calls per publish', () => {
+  it('POST /events to 5 subscriptions: 0 D1 statements, one project-object and one shard round trip', async () => {
+    const admin = (method, p, b) => gw.admin(method, p, b, { token: key });
+    for (let i = 0; i < 5; i++) {
+      const sub = await admin('POST', '/_postguard/v1/webhooks', { url: `https://receiver${i}.example/hook`, events: ['*'] });
+      assert.equal(sub.status, 201, sub.text);
+      // Paused: their deliveries are stored held, so no consumer runs during the count.
+      assert.equal((await admin('POST', `/_postguard/v1/webhooks/${sub.json.id}/pause`)).status, 200);
+    }
+    const seen = (await gw.fetch('/__counters')).json;
+    assert.ok(seen['D1.prepare'] > 0, `D1 statements are counted (creating subscriptions made some): ${JSON.stringify(seen)}`);
+    const publish = () => gw.admin('POST', '/_postguard/v1/events', { project: 'rt', type: 'order.paid', data: { n: 1 } }, { token: ORIGIN_TOKEN });
+    const counts = await perRequest(publish, 202);
+    const d1 = Object.entries(counts).filter(([k]) => k.startsWith('D1.'));
+    assert.deepEqual(d1, [], `no D1 statement per publish: ${JSON.stringify(counts)}`);
+    assert.equal(counts['project object /prepare'], 1, JSON.stringify(counts));
+    assert.equal(counts['webhook shard /publish'], 1, JSON.stringify(counts));
+    const held = await admin('GET', '/_postguard/v1/deliveries?status=paused&limit=100');
+    assert.ok(held.json.data.length >= 5 * N, 'each publish made its 5 deliveries');
+  });
+});
+
 // With limits.edge on (ADR 0040) a request's admission goes to the key's edge object for its
 // location (`cf.colo`), which admits from the blocks it holds: a warm edge answers a GET without
 // calling the key's object at all (above, with edges off: one /admit each). A location that has not

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
-import { projectRecords, usage as shardUsage, rewriteUsage } from './support/webhook-shards.mjs';
+import { projectRecords, usage as shardUsage, rewriteUsage, invalidateCopy } from './support/webhook-shards.mjs';
 import { uniq, show } from './support/util.mjs';
 
 const DAY_MS = 86_400_000;
@@ -175,6 +175,7 @@ describe('the bytes quota', () => {
     // The project's bytes quota used up (64 MiB by default): what the project stores is refused,
     // and a sender may still post to its capture URL (within the URL's own budget).
     await db.prepare('UPDATE webhook_usage SET bytes = ? WHERE project = ?').bind(64 * 2 ** 20, a.name).run();
+    await invalidateCopy(gw, a.name); // written behind the gateway's back: its copy is told, as by its own writes
     const p = problem(await publishRaw(a.name, 'evt_b2'), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
     assert.match(p.detail, /67108864 bytes/);
     problem(await api('POST', '/_postguard/v1/inspectors', a.key), { status: 429, code: 'EVENT_QUOTA_EXCEEDED' });
@@ -272,6 +273,7 @@ describe('the size guard', () => {
     await db.exec('CREATE TABLE IF NOT EXISTS test_filler (b BLOB)');
     await db.prepare('INSERT INTO test_filler VALUES (?)').bind(new Uint8Array(HIGH_WATER)).run();
     assert.ok((await size()) >= HIGH_WATER, 'the filler takes the database past the mark');
+    await invalidateCopy(gw, a.name); // D1 grew behind the gateway's back: what its own writes do
     const res = await publishRaw(a.name, 'evt_full');
     const p = problem(res, { status: 503, code: 'STORAGE_FULL' });
     assert.match(p.detail, /full/);

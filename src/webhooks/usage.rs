@@ -36,6 +36,19 @@ pub async fn admit(env: &Env, cfg: &Config, project: &str, what: Storing) -> Han
     Ok(())
 }
 
+/// [`storage_admits`] for the publish path, which reads nothing of D1 while
+/// it has room: at the mark as last observed, D1's size is read once more
+/// (space freed by retention is seen at once).
+pub async fn d1_admits(env: &Env, cfg: &Config, now: u64) -> std::result::Result<(), Problem> {
+    if storage_admits(cfg, now).is_ok() {
+        return Ok(());
+    }
+    if let Err(e) = super::directory::probe_size(env).await {
+        log::emit(Line::warn("reading D1's size failed: its last size stands").err(e));
+    }
+    storage_admits(cfg, now)
+}
+
 /// 503 `STORAGE_FULL` when D1's size, as last observed, is at the high-water
 /// mark (logged once per transition).
 pub fn storage_admits(cfg: &Config, now: u64) -> std::result::Result<(), Problem> {

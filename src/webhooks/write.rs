@@ -125,7 +125,7 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
     let now = now_ms();
     // D1 holds the directory and the subscriptions: at its mark nothing new
     // can be found again, so every publish waits for retention.
-    if let Err(problem) = usage::storage_admits(cfg, now) {
+    if let Err(problem) = usage::d1_admits(env, cfg, now).await {
         return Ok(events
             .iter()
             .map(|_| Outcome::Refused(problem.clone()))
@@ -142,10 +142,13 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
     let mut to_send: Vec<(ShardKey, usize, Vec<FirstJob>)> = Vec::new();
     for (key, idx, got) in answers {
         match got {
+            Ok(Err(problem)) => idx
+                .iter()
+                .for_each(|i| out[*i] = Some(Outcome::Refused(problem.clone()))),
             Err(e) => idx
                 .iter()
                 .for_each(|i| out[*i] = Some(Outcome::Failed(e.to_string()))),
-            Ok(stored) => {
+            Ok(Ok(stored)) => {
                 for (i, s) in idx.into_iter().zip(stored) {
                     match s {
                         Stored::Stored { jobs } => {
@@ -179,6 +182,7 @@ async fn store_all(env: &Env, cfg: &Config, events: &[Publish]) -> Result<Vec<Ou
 /// One shard's events: their deliveries planned (and keyed ones chained)
 /// by the project's object, then stored in the shard in one call; the
 /// keyed deliveries' commits are reported with the project's next call.
+/// `Ok(Err(_))`: refused for D1's size as the object last saw it.
 async fn commit_shard(
     env: &Env,
     cfg: &Config,
@@ -186,7 +190,11 @@ async fn commit_shard(
     idx: Vec<usize>,
     events: &[Publish],
     now: u64,
-) -> (ShardKey, Vec<usize>, Result<Vec<Stored>>) {
+) -> (
+    ShardKey,
+    Vec<usize>,
+    Result<std::result::Result<Vec<Stored>, Problem>>,
+) {
     let got = async {
         let prepared = prepare(env, cfg, &key, &idx, events, now).await?;
         let planned: Vec<NewEvent> = idx
@@ -194,6 +202,11 @@ async fn commit_shard(
             .zip(prepared.deliveries)
             .map(|(i, ds)| plan(cfg, &events[*i], ds, now))
             .collect();
+        directory::observe_size(prepared.d1_bytes, prepared.loaded_at);
+        if let Err(problem) = usage::d1_admits(env, cfg, now).await {
+            report(&key.project, &planned, &vec![false; planned.len()]);
+            return Ok(Err(problem));
+        }
         let limits = Limits {
             bytes_elsewhere: prepared.bytes_today,
             ..shards::limits(cfg)
@@ -208,8 +221,14 @@ async fn commit_shard(
             now,
         };
         let stored = shards::call::<wire::Publish>(env, &key, &req).await;
-        report(&key.project, &planned, stored.as_ref().ok());
-        stored
+        if let Ok(stored) = &stored {
+            let ok: Vec<bool> = stored
+                .iter()
+                .map(|s| matches!(s, Stored::Stored { .. }))
+                .collect();
+            report(&key.project, &planned, &ok);
+        }
+        stored.map(Ok)
     }
     .await;
     (key, idx, got)
@@ -259,11 +278,10 @@ async fn prepare(
 /// Keeps the outcome of each keyed delivery's commit for the project's
 /// next call: stored, or certainly not (refused; a known id keeps its
 /// first deliveries). An unknown outcome (the call failed) is not reported.
-fn report(project: &str, planned: &[NewEvent], stored: Option<&Vec<Stored>>) {
-    let Some(stored) = stored else { return };
+fn report(project: &str, planned: &[NewEvent], stored: &[bool]) {
     let mut out = Vec::new();
-    for (ev, s) in planned.iter().zip(stored) {
-        let ok = matches!(s, Stored::Stored { .. });
+    for (ev, ok) in planned.iter().zip(stored) {
+        let ok = *ok;
         for d in &ev.deliveries {
             if let Some(l) = &d.lane {
                 out.push(Committed {

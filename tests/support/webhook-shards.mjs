@@ -97,3 +97,13 @@ export async function rewriteUsage(gw, project, change) {
     if (rows.length) await restore(gw, s, { usage: rows });
   }
 }
+
+/**
+ * Tells `project`'s object (ProjectHub, ADR 0046) that D1 changed behind the gateway's back: a
+ * test that seeds D1 directly does what every gateway write to what a publish reads does.
+ */
+export async function invalidateCopy(gw, project) {
+  const ns = await gw.mf.getDurableObjectNamespace('PROJECTS');
+  const res = await ns.get(ns.idFromName(project)).fetch('https://project-hub/invalidate', { method: 'POST', body: '{}' });
+  if (!res.ok) throw new Error(`invalidate ${project}: ${res.status} ${await res.text()}`);
+}

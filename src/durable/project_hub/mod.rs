@@ -11,6 +11,7 @@
 //! kept (`generation`), so a change is never hidden behind a load that
 //! began before it.
 
+mod d1;
 mod sql;
 
 use std::cell::{Cell, RefCell};
@@ -62,18 +63,7 @@ impl ProjectHub {
             return Ok(s.clone());
         }
         let generation = self.generation.get();
-        let read = crate::webhooks::directory::receivers(&self.env, &[project], day).await?;
-        let subscribers = read
-            .receivers
-            .get(project)
-            .map(|rs| rs.iter().map(|r| r.subscriber()).collect())
-            .unwrap_or_default();
-        let snap = Snapshot {
-            subscribers,
-            bytes_today: read.bytes_today.get(project).copied().unwrap_or(0),
-            day,
-            loaded_at: now,
-        };
+        let snap = d1::load(&self.env, project, day, now).await?;
         if self.generation.get() == generation {
             *self.copy.borrow_mut() = Some(snap.clone());
         }
@@ -94,6 +84,8 @@ impl ProjectHub {
                 encode(&Prepared {
                     deliveries,
                     bytes_today: snap.bytes_today,
+                    d1_bytes: snap.d1_bytes,
+                    loaded_at: snap.loaded_at,
                 })
             }
             Invalidate::PATH => {

@@ -397,7 +397,7 @@ impl WebhookStore for Sql<'_> {
         let due: Vec<Due> = self.rows(
             &format!(
                 "SELECT next_attempt_at AS at, id FROM deliveries WHERE next_attempt_at >= ? \
-                 AND status IN ({set}) ORDER BY next_attempt_at, id LIMIT 1"
+                 AND status IN ({set}) AND blocked_by IS NULL ORDER BY next_attempt_at, id LIMIT 1"
             ),
             binds,
         )?;

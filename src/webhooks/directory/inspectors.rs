@@ -104,6 +104,8 @@ pub async fn insert(
         charge(&d, project, capacity::INSPECTOR_BYTES, now)?,
     ])
     .await?;
+    // The bytes charged today bound the project's publishes (its object keeps them).
+    crate::durable::project_hub::invalidate(env, project).await;
     Ok(())
 }
 

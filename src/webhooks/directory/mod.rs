@@ -12,7 +12,7 @@ pub mod subscriptions;
 pub mod tasks;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use postguard_core::webhooks::ops::SubState;
 use postguard_core::webhooks::pacing::ReceiverLimit;
@@ -25,7 +25,8 @@ use crate::bindings;
 
 thread_local! {
     /// D1's size as this isolate last saw it (`meta.size_after`).
-    static SIZE: Cell<Option<u64>> = const { Cell::new(None) };
+    /// With when it was seen (epoch ms): a report from elsewhere counts only if newer.
+    static SIZE: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
     /// Shards this isolate entered in the directory (one INSERT each).
     static ENTERED: RefCell<HashSet<ShardKey>> = RefCell::new(HashSet::new());
 }
@@ -34,13 +35,33 @@ thread_local! {
 /// `usage::storage_admits`).
 pub fn observe(result: &D1Result) {
     if let Some(size) = result.meta().ok().flatten().and_then(|m| m.size_after) {
-        SIZE.with(|s| s.set(Some(size as u64)));
+        SIZE.with(|s| s.set(Some((size as u64, crate::runtime::now_ms()))));
     }
 }
 
 /// D1's size as last observed.
 pub fn last_size() -> Option<u64> {
-    SIZE.with(Cell::get)
+    SIZE.with(Cell::get).map(|(size, _)| size)
+}
+
+/// Takes a size another isolate observed at `at` (the project's object's
+/// last load) when it is newer than what this isolate saw.
+pub fn observe_size(size: Option<u64>, at: u64) {
+    if let Some(size) = size {
+        SIZE.with(|s| {
+            if s.get().is_none_or(|(_, seen)| seen < at) {
+                s.set(Some((size, at)));
+            }
+        });
+    }
+}
+
+/// Reads D1's size now (one statement): what a publish does only while the
+/// last observation says D1 is full, so that freed space is seen at once.
+pub async fn probe_size(env: &Env) -> Result<()> {
+    let r = db(env)?.prepare("SELECT 1").run().await?;
+    observe(&r);
+    Ok(())
 }
 
 pub(crate) fn db(env: &Env) -> Result<D1Database> {
@@ -144,80 +165,6 @@ pub async fn forget(env: &Env, shard: &ShardKey) -> Result<()> {
         .run()
         .await?;
     Ok(())
-}
-
-/// A subscription that can receive a project's events.
-#[derive(Deserialize, Clone)]
-pub struct Receiver {
-    pub project: String,
-    pub id: String,
-    pub url: String,
-    pub events: String,
-    pub state: Option<SubState>,
-}
-
-impl Receiver {
-    /// As the project's object keeps it (`hub::Subscriber`); filters that
-    /// do not parse match nothing, as before.
-    pub fn subscriber(&self) -> postguard_core::webhooks::hub::Subscriber {
-        postguard_core::webhooks::hub::Subscriber {
-            id: self.id.clone(),
-            url: self.url.clone(),
-            events: serde_json::from_str(&self.events).unwrap_or_default(),
-            held: self.state.is_some_and(SubState::holds),
-        }
-    }
-}
-
-/// What the publish path reads of D1 for a group of projects.
-#[derive(Default)]
-pub struct Projects {
-    pub receivers: HashMap<String, Vec<Receiver>>,
-    /// Bytes charged today in D1 (inspectors and captures), per project.
-    pub bytes_today: HashMap<String, u64>,
-}
-
-/// The subscriptions of `projects` that can receive events (those of a
-/// revoked key receive nothing, ADR 0015) and their bytes charged today
-/// outside the shards; one D1 round trip, which also reports D1's size for
-/// its guard.
-pub async fn receivers(env: &Env, projects: &[&str], day: u64) -> Result<Projects> {
-    #[derive(Deserialize)]
-    struct Bytes {
-        project: String,
-        bytes: u64,
-    }
-    let d = db(env)?;
-    let list = text(&to_json(projects)?);
-    let results = d
-        .batch(vec![
-            d.prepare(
-                "SELECT s.project, s.id, s.url, s.events, o.state FROM subscriptions s \
-                 LEFT JOIN subscription_ops o ON o.subscription_id = s.id \
-                 LEFT JOIN subscription_owners w ON w.subscription_id = s.id \
-                 WHERE s.project IN (SELECT value FROM json_each(?)) AND w.key_revoked_at IS NULL",
-            )
-            .bind(std::slice::from_ref(&list))?,
-            d.prepare("SELECT project, bytes FROM webhook_usage WHERE day = ? AND project IN (SELECT value FROM json_each(?))")
-                .bind(&[num(day), list])?,
-        ])
-        .await?;
-    let mut out = Projects::default();
-    if let Some(r) = results.first() {
-        observe(r);
-        for row in r.results::<Receiver>()? {
-            out.receivers
-                .entry(row.project.clone())
-                .or_default()
-                .push(row);
-        }
-    }
-    if let Some(r) = results.get(1) {
-        for row in r.results::<Bytes>()? {
-            out.bytes_today.insert(row.project, row.bytes);
-        }
-    }
-    Ok(out)
 }
 
 /// What an attempt needs of its subscription.

@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// The UTC day `bytes_today` is of.
     pub day: u64,
     pub loaded_at: u64,
+    /// D1's size as the load saw it (its size guard).
+    #[serde(default)]
+    pub d1_bytes: Option<u64>,
 }
 
 impl Snapshot {
@@ -88,6 +91,13 @@ pub struct Prepared {
     /// Each draft's deliveries, keyed ones placed in their lanes.
     pub deliveries: Vec<Vec<NewDelivery>>,
     pub bytes_today: u64,
+    /// D1's size as the object's last load saw it (the publish path reads
+    /// D1 itself only while that says D1 is full).
+    #[serde(default)]
+    pub d1_bytes: Option<u64>,
+    /// When that load was (epoch ms).
+    #[serde(default)]
+    pub loaded_at: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +250,7 @@ mod tests {
             bytes_today: 0,
             day: 3,
             loaded_at: 1_000,
+            d1_bytes: None,
         };
         assert!(s.fresh(1_000, 3));
         assert!(s.fresh(1_000 + SUBSCRIBERS_TTL_MS - 1, 3));

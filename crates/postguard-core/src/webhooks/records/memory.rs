@@ -205,7 +205,7 @@ impl WebhookStore for MemoryStore {
         Ok(self
             .deliveries
             .values()
-            .filter(|d| d.status.in_progress())
+            .filter(|d| d.status.in_progress() && d.blocked_by.is_none())
             .filter_map(|d| d.next_attempt_at.map(|t| (t, d.id.clone())))
             .min())
     }

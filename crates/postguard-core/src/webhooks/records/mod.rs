@@ -224,7 +224,8 @@ pub trait WebhookStore {
     /// The shard's storage size (bytes).
     fn size(&mut self) -> Result<u64, Self::Error>;
     /// The in-progress delivery whose next attempt is the earliest:
-    /// `(next_attempt_at, id)` (the alerts' queue lag).
+    /// `(next_attempt_at, id)` (the alerts' queue lag). One waiting for its
+    /// lane's predecessor is not late: it keeps its time in the past.
     fn oldest_due(&mut self) -> Result<Option<(u64, String)>, Self::Error>;
     /// Deliveries created in `[since, until)` after `(created_at, id)`,
     /// oldest first, each with its event's `request_id` (the archive).

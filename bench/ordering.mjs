@@ -11,8 +11,8 @@
 // Usage: node bench/ordering.mjs [events] [rounds]
 import http from 'node:http';
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ORIGIN_TOKEN, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, median, spread, writeSection } from './results.mjs';
+import { startGateway, cfg, ORIGIN_TOKEN } from '../tests/support/gateway.mjs';
+import { sideBySideRates, writeRatioSection } from './results.mjs';
 
 const EVENTS = Number(process.argv[2] ?? 1000);
 const ROUNDS = Number(process.argv[3] ?? 3);
@@ -80,38 +80,20 @@ async function publishAll(name, n, keyed, deliveries) {
   return [published, lastArrival - t0];
 }
 
-const rows = [];
 try {
   const fanout = await project('bench-ord-pub', 5);
   const single = await project('bench-ord-con', 1);
   const measures = {
-    'events published/s (5 subscriptions)': async (keyed) => EVENTS / ((await publishAll(fanout, EVENTS, keyed, EVENTS * 5))[0] / 1000),
-    'deliveries/s through the consumer (1 subscription)': async (keyed) => EVENTS / ((await publishAll(single, EVENTS, keyed, EVENTS))[1] / 1000),
+    'events published/s (5 subscriptions)': async (v) => EVENTS / ((await publishAll(fanout, EVENTS, v === 'keyed', EVENTS * 5))[0] / 1000),
+    'deliveries/s through the consumer (1 subscription)': async (v) => EVENTS / ((await publishAll(single, EVENTS, v === 'keyed', EVENTS))[1] / 1000),
   };
-  for (const [name, run] of Object.entries(measures)) {
-    const rate = { plain: [], keyed: [] };
-    const ratios = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      const got = {};
-      for (const variant of round % 2 ? ['keyed', 'plain'] : ['plain', 'keyed']) got[variant] = await run(variant === 'keyed');
-      rate.plain.push(got.plain);
-      rate.keyed.push(got.keyed);
-      ratios.push(got.keyed / got.plain);
-      console.log(`${name} round ${round + 1}: without ${got.plain.toFixed(0)}/s, with ${KEYS} keys ${got.keyed.toFixed(0)}/s, ratio ${(got.keyed / got.plain).toFixed(3)}`);
-    }
-    rows.push(`| ${name} | ${median(rate.plain).toFixed(0)} | ${median(rate.keyed).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
-  }
-  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
-  writeSection('ordering', [
-    `## Ordering keys (issue 36 #1): ${KEYS} keys ÷ none, build ${commitOf(ROOT)}, ${when} UTC`,
-    '',
-    `\`node bench/ordering.mjs ${EVENTS} ${ROUNDS}\`: ${EVENTS} events per run by ${PUBLISHERS} concurrent publishers, ${ROUNDS} alternating rounds; a local receiver answering 200 at once. Goals: publish ≥ 0.9, consumer ≥ 0.8.`,
-    '',
-    '| measure | without a key (median) | with 100 keys (median) | with ÷ without, median (spread) |',
-    '|---|---|---|---|',
-    ...rows,
-    '',
-  ].join('\n'));
+  const rows = await sideBySideRates(measures, ['plain', 'keyed'], ROUNDS, '/s');
+  writeRatioSection('ordering', {
+    title: `Ordering keys (issue 36 #1): ${KEYS} keys ÷ none`,
+    how: `\`node bench/ordering.mjs ${EVENTS} ${ROUNDS}\`: ${EVENTS} events per run by ${PUBLISHERS} concurrent publishers, ${ROUNDS} alternating rounds; a local receiver answering 200 at once. Goals: publish ≥ 0.9, consumer ≥ 0.8.`,
+    columns: ['measure', 'without a key (median)', `with ${KEYS} keys (median)`, 'with ÷ without, median (spread)'],
+    rows,
+  });
 } finally {
   await gw.dispose();
   await origin.kill();

@@ -6,8 +6,8 @@
 // (the machine is shared and noisy: only ratios side by side mean anything).
 // Usage: node bench/policies.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, sideBySide, writeSection, loadUrl } from './results.mjs';
+import { startGateway, cfg } from '../tests/support/gateway.mjs';
+import { sideBySide, writeRatioSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -47,17 +47,12 @@ try {
     '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
   };
   const rows = await sideBySide(scenarios, ['one', 'three'], ROUNDS);
-  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
-  writeSection('policies', [
-    `## Several policies per plan (issue 25): three ÷ one, build ${commitOf(ROOT)}, ${when} UTC`,
-    '',
-    `\`node bench/policies.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a one-policy plan against a key on a three-policy plan (the second policy binding). Goal: ≥ 0.95.`,
-    '',
-    '| scenario | one policy, req/s (median) | three policies, req/s (median) | three ÷ one, median (spread) |',
-    '|---|---|---|---|',
-    ...rows,
-    '',
-  ].join('\n'));
+  writeRatioSection('policies', {
+    title: `Several policies per plan (issue 25): three ÷ one`,
+    how: `\`node bench/policies.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a one-policy plan against a key on a three-policy plan (the second policy binding). Goal: ≥ 0.95.`,
+    columns: ['scenario', 'one policy, req/s (median)', 'three policies, req/s (median)', 'three ÷ one, median (spread)'],
+    rows,
+  });
 } finally {
   await gw.dispose();
   await origin.kill();

@@ -8,8 +8,8 @@
 // in one process (the machine is shared and noisy: only ratios side by side mean anything).
 // Usage: node bench/quota-notices.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
-import { startGateway, cfg, ROOT } from '../tests/support/gateway.mjs';
-import { commitOf, sideBySide, writeSection, loadUrl } from './results.mjs';
+import { startGateway, cfg } from '../tests/support/gateway.mjs';
+import { sideBySide, writeRatioSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -41,17 +41,12 @@ try {
     '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),
   };
   const rows = await sideBySide(scenarios, ['plain', 'noticed'], ROUNDS);
-  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
-  writeSection('quota-notices', [
-    `## Quota notices (issue 36 item 5): notify_at ÷ none, build ${commitOf(ROOT)}, ${when} UTC`,
-    '',
-    `\`node bench/quota-notices.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a plan without \`notify_at\` against a key on the same plan with \`notify_at: [${NOTIFY_AT.join(', ')}]\` (a quota of ${BIG.toLocaleString('en')}: no threshold is crossed while measuring). Goal: ≥ 0.95.`,
-    '',
-    '| scenario | without notify_at, req/s (median) | with notify_at, req/s (median) | with ÷ without, median (spread) |',
-    '|---|---|---|---|',
-    ...rows,
-    '',
-  ].join('\n'));
+  writeRatioSection('quota-notices', {
+    title: `Quota notices (issue 36 item 5): notify_at ÷ none`,
+    how: `\`node bench/quota-notices.mjs ${ROUNDS} ${SECONDS}\`: ${CONNECTIONS} connections, ${SECONDS} s per run, ${ROUNDS} alternating rounds; one gateway, a key on a plan without \`notify_at\` against a key on the same plan with \`notify_at: [${NOTIFY_AT.join(', ')}]\` (a quota of ${BIG.toLocaleString('en')}: no threshold is crossed while measuring). Goal: ≥ 0.95.`,
+    columns: ['scenario', 'without notify_at, req/s (median)', 'with notify_at, req/s (median)', 'with ÷ without, median (spread)'],
+    rows,
+  });
 } finally {
   await gw.dispose();
   await origin.kill();

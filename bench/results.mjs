@@ -58,33 +58,58 @@ export async function benchGateway(originUrl, { config = {}, ...options } = {}) 
 }
 
 /**
- * Runs each scenario `rounds` times for two variants side by side, alternating which goes
- * first (a drift in the machine's load favours neither), and checks each run answered as
- * expected (4xx for a scenario named '429', else 2xx, at least 99 %). `run(variant)` is one
- * autocannon run. Returns the table rows `| name | a req/s | b req/s | b ÷ a (spread) |`.
+ * Runs each measure `rounds` times for two variants side by side, alternating which goes
+ * first (a drift in the machine's load favours neither). `measure(variant)` resolves to a
+ * rate. Returns the table rows `| name | a (median) | b (median) | b ÷ a (spread) |`.
  */
-export async function sideBySide(scenarios, [a, b], rounds) {
+export async function sideBySideRates(measures, [a, b], rounds, unit = 'req/s') {
   const rows = [];
-  for (const [name, run] of Object.entries(scenarios)) {
+  for (const [name, measure] of Object.entries(measures)) {
     const ratios = [];
     const rate = { [a]: [], [b]: [] };
     for (let round = 0; round < rounds; round++) {
-      const order = round % 2 ? [b, a] : [a, b];
       const got = {};
-      for (const variant of order) {
-        const res = await run(variant);
-        const expected = name === '429' ? res['4xx'] : res['2xx'];
-        if (expected < res.requests.total * 0.99) throw new Error(`${name} ${variant}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
-        got[variant] = res.requests.average;
-      }
+      for (const variant of round % 2 ? [b, a] : [a, b]) got[variant] = await measure(variant);
       rate[a].push(got[a]);
       rate[b].push(got[b]);
       ratios.push(got[b] / got[a]);
-      console.log(`${name} round ${round + 1}: ${a} ${got[a].toFixed(0)} req/s, ${b} ${got[b].toFixed(0)} req/s, ratio ${(got[b] / got[a]).toFixed(3)}`);
+      console.log(`${name} round ${round + 1}: ${a} ${got[a].toFixed(0)} ${unit}, ${b} ${got[b].toFixed(0)} ${unit}, ratio ${(got[b] / got[a]).toFixed(3)}`);
     }
     rows.push(`| ${name} | ${median(rate[a]).toFixed(0)} | ${median(rate[b]).toFixed(0)} | ${median(ratios).toFixed(2)} (${spread(ratios)}) |`);
   }
   return rows;
+}
+
+/**
+ * [sideBySideRates] over autocannon runs: `run(variant)` is one run, checked to have answered
+ * as expected (4xx for a scenario named '429', else 2xx, at least 99 %); its rate is req/s.
+ */
+export function sideBySide(scenarios, variants, rounds) {
+  const measures = Object.fromEntries(Object.entries(scenarios).map(([name, run]) => [name, async (variant) => {
+    const res = await run(variant);
+    const expected = name === '429' ? res['4xx'] : res['2xx'];
+    if (expected < res.requests.total * 0.99) throw new Error(`${name} ${variant}: ${expected} of ${res.requests.total} as expected (non2xx ${res.non2xx})`);
+    return res.requests.average;
+  }]));
+  return sideBySideRates(measures, variants, rounds);
+}
+
+/**
+ * Writes a ratio benchmark's section: its title (with the build and the time), how it was run,
+ * and the table of [sideBySideRates] rows under `columns` (a, b, b ÷ a).
+ */
+export function writeRatioSection(name, { title, how, columns, rows }) {
+  const when = new Date().toISOString().slice(0, 16).replace('T', ' ');
+  writeSection(name, [
+    `## ${title}, build ${commitOf(ROOT)}, ${when} UTC`,
+    '',
+    how,
+    '',
+    `| ${columns.join(' | ')} |`,
+    `|${columns.map(() => '---').join('|')}|`,
+    ...rows,
+    '',
+  ].join('\n'));
 }
 
 /**

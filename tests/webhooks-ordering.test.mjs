@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
-import { uniq, show } from './support/util.mjs';
+import { show, subscribedProject } from './support/util.mjs';
 
 const BUCKET_MS = 2_000;
 const CONFIG = {
@@ -47,12 +47,7 @@ after(async () => {
 });
 
 async function project(tag) {
-  const name = uniq(tag);
-  const { key } = await gw.createKey({ project: name, plan: 'big' });
-  const api = (method, p, body) => gw.admin(method, p, body, { token: key });
-  const sub = await api('POST', '/_postguard/v1/webhooks', { url: `${rcv.url}/${name}`, events: ['*'] });
-  assert.equal(sub.status, 201, show(sub));
-  rcv.addSecret(sub.json.secret);
+  const { name, api, sub } = await subscribedProject(gw, rcv, tag);
   const publish = async (ordering_key, fail = 0) => {
     const res = await gw.admin('POST', '/_postguard/v1/events', { project: name, type: 'order.changed', data: { fail }, ordering_key }, { token: ORIGIN_TOKEN });
     assert.equal(res.status, 202, show(res));
@@ -65,7 +60,7 @@ async function project(tag) {
     return res.json.data;
   };
   const of = async (eventId) => (await deliveries()).find((d) => d.event_id === eventId);
-  return { name, api, publish, deliveries, of, sub: sub.json };
+  return { name, api, publish, deliveries, of, sub };
 }
 
 /** When each event was first received (ms), by event id. */

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
-import { uniq, show } from './support/util.mjs';
+import { show, subscribedProject } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: { schedule_s: [1], timeout_ms: 5000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
@@ -37,19 +37,14 @@ after(async () => {
 async function setup(tag, headers) {
   const rcv = await startReceiver({ behaviour: () => ({ status: 200, body: 'ok', headers }) });
   receivers.push(rcv);
-  const name = uniq(tag);
-  const { key } = await gw.createKey({ project: name, plan: 'big' });
-  const api = (method, p, body) => gw.admin(method, p, body, { token: key });
-  const sub = await api('POST', '/_postguard/v1/webhooks', { url: `${rcv.url}/${name}`, events: ['*'] });
-  assert.equal(sub.status, 201, show(sub));
-  rcv.addSecret(sub.json.secret);
+  const { name, api, sub } = await subscribedProject(gw, rcv, tag);
   const publish = async (n) => {
     const res = await gw.admin('POST', '/_postguard/v1/events', { project: name, type: 'paced.test', data: { n } }, { token: ORIGIN_TOKEN });
     assert.equal(res.status, 202, show(res));
     return res.json.id;
   };
   const subscription = async () => {
-    const res = await api('GET', `/_postguard/v1/webhooks/${sub.json.id}`);
+    const res = await api('GET', `/_postguard/v1/webhooks/${sub.id}`);
     assert.equal(res.status, 200, show(res));
     return res.json;
   };

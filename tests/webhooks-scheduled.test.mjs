@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { startOrigin } from './support/origin.mjs';
 import { startReceiver } from './support/receiver.mjs';
 import { startGateway, problem, poll, cfg, ORIGIN_TOKEN } from './support/gateway.mjs';
-import { uniq, show } from './support/util.mjs';
+import { uniq, show, subscribedProject } from './support/util.mjs';
 
 const CONFIG = {
   webhooks: { schedule_s: [1], timeout_ms: 5000, allow_insecure_urls: true, allow_hosts: ['127.0.0.1'] },
@@ -36,12 +36,7 @@ after(async () => {
 });
 
 async function project(tag) {
-  const name = uniq(tag);
-  const { key } = await gw.createKey({ project: name, plan: 'big' });
-  const api = (method, p, body) => gw.admin(method, p, body, { token: key });
-  const sub = await api('POST', '/_postguard/v1/webhooks', { url: `${rcv.url}/${name}`, events: ['*'] });
-  assert.equal(sub.status, 201, show(sub));
-  rcv.addSecret(sub.json.secret);
+  const { name, api } = await subscribedProject(gw, rcv, tag);
   const publish = (body) => gw.admin('POST', '/_postguard/v1/events', { project: name, type: 'invoice.due', data: {}, ...body }, { token: ORIGIN_TOKEN });
   return { name, api, publish };
 }

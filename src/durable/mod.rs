@@ -30,6 +30,44 @@ extern "C" {
     fn run(this: &JsonStub, op: &str, body: &str) -> Result<JsValue, JsValue>;
 }
 
+/// The JS RPC entry of an object class whose operations answer JSON
+/// (`dispatch(path, body)`): `rpc(op, body)`, which its class in
+/// `src/entry.mjs` calls from `run` — no Request, Response or body stream on
+/// either side (ADRs 0018, 0035). A failure rejects with the error's text
+/// (a transaction rolled back).
+macro_rules! json_rpc {
+    ($class:ident) => {
+        #[wasm_bindgen::prelude::wasm_bindgen(
+                    wasm_bindgen = ::worker::wasm_bindgen,
+                    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+                    js_sys = ::worker::js_sys
+                )]
+        impl $class {
+            /// Operation `op` (an `Operation::PATH`) on a JSON request.
+            pub async fn rpc(
+                &self,
+                op: String,
+                body: String,
+            ) -> std::result::Result<String, wasm_bindgen::JsValue> {
+                self.dispatch(&op, body.as_bytes())
+                    .await
+                    .map_err(|e| wasm_bindgen::JsValue::from_str(&e.to_string()))
+            }
+        }
+    };
+}
+pub(crate) use json_rpc;
+
+/// The HTTP answer of such an object's operation (`POST https://<object>/<op>`:
+/// tests and operators through the runtime's Durable Object API): the JSON,
+/// or the error's text as a 500.
+pub fn http_answer(answer: worker::Result<String>) -> worker::Result<worker::Response> {
+    match answer {
+        Ok(text) => worker::Response::ok(text),
+        Err(e) => Ok(worker::Response::error(e.to_string(), 500)?),
+    }
+}
+
 /// Operation `O` on the object `name` of `ns` by JS RPC (JSON both ways);
 /// `what` names the object kind in errors.
 pub async fn call_json<O: postguard_core::webhooks::protocol::Operation>(

@@ -26,3 +26,17 @@ export async function stays(fn, ms, message, every = 100) {
   }
   assert.ok(await fn(), message);
 }
+
+/**
+ * A new project with a key on `plan` and one subscription of all its events to `rcv` (whose
+ * signature checks learn its secret): `{name, key, api(method, path, body), sub}`.
+ */
+export async function subscribedProject(gw, rcv, tag, plan = 'big') {
+  const name = uniq(tag);
+  const { key } = await gw.createKey({ project: name, plan });
+  const api = (method, p, body) => gw.admin(method, p, body, { token: key });
+  const res = await api('POST', '/_postguard/v1/webhooks', { url: `${rcv.url}/${name}`, events: ['*'] });
+  assert.equal(res.status, 201, show(res));
+  rcv.addSecret(res.json.secret);
+  return { name, key, api, sub: res.json };
+}

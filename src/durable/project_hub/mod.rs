@@ -20,7 +20,6 @@ use postguard_core::webhooks::capacity::utc_day;
 use postguard_core::webhooks::hub::{self, Invalidate, Prepare, Prepared, ReservationOf, Snapshot};
 use postguard_core::webhooks::ordering;
 use postguard_core::webhooks::protocol::{Done, Operation};
-use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
     State,
@@ -106,20 +105,7 @@ impl ProjectHub {
     }
 }
 
-/// Called by JS RPC through the class `src/entry.mjs` exports (as `ProjectHub`).
-#[wasm_bindgen::prelude::wasm_bindgen(
-    wasm_bindgen = ::worker::wasm_bindgen,
-    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
-    js_sys = ::worker::js_sys
-)]
-impl ProjectHub {
-    /// Operation `op` on a JSON request; resolves to the JSON answer.
-    pub async fn rpc(&self, op: String, body: String) -> std::result::Result<String, JsValue> {
-        self.dispatch(&op, body.as_bytes())
-            .await
-            .map_err(|e| JsValue::from_str(&e.to_string()))
-    }
-}
+super::json_rpc!(ProjectHub);
 
 impl DurableObject for ProjectHub {
     fn new(state: State, env: Env) -> Self {
@@ -135,12 +121,8 @@ impl DurableObject for ProjectHub {
 
     /// The same operations over HTTP, for tests and operators.
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let path = req.path();
-        let body = req.bytes().await?;
-        match self.dispatch(&path, &body).await {
-            Ok(text) => Response::ok(text),
-            Err(e) => Ok(Response::error(e.to_string(), 500)?),
-        }
+        let (path, body) = (req.path(), req.bytes().await?);
+        super::http_answer(self.dispatch(&path, &body).await)
     }
 }
 

@@ -21,7 +21,6 @@ use postguard_core::webhooks::protocol::{
 };
 use postguard_core::webhooks::records::{self, WebhookStore};
 use postguard_core::webhooks::shard::ShardKey;
-use wasm_bindgen::JsValue;
 use worker::{
     durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
     State,
@@ -160,23 +159,7 @@ impl WebhookShard {
     }
 }
 
-/// Called by JS RPC through the class `src/entry.mjs` exports (as `WebhookShard`,
-/// ADRs 0018 and 0035): no Request, Response or body stream on either side.
-#[wasm_bindgen::prelude::wasm_bindgen(
-    wasm_bindgen = ::worker::wasm_bindgen,
-    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
-    js_sys = ::worker::js_sys
-)]
-impl WebhookShard {
-    /// Operation `op` (an `Operation::PATH`) on a JSON request; resolves to
-    /// the JSON answer, rejects with the error's text (the transaction
-    /// rolled back).
-    pub async fn rpc(&self, op: String, body: String) -> std::result::Result<String, JsValue> {
-        self.dispatch(&op, body.as_bytes())
-            .await
-            .map_err(|e| JsValue::from_str(&e.to_string()))
-    }
-}
+super::json_rpc!(WebhookShard);
 
 impl DurableObject for WebhookShard {
     fn new(state: State, _env: Env) -> Self {
@@ -191,12 +174,8 @@ impl DurableObject for WebhookShard {
     /// worker calls [`WebhookShard::rpc`]; tests and operators reach the
     /// object this way through the runtime's Durable Object API.
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let path = req.path();
-        let body = req.bytes().await?;
-        match self.dispatch(&path, &body).await {
-            Ok(text) => Response::ok(text),
-            Err(e) => Ok(Response::error(e.to_string(), 500)?),
-        }
+        let (path, body) = (req.path(), req.bytes().await?);
+        super::http_answer(self.dispatch(&path, &body).await)
     }
 }
 

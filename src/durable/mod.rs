@@ -38,10 +38,10 @@ extern "C" {
 macro_rules! json_rpc {
     ($class:ident) => {
         #[wasm_bindgen::prelude::wasm_bindgen(
-                    wasm_bindgen = ::worker::wasm_bindgen,
-                    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
-                    js_sys = ::worker::js_sys
-                )]
+                            wasm_bindgen = ::worker::wasm_bindgen,
+                            wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+                            js_sys = ::worker::js_sys
+                        )]
         impl $class {
             /// Operation `op` (an `Operation::PATH`) on a JSON request.
             pub async fn rpc(

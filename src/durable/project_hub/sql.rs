@@ -75,6 +75,59 @@ impl LaneStore for Sql<'_> {
         Ok(())
     }
 
+    fn lanes_of(&mut self, lanes: &[&Lane]) -> Result<Vec<(Lane, LaneState)>> {
+        #[derive(Deserialize)]
+        struct Row {
+            subscription_id: String,
+            ordering_key: String,
+            state: String,
+        }
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<(&str, &str)> = lanes
+            .iter()
+            .map(|l| (l.subscription_id.as_str(), l.ordering_key.as_str()))
+            .collect();
+        let rows: Vec<Row> = self
+            .0
+            .exec(
+                "SELECT subscription_id, ordering_key, state FROM lanes WHERE (subscription_id, ordering_key) IN \
+                 (SELECT value->>0, value->>1 FROM json_each(?))",
+                Some(vec![text(&serde_json::to_string(&keys).map_err(err)?)]),
+            )?
+            .to_array()?;
+        rows.into_iter()
+            .map(|r| {
+                let st = serde_json::from_str(&r.state).map_err(err)?;
+                Ok((
+                    Lane {
+                        subscription_id: r.subscription_id,
+                        ordering_key: r.ordering_key,
+                    },
+                    st,
+                ))
+            })
+            .collect()
+    }
+
+    fn put_lanes(&mut self, lanes: &[(&Lane, &LaneState)]) -> Result<()> {
+        if lanes.is_empty() {
+            return Ok(());
+        }
+        let mut rows = Vec::with_capacity(lanes.len());
+        for (lane, st) in lanes {
+            let state = serde_json::to_string(st).map_err(err)?;
+            rows.push((&lane.subscription_id, &lane.ordering_key, state, st.last_at));
+        }
+        self.0.exec(
+            "INSERT OR REPLACE INTO lanes (subscription_id, ordering_key, state, last_at) \
+             SELECT value->>0, value->>1, value->>2, value->>3 FROM json_each(?)",
+            Some(vec![text(&serde_json::to_string(&rows).map_err(err)?)]),
+        )?;
+        Ok(())
+    }
+
     fn idle_lanes(&mut self, before: u64, limit: usize) -> Result<Vec<Lane>> {
         self.0
             .exec(

@@ -120,6 +120,39 @@ pub trait LaneStore {
     fn drop_lane(&mut self, lane: &Lane) -> Result<(), Self::Error>;
     /// Up to `limit` lanes whose `last_at` is before `before`.
     fn idle_lanes(&mut self, before: u64, limit: usize) -> Result<Vec<Lane>, Self::Error>;
+    /// The records of those of `lanes` that exist: one read where the
+    /// store can (a publish group touches many lanes at once).
+    fn lanes_of(&mut self, lanes: &[&Lane]) -> Result<Vec<(Lane, LaneState)>, Self::Error> {
+        let mut out = Vec::new();
+        for lane in lanes {
+            if let Some(st) = self.lane(lane)? {
+                out.push(((*lane).clone(), st));
+            }
+        }
+        Ok(out)
+    }
+    /// Inserts or replaces each lane's record: one write where the store can.
+    fn put_lanes(&mut self, lanes: &[(&Lane, &LaneState)]) -> Result<(), Self::Error> {
+        for (lane, st) in lanes {
+            self.put_lane(lane, st)?;
+        }
+        Ok(())
+    }
+}
+
+/// The records of the lanes `wanted` names (each once), read in one call.
+fn load<'a, S: LaneStore>(
+    s: &mut S,
+    wanted: impl Iterator<Item = &'a Lane>,
+) -> Result<BTreeMap<&'a Lane, Option<LaneState>>, S::Error> {
+    let mut lanes: BTreeMap<&Lane, Option<LaneState>> = wanted.map(|l| (l, None)).collect();
+    let keys: Vec<&Lane> = lanes.keys().copied().collect();
+    for (lane, st) in s.lanes_of(&keys)? {
+        if let Some(slot) = lanes.get_mut(&lane) {
+            *slot = Some(st);
+        }
+    }
+    Ok(lanes)
 }
 
 /// The in-memory [`LaneStore`] of the host tests (and a reference for the
@@ -181,13 +214,12 @@ pub struct Link {
 /// appear by it. A delivery id already reserved and not yet reported gets
 /// its first answer again (a repeated call).
 pub fn chain<S: LaneStore>(s: &mut S, new: &[NewLink], now: u64) -> Result<Vec<Link>, S::Error> {
-    let mut lanes: BTreeMap<&Lane, LaneState> = BTreeMap::new();
+    let mut lanes: BTreeMap<&Lane, LaneState> = load(s, new.iter().map(|n| &n.lane))?
+        .into_iter()
+        .map(|(l, st)| (l, st.unwrap_or_default()))
+        .collect();
     let mut out = Vec::with_capacity(new.len());
     for n in new {
-        if !lanes.contains_key(&n.lane) {
-            let state = s.lane(&n.lane)?.unwrap_or_default();
-            lanes.insert(&n.lane, state);
-        }
         let Some(st) = lanes.get_mut(&n.lane) else {
             continue;
         };
@@ -216,9 +248,8 @@ pub fn chain<S: LaneStore>(s: &mut S, new: &[NewLink], now: u64) -> Result<Vec<L
             blocked_by: prev,
         });
     }
-    for (lane, st) in &lanes {
-        s.put_lane(lane, st)?;
-    }
+    let all: Vec<(&Lane, &LaneState)> = lanes.iter().map(|(l, st)| (*l, st)).collect();
+    s.put_lanes(&all)?;
     Ok(out)
 }
 
@@ -243,12 +274,8 @@ pub struct Committed {
 /// call to the project's object (the next publish group's), as it already
 /// piggybacks the outbox marks.
 pub fn committed<S: LaneStore>(s: &mut S, outcomes: &[Committed]) -> Result<(), S::Error> {
-    let mut lanes: BTreeMap<&Lane, Option<LaneState>> = BTreeMap::new();
+    let mut lanes = load(s, outcomes.iter().map(|c| &c.lane))?;
     for c in outcomes {
-        if !lanes.contains_key(&c.lane) {
-            let state = s.lane(&c.lane)?;
-            lanes.insert(&c.lane, state);
-        }
         let Some(Some(st)) = lanes.get_mut(&c.lane) else {
             continue;
         };
@@ -264,10 +291,12 @@ pub fn committed<S: LaneStore>(s: &mut S, outcomes: &[Committed]) -> Result<(), 
             st.tail = st.open[i].prev.clone();
         }
     }
-    for (lane, st) in &lanes {
-        if let Some(st) = st {
-            s.put_lane(lane, st)?;
-        }
+    let all: Vec<(&Lane, &LaneState)> = lanes
+        .iter()
+        .filter_map(|(l, st)| st.as_ref().map(|st| (*l, st)))
+        .collect();
+    if !all.is_empty() {
+        s.put_lanes(&all)?;
     }
     Ok(())
 }

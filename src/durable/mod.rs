@@ -35,13 +35,14 @@ extern "C" {
 /// `src/entry.mjs` calls from `run` — no Request, Response or body stream on
 /// either side (ADRs 0018, 0035). A failure rejects with the error's text
 /// (a transaction rolled back).
+#[rustfmt::skip] // rustfmt re-indents the attribute's arguments on every run
 macro_rules! json_rpc {
     ($class:ident) => {
         #[wasm_bindgen::prelude::wasm_bindgen(
-                            wasm_bindgen = ::worker::wasm_bindgen,
-                            wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
-                            js_sys = ::worker::js_sys
-                        )]
+            wasm_bindgen = ::worker::wasm_bindgen,
+            wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+            js_sys = ::worker::js_sys
+        )]
         impl $class {
             /// Operation `op` (an `Operation::PATH`) on a JSON request.
             pub async fn rpc(

@@ -208,6 +208,8 @@ macro_rules! operations {
     };
 }
 
+pub(crate) use operations;
+
 operations! {
     /// Store a batch of events and their deliveries, within the limits.
     Publish, "/publish", PublishReq => Vec<Stored>;
@@ -270,5 +272,3 @@ mod tests {
         assert_eq!(PATHS.len(), 23);
     }
 }
-
-pub(crate) use operations;

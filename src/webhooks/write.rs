@@ -202,9 +202,10 @@ async fn commit_shard(
             .zip(prepared.deliveries)
             .map(|(i, ds)| plan(cfg, &events[*i], ds, now))
             .collect();
+        let keyed = keyed(&planned);
         directory::observe_size(prepared.d1_bytes, prepared.loaded_at);
         if let Err(problem) = usage::d1_admits(env, cfg, now).await {
-            report(&key.project, &planned, &vec![false; planned.len()]);
+            report(&key.project, keyed, |_| false);
             return Ok(Err(problem));
         }
         let limits = Limits {
@@ -216,17 +217,15 @@ async fn commit_shard(
             .unwrap_or_default();
         let req = PublishReq {
             sent,
-            events: planned.clone(),
+            events: planned,
             limits,
             now,
         };
         let stored = shards::call::<wire::Publish>(env, &key, &req).await;
         if let Ok(stored) = &stored {
-            let ok: Vec<bool> = stored
-                .iter()
-                .map(|s| matches!(s, Stored::Stored { .. }))
-                .collect();
-            report(&key.project, &planned, &ok);
+            report(&key.project, keyed, |i| {
+                matches!(stored.get(i), Some(Stored::Stored { .. }))
+            });
         }
         stored.map(Ok)
     }
@@ -275,26 +274,35 @@ async fn prepare(
     got
 }
 
-/// Keeps the outcome of each keyed delivery's commit for the project's
-/// next call: stored, or certainly not (refused; a known id keeps its
-/// first deliveries). An unknown outcome (the call failed) is not reported.
-fn report(project: &str, planned: &[NewEvent], stored: &[bool]) {
+/// The keyed deliveries of `planned`: each with its event's index.
+fn keyed(planned: &[NewEvent]) -> Vec<(usize, Lane, String)> {
     let mut out = Vec::new();
-    for (ev, ok) in planned.iter().zip(stored) {
-        let ok = *ok;
+    for (i, ev) in planned.iter().enumerate() {
         for d in &ev.deliveries {
             if let Some(l) = &d.lane {
-                out.push(Committed {
-                    lane: Lane {
-                        subscription_id: d.subscription_id.clone(),
-                        ordering_key: l.ordering_key.clone(),
-                    },
-                    delivery_id: d.id.clone(),
-                    stored: ok,
-                });
+                let lane = Lane {
+                    subscription_id: d.subscription_id.clone(),
+                    ordering_key: l.ordering_key.clone(),
+                };
+                out.push((i, lane, d.id.clone()));
             }
         }
     }
+    out
+}
+
+/// Keeps the outcome of each keyed delivery's commit for the project's
+/// next call: stored, or certainly not (refused; a known id keeps its
+/// first deliveries). An unknown outcome (the call failed) is not reported.
+fn report(project: &str, keyed: Vec<(usize, Lane, String)>, stored: impl Fn(usize) -> bool) {
+    let out: Vec<Committed> = keyed
+        .into_iter()
+        .map(|(i, lane, delivery_id)| Committed {
+            lane,
+            delivery_id,
+            stored: stored(i),
+        })
+        .collect();
     if !out.is_empty() {
         COMMITTED.with(|c| {
             c.borrow_mut()

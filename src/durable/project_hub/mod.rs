@@ -15,6 +15,7 @@ mod d1;
 mod sql;
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use postguard_core::webhooks::capacity::utc_day;
 use postguard_core::webhooks::hub::{self, Invalidate, Prepare, Prepared, ReservationOf, Snapshot};
@@ -36,7 +37,7 @@ pub struct ProjectHub {
     env: Env,
     sql: SqlStorage,
     schema_ready: Cell<bool>,
-    copy: RefCell<Option<Snapshot>>,
+    copy: RefCell<Option<Rc<Snapshot>>>,
     /// Bumped by every invalidation: a load that began under an older one
     /// is used for its publish but not kept.
     generation: Cell<u64>,
@@ -56,15 +57,15 @@ impl ProjectHub {
     }
 
     /// The project's subscribers: the copy while fresh, else D1's rows.
-    async fn snapshot(&self, project: &str, now: u64) -> Result<Snapshot> {
+    async fn snapshot(&self, project: &str, now: u64) -> Result<Rc<Snapshot>> {
         let day = utc_day(now);
         if let Some(s) = self.copy.borrow().as_ref().filter(|s| s.fresh(now, day)) {
-            return Ok(s.clone());
+            return Ok(Rc::clone(s));
         }
         let generation = self.generation.get();
-        let snap = d1::load(&self.env, project, day, now).await?;
+        let snap = Rc::new(d1::load(&self.env, project, day, now).await?);
         if self.generation.get() == generation {
-            *self.copy.borrow_mut() = Some(snap.clone());
+            *self.copy.borrow_mut() = Some(Rc::clone(&snap));
         }
         Ok(snap)
     }

@@ -7,7 +7,7 @@
 // Usage: node bench/policies.mjs [rounds] [seconds]
 import { startOrigin } from '../tests/support/origin.mjs';
 import { startGateway, cfg } from '../tests/support/gateway.mjs';
-import { sideBySide, writeRatioSection, loadUrl } from './results.mjs';
+import { keysPerPlan, sideBySide, writeRatioSection, loadUrl } from './results.mjs';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const SECONDS = Number(process.argv[3] ?? 4);
@@ -37,11 +37,9 @@ const load = (url, opts = {}) => loadUrl(url, { ...opts, connections: CONNECTION
 const origin = await startOrigin();
 const gw = await startGateway({ originUrl: origin.url, vars: { POSTGUARD_CONFIG: cfg({ plans: PLANS }) } });
 try {
-  const keys = {};
-  for (const plan of Object.keys(PLANS)) keys[plan] = (await gw.createKey({ project: 'bench', plan })).key;
-  const auth = (plan) => ({ authorization: `Bearer ${keys[plan]}`, 'content-type': 'application/json' });
+  // The spent plans' one admission used (notifying once, where notify_at is set).
+  const auth = await keysPerPlan(gw, PLANS, ['one_spent', 'three_spent']);
   const body = '{"amount":100}';
-  for (const plan of ['one_spent', 'three_spent']) await gw.fetch('/bench/items', { headers: auth(plan) }); // spends the only admission
   const scenarios = {
     'fresh POST': (plan) => load(`${gw.url}/bench/pay`, { method: 'POST', headers: auth(plan), body, fresh: true }),
     '429': (plan) => load(`${gw.url}/bench/items`, { headers: auth(`${plan}_spent`) }),

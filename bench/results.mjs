@@ -58,6 +58,18 @@ export async function benchGateway(originUrl, { config = {}, ...options } = {}) 
 }
 
 /**
+ * One key per plan of `plans` in the project 'bench'; `auth(plan)` is the headers of a JSON
+ * request with that plan's key, and each plan named in `spend` has its one admission used.
+ */
+export async function keysPerPlan(gw, plans, spend = []) {
+  const keys = {};
+  for (const plan of Object.keys(plans)) keys[plan] = (await gw.createKey({ project: 'bench', plan })).key;
+  const auth = (plan) => ({ authorization: `Bearer ${keys[plan]}`, 'content-type': 'application/json' });
+  for (const plan of spend) await gw.fetch('/bench/items', { headers: auth(plan) });
+  return auth;
+}
+
+/**
  * Runs each measure `rounds` times for two variants side by side, alternating which goes
  * first (a drift in the machine's load favours neither). `measure(variant)` resolves to a
  * rate. Returns the table rows `| name | a (median) | b (median) | b ÷ a (spread) |`.
